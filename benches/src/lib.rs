@@ -1,0 +1,1 @@
+//! Not written yet: see the open issues.

@@ -1,0 +1,624 @@
+//! The public API: the authority (leases and fences) and the registry
+//! (declared tasks), written once over any [`Store`].
+
+use crate::decide::{Verdict, derive};
+use crate::error::{Error, Result};
+use crate::id::{Id, OwnerId, TaskId};
+use crate::manifest::Manifest;
+use crate::model::{Actor, Event, Grant, Notification, State, TaskRecord};
+use crate::refusal::Refusal;
+use crate::request::{Operation, Preconditions, Request};
+use crate::store::{Clause, ListQuery, Store};
+use crate::time::{Clock, Timestamp};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// The answer to a request that the store could answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The change was committed; this is the record as now stored.
+    Committed(TaskRecord),
+    /// An idempotent repeat: nothing changed; this is the stored record.
+    Acknowledged(TaskRecord),
+    /// A typed no.
+    Refused(Refusal),
+}
+
+impl Reply {
+    pub fn record(&self) -> Option<&TaskRecord> {
+        match self {
+            Reply::Committed(r) | Reply::Acknowledged(r) => Some(r),
+            Reply::Refused(_) => None,
+        }
+    }
+
+    /// The grant in the answer's record, if any.
+    pub fn grant(&self) -> Option<Grant> {
+        self.record().and_then(Grant::of)
+    }
+
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Reply::Refused(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn is_idempotent(&self) -> bool {
+        matches!(self, Reply::Acknowledged(_))
+    }
+
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Reply::Refused(_))
+    }
+}
+
+/// `holder(task)`: the last grant, and whether it is live now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Holder {
+    #[serde(flatten)]
+    pub grant: Grant,
+    pub live: bool,
+}
+
+/// `verify(task, fence)`: may a resource server accept work under `fence`?
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Verification {
+    /// True only when `fence` is the fence of a live lease of a task that is not terminal.
+    pub current: bool,
+    pub live: bool,
+    pub state: State,
+    pub current_fence: Option<u64>,
+}
+
+/// `gate(task)`: passes only for SUCCEEDED.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Gate {
+    pub task: TaskId,
+    pub state: State,
+    pub passed: bool,
+    pub release_blocking: bool,
+    pub run_id: Option<Id>,
+    pub executor: Option<Id>,
+    pub current_step: u32,
+    pub total_steps: u32,
+    pub evidence: BTreeMap<String, String>,
+    pub error: Option<Value>,
+}
+
+/// One page of a list; `next` is the cursor for the following page.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// A task whose derived state a sweep persisted (or would, in a dry run).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Swept {
+    pub task: TaskId,
+    pub from: State,
+    pub to: State,
+}
+
+/// The largest page a list returns.
+pub const MAX_PAGE: usize = 10_000;
+
+/// The authority and the registry over one store.
+pub struct Authority<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for Authority<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Authority")
+            .field("store", &self.store)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl<S: Store> Authority<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
+        Authority { store, clock }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Submits any request with preconditions: the one path every write takes.
+    pub async fn submit(
+        &self,
+        task: &TaskId,
+        request: Request,
+        pre: Preconditions,
+    ) -> Result<Reply> {
+        // Refuse bad input before touching the store: it changes nothing.
+        request.validate()?;
+        let op = Operation {
+            task: task.clone(),
+            request,
+            pre,
+            now: self.clock.now(),
+        };
+        let decision = self.store.apply(op).await?;
+        match decision.verdict {
+            Verdict::Commit(c) => Ok(Reply::Committed(c.record)),
+            Verdict::Ack => match decision.current {
+                Some(r) => Ok(Reply::Acknowledged(r)),
+                None => Ok(Reply::Refused(Refusal::NotFound)),
+            },
+            Verdict::Refuse { refusal, .. } => Ok(Reply::Refused(refusal)),
+            Verdict::Invalid(e) => Err(e),
+        }
+    }
+
+    async fn send(&self, task: &TaskId, request: Request) -> Result<Reply> {
+        self.submit(task, request, Preconditions::none()).await
+    }
+
+    // ---- the authority (SPEC §4) ----
+
+    /// Claims a bare task (created if absent). `ttl_ms`: default 30 s.
+    pub async fn claim(
+        &self,
+        task: &TaskId,
+        owner: &OwnerId,
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Claim {
+                owner: owner.clone(),
+                ttl_ms,
+            },
+        )
+        .await
+    }
+
+    pub async fn renew(
+        &self,
+        task: &TaskId,
+        owner: &OwnerId,
+        fence: u64,
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Renew {
+                owner: owner.clone(),
+                fence,
+                ttl_ms,
+            },
+        )
+        .await
+    }
+
+    pub async fn release(&self, task: &TaskId, owner: &OwnerId, fence: u64) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Release {
+                owner: owner.clone(),
+                fence,
+            },
+        )
+        .await
+    }
+
+    pub async fn recover(
+        &self,
+        task: &TaskId,
+        owner: &OwnerId,
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Recover {
+                owner: owner.clone(),
+                ttl_ms,
+            },
+        )
+        .await
+    }
+
+    pub async fn complete(&self, task: &TaskId, owner: &OwnerId, fence: u64) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Complete {
+                owner: owner.clone(),
+                fence,
+            },
+        )
+        .await
+    }
+
+    pub async fn fail(
+        &self,
+        task: &TaskId,
+        owner: &OwnerId,
+        fence: u64,
+        error: Option<Value>,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Fail {
+                owner: owner.clone(),
+                fence,
+                error,
+            },
+        )
+        .await
+    }
+
+    /// The holder cancels its own grant.
+    pub async fn cancel(&self, task: &TaskId, owner: &OwnerId, fence: u64) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Cancel {
+                by: Actor::Worker(owner.clone()),
+                fence: Some(fence),
+            },
+        )
+        .await
+    }
+
+    /// An operator cancels whatever holds the task.
+    pub async fn cancel_as(&self, task: &TaskId, by: Actor) -> Result<Reply> {
+        self.send(task, Request::Cancel { by, fence: None }).await
+    }
+
+    /// The last grant with whether it is live; `Refused(NotFound)` for an unknown task.
+    pub async fn holder(
+        &self,
+        task: &TaskId,
+    ) -> Result<std::result::Result<Option<Holder>, Refusal>> {
+        let now = self.clock.now();
+        let Some(snap) = self.store.read(task, now).await? else {
+            return Ok(Err(Refusal::NotFound));
+        };
+        let rec = derive(&snap.record, snap.lease_live, now);
+        let live = snap.lease_live && rec.state.is_held();
+        Ok(Ok(Grant::of(&rec).map(|grant| Holder { grant, live })))
+    }
+
+    /// Whether `fence` is the fence of a live lease of a task that is not terminal.
+    pub async fn verify(
+        &self,
+        task: &TaskId,
+        fence: u64,
+    ) -> Result<std::result::Result<Verification, Refusal>> {
+        let now = self.clock.now();
+        let Some(snap) = self.store.read(task, now).await? else {
+            return Ok(Err(Refusal::NotFound));
+        };
+        let rec = derive(&snap.record, snap.lease_live, now);
+        let live = snap.lease_live && rec.state.is_held();
+        let current_fence = rec.current_fence();
+        Ok(Ok(Verification {
+            current: live && current_fence == Some(fence) && !rec.state.is_terminal(),
+            live,
+            state: rec.state,
+            current_fence,
+        }))
+    }
+
+    // ---- the registry (SPEC §6) ----
+
+    pub async fn declare(&self, manifest: Manifest) -> Result<Reply> {
+        let task = manifest.task_id.clone();
+        self.send(&task, Request::Declare { manifest }).await
+    }
+
+    pub async fn register(&self, task: &TaskId, run_id: &Id) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Register {
+                run_id: run_id.clone(),
+            },
+        )
+        .await
+    }
+
+    pub async fn task_claim(
+        &self,
+        task: &TaskId,
+        run_id: &Id,
+        executor: &Id,
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::TaskClaim {
+                run_id: run_id.clone(),
+                executor: executor.clone(),
+                ttl_ms,
+            },
+        )
+        .await
+    }
+
+    pub async fn start(
+        &self,
+        task: &TaskId,
+        run_id: &Id,
+        executor: &Id,
+        fence: u64,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Start {
+                run_id: run_id.clone(),
+                executor: executor.clone(),
+                fence,
+            },
+        )
+        .await
+    }
+
+    pub async fn heartbeat(
+        &self,
+        task: &TaskId,
+        run_id: &Id,
+        executor: &Id,
+        fence: u64,
+        step: u32,
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        let request = Request::Heartbeat {
+            run_id: run_id.clone(),
+            executor: executor.clone(),
+            fence,
+            step,
+            ttl_ms,
+        };
+        self.send(task, request).await
+    }
+
+    pub async fn succeed(
+        &self,
+        task: &TaskId,
+        run_id: &Id,
+        executor: &Id,
+        fence: u64,
+        evidence: BTreeMap<String, String>,
+    ) -> Result<Reply> {
+        let request = Request::Succeed {
+            run_id: run_id.clone(),
+            executor: executor.clone(),
+            fence,
+            evidence,
+        };
+        self.send(task, request).await
+    }
+
+    pub async fn task_fail(
+        &self,
+        task: &TaskId,
+        run_id: &Id,
+        executor: &Id,
+        fence: u64,
+        error: Value,
+    ) -> Result<Reply> {
+        let request = Request::TaskFail {
+            run_id: run_id.clone(),
+            executor: executor.clone(),
+            fence,
+            error,
+        };
+        self.send(task, request).await
+    }
+
+    pub async fn retry(&self, task: &TaskId, run_id: &Id) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Retry {
+                run_id: run_id.clone(),
+            },
+        )
+        .await
+    }
+
+    pub async fn redispatch(&self, task: &TaskId, by: Actor, iteration: u64) -> Result<Reply> {
+        self.send(task, Request::Redispatch { by, iteration }).await
+    }
+
+    pub async fn finalize(&self, task: &TaskId, by: Actor, error: Option<Value>) -> Result<Reply> {
+        self.send(task, Request::Finalize { by, error }).await
+    }
+
+    /// Merges metadata into the record (never a state), guarded by `pre`.
+    pub async fn annotate(
+        &self,
+        task: &TaskId,
+        actor: &Id,
+        metadata: BTreeMap<String, Value>,
+        pre: Preconditions,
+    ) -> Result<Reply> {
+        self.submit(
+            task,
+            Request::Annotate {
+                actor: actor.clone(),
+                metadata,
+            },
+            pre,
+        )
+        .await
+    }
+
+    // ---- reads: they never write ----
+
+    /// The task as it is now (derived: an expired lease shows as such).
+    pub async fn get(&self, task: &TaskId) -> Result<Option<TaskRecord>> {
+        let now = self.clock.now();
+        Ok(self
+            .store
+            .read(task, now)
+            .await?
+            .map(|s| derive(&s.record, s.lease_live, now)))
+    }
+
+    /// The release gate: passes only for SUCCEEDED.
+    pub async fn gate(&self, task: &TaskId) -> Result<std::result::Result<Gate, Refusal>> {
+        let Some(r) = self.get(task).await? else {
+            return Ok(Err(Refusal::NotFound));
+        };
+        let passed = r.state == State::Succeeded;
+        Ok(Ok(Gate {
+            task: r.task.clone(),
+            state: r.state,
+            passed,
+            release_blocking: !passed,
+            run_id: r.run_id.clone(),
+            executor: r.executor.clone(),
+            current_step: r.current_step,
+            total_steps: r.total_steps(),
+            evidence: r.evidence.clone(),
+            error: r.error.clone(),
+        }))
+    }
+
+    /// Tasks by derived state, in task-id order, paged by task id.
+    pub async fn list(
+        &self,
+        state: Option<State>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let now = self.clock.now();
+        let clauses = state.map(Clause::for_derived);
+        let mut cursor = after.map(|a| Id::parse("after", a)).transpose()?;
+        let mut items = Vec::new();
+        // Each round advances the cursor past every record it returned, so the loop ends.
+        loop {
+            let want = limit - items.len();
+            let query = ListQuery {
+                after: cursor.clone(),
+                limit: want,
+                clauses: clauses.clone(),
+                now,
+            };
+            let batch = self.store.list(&query).await?;
+            let exhausted = batch.len() < want;
+            for snap in batch {
+                cursor = Some(snap.record.task.clone());
+                let rec = derive(&snap.record, snap.lease_live, now);
+                if state.is_none_or(|s| rec.state == s) {
+                    items.push(rec);
+                }
+            }
+            if exhausted {
+                return Ok(Page { items, next: None });
+            }
+            if items.len() >= limit {
+                return Ok(Page {
+                    items,
+                    next: cursor.map(|c| c.to_string()),
+                });
+            }
+        }
+    }
+
+    /// Events (of one task, or of the whole store in one total order), paged by sequence number.
+    pub async fn events(
+        &self,
+        task: Option<&TaskId>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Event>> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let after = parse_cursor(after)?;
+        let items = self.store.events(task, after, limit).await?;
+        let next = (items.len() == limit)
+            .then(|| items.last().map(|e| e.seq.to_string()))
+            .flatten();
+        Ok(Page { items, next })
+    }
+
+    /// Notifications not yet acknowledged, paged by outbox sequence.
+    pub async fn pending(&self, after: Option<&str>, limit: usize) -> Result<Page<Notification>> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        let after = parse_cursor(after)?;
+        let items = self.store.pending(after, limit).await?;
+        let next = (items.len() == limit)
+            .then(|| items.last().map(|n| n.seq.to_string()))
+            .flatten();
+        Ok(Page { items, next })
+    }
+
+    /// Acknowledges notifications; returns how many were newly acknowledged.
+    pub async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+        self.store.ack(intent_ids).await
+    }
+
+    /// Persists the derived change of every task whose lease or start
+    /// deadline has passed (with its events and notifications). Never needed
+    /// for correctness; it makes the outbox speak for tasks nobody touches.
+    pub async fn sweep(&self, dry_run: bool) -> Result<Vec<Swept>> {
+        let now = self.clock.now();
+        let mut swept = Vec::new();
+        let mut cursor: Option<TaskId> = None;
+        loop {
+            let query = ListQuery {
+                after: cursor.clone(),
+                limit: 500,
+                clauses: Some(Clause::due_now()),
+                now,
+            };
+            let batch = self.store.list(&query).await?;
+            let exhausted = batch.len() < 500;
+            for snap in batch {
+                cursor = Some(snap.record.task.clone());
+                let derived = derive(&snap.record, snap.lease_live, now);
+                if derived.state == snap.record.state {
+                    continue;
+                }
+                if dry_run {
+                    swept.push(Swept {
+                        task: derived.task,
+                        from: snap.record.state,
+                        to: derived.state,
+                    });
+                    continue;
+                }
+                let op = Operation {
+                    task: snap.record.task.clone(),
+                    request: Request::Settle,
+                    pre: Preconditions::none(),
+                    now: self.clock.now(),
+                };
+                let d = self.store.apply(op).await?;
+                if let Some(c) = &d.settle {
+                    swept.push(Swept {
+                        task: c.record.task.clone(),
+                        from: snap.record.state,
+                        to: c.record.state,
+                    });
+                }
+            }
+            if exhausted {
+                return Ok(swept);
+            }
+        }
+    }
+}
+
+fn parse_cursor(after: Option<&str>) -> Result<u64> {
+    match after {
+        None => Ok(0),
+        Some(s) => s.parse().map_err(|_| {
+            Error::invalid(
+                "after",
+                "must be a cursor returned by the previous page (a whole number)",
+            )
+        }),
+    }
+}

@@ -1,0 +1,97 @@
+//! One error type for everything a store or the API cannot answer.
+//!
+//! A refusal (a lost race, a stale fence, an illegal transition) is *not* an
+//! error: it is an ordinary [`crate::Refusal`] value. `Err` means the question
+//! could not be answered, and its [`ErrorKind`] says what the caller may do.
+
+use std::fmt;
+
+/// What went wrong, and so what a caller may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The store could not answer. Nothing was applied; retrying is safe.
+    /// A caller that gets this must not start work.
+    Unavailable,
+    /// A write may or may not have landed. Re-read before anything else.
+    Indeterminate,
+    /// The store's contents cannot be trusted (not a baton store, damaged).
+    Corrupt,
+    /// The input broke a rule; `field` names which. Nothing was applied.
+    Invalid,
+    /// The store or build cannot do this (a newer schema, a compiled-out backend).
+    Unsupported,
+}
+
+impl ErrorKind {
+    /// The name used in JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Indeterminate => "indeterminate",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::Unsupported => "unsupported",
+        }
+    }
+
+    /// Whether retrying the same call later can succeed without changing it.
+    pub fn is_temporary(self) -> bool {
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Indeterminate)
+    }
+}
+
+/// An answer the store or the API could not give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// For `Invalid`: the input field that broke a rule.
+    pub field: Option<String>,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{}: {}: {}", self.kind.as_str(), field, self.message),
+            None => write!(f, "{}: {}", self.kind.as_str(), self.message),
+        }
+    }
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    pub fn indeterminate(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Indeterminate, message)
+    }
+
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Corrupt, message)
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+
+    /// Bad input: names the field and the rule it broke.
+    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Invalid,
+            message: rule.into(),
+            field: Some(field.into()),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

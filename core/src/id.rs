@@ -1,0 +1,82 @@
+//! Identifiers: task ids, owner ids, run ids, operator ids.
+
+use crate::error::Error;
+use std::fmt;
+
+/// The longest id, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// A validated identifier: UTF-8, 1..=256 bytes, no control characters.
+///
+/// Every id in baton (task, owner, executor, run, operator) follows the same
+/// rule; the field name is given when parsing so an error can name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct Id(String);
+
+impl Id {
+    /// Parses `value` as the id in `field`.
+    pub fn parse(field: &str, value: &str) -> Result<Id, Error> {
+        if value.is_empty() {
+            return Err(Error::invalid(field, "must not be empty"));
+        }
+        if value.len() > MAX_ID_BYTES {
+            return Err(Error::invalid(
+                field,
+                format!("must be at most {MAX_ID_BYTES} bytes (got {})", value.len()),
+            ));
+        }
+        if let Some(c) = value.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not contain control characters (found U+{:04X})",
+                    c as u32
+                ),
+            ));
+        }
+        Ok(Id(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Id::parse("id", &s).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
+/// A task's id.
+pub type TaskId = Id;
+/// A worker, session or executor id.
+pub type OwnerId = Id;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_rules() {
+        assert!(Id::parse("task", "a").is_ok());
+        assert!(Id::parse("task", &"x".repeat(256)).is_ok());
+        assert!(Id::parse("task", "ünïcödé/ok with spaces").is_ok());
+        let e = Id::parse("task", "").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("task"));
+        let e = Id::parse("owner", &"x".repeat(257)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("owner"));
+        assert!(e.message.contains("256"));
+        let e = Id::parse("task", "a\nb").unwrap_err();
+        assert!(e.message.contains("control"));
+        assert!(Id::parse("task", "a\u{7f}").is_err());
+    }
+}

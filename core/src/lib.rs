@@ -1,0 +1,38 @@
+//! # baton-core
+//!
+//! The rules of baton, with no IO: who may run a task, under which fence,
+//! and what every request does to a task's record.
+//!
+//! * [`model`]: task records, grants, events, notifications.
+//! * [`decide`]: the one pure decision every write passes through.
+//! * [`store`]: the small contract a backend implements.
+//! * [`Authority`]: the public API, generic over any store.
+//! * [`MemoryStore`]: an in-memory backend.
+//! * `conformance` (feature): the suite every backend must pass.
+
+pub mod authority;
+pub mod decide;
+pub mod error;
+pub mod id;
+pub mod manifest;
+pub mod memory;
+pub mod model;
+pub mod refusal;
+pub mod request;
+pub mod store;
+pub mod time;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use authority::{Authority, Gate, Holder, Page, Reply, Swept, Verification};
+pub use decide::{Change, Decision, Verdict, decide, derive, settle};
+pub use error::{Error, ErrorKind, Result};
+pub use id::{Id, OwnerId, TaskId};
+pub use manifest::Manifest;
+pub use memory::MemoryStore;
+pub use model::{Actor, Event, EventKind, Grant, Lease, Notification, State, TaskRecord};
+pub use refusal::Refusal;
+pub use request::{Operation, Preconditions, Request, RequestKind};
+pub use store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -1,0 +1,347 @@
+//! The manifest of a declared task (SPEC §6): what was declared, validated
+//! and normalised so that two manifests are the same exactly when their
+//! normalised forms are equal.
+
+use crate::error::Error;
+use crate::id::{Id, TaskId};
+use crate::model::EventKind;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// The largest manifest accepted, in bytes of JSON.
+pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
+/// The most steps a manifest may list.
+pub const MAX_STEPS: usize = 1000;
+/// The most evidence keys a manifest may require or a success may carry.
+pub const MAX_EVIDENCE_KEYS: usize = 100;
+/// The only manifest version this build understands.
+pub const MANIFEST_VERSION: &str = "baton.task.v1";
+
+const FIELDS: &[&str] = &[
+    "task_id",
+    "executor",
+    "source_branch",
+    "source_oid",
+    "target_version",
+    "steps",
+    "start_deadline_seconds",
+    "heartbeat_timeout_seconds",
+    "required_evidence",
+    "notification_events",
+    "owner_notification_ref",
+    "manifest_version",
+    "max_attempts",
+];
+
+/// A validated, normalised manifest. Build one with [`Manifest::from_json`]
+/// or [`Manifest::from_value`]; every field obeys SPEC §6.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub task_id: TaskId,
+    pub executor: Id,
+    pub source_branch: String,
+    pub source_oid: String,
+    pub target_version: String,
+    pub steps: Vec<String>,
+    pub start_deadline_seconds: u64,
+    pub heartbeat_timeout_seconds: u64,
+    pub required_evidence: BTreeSet<String>,
+    pub notification_events: BTreeSet<EventKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_notification_ref: Option<String>,
+    pub manifest_version: String,
+    pub max_attempts: u32,
+}
+
+impl Manifest {
+    /// Parses and validates a manifest from JSON text.
+    pub fn from_json(text: &str) -> Result<Manifest, Error> {
+        if text.len() > MAX_MANIFEST_BYTES {
+            return Err(Error::invalid(
+                "manifest",
+                format!(
+                    "must be at most {MAX_MANIFEST_BYTES} bytes (got {})",
+                    text.len()
+                ),
+            ));
+        }
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid("manifest", format!("is not valid JSON: {e}")))?;
+        Manifest::from_value(&value)
+    }
+
+    /// Validates and normalises a manifest given as a JSON value.
+    pub fn from_value(value: &Value) -> Result<Manifest, Error> {
+        let size = serde_json::to_string(value)
+            .map(|s| s.len())
+            .unwrap_or(usize::MAX);
+        if size > MAX_MANIFEST_BYTES {
+            return Err(Error::invalid(
+                "manifest",
+                format!("must be at most {MAX_MANIFEST_BYTES} bytes (got {size})"),
+            ));
+        }
+        let obj = value
+            .as_object()
+            .ok_or_else(|| Error::invalid("manifest", "must be a JSON object"))?;
+        if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(Error::invalid(
+                unknown.as_str(),
+                format!("unknown manifest field (known: {})", FIELDS.join(", ")),
+            ));
+        }
+        let task_id = Id::parse("task_id", &required_string(obj, "task_id")?)?;
+        let executor = Id::parse("executor", &required_string(obj, "executor")?)?;
+        let steps = match obj.get("steps") {
+            None => return Err(Error::invalid("steps", "is required (1 to 1000 steps)")),
+            Some(v) => string_list(v, "steps")?,
+        };
+        if steps.is_empty() {
+            return Err(Error::invalid("steps", "must list at least one step"));
+        }
+        if steps.len() > MAX_STEPS {
+            return Err(Error::invalid(
+                "steps",
+                format!("must list at most {MAX_STEPS} steps (got {})", steps.len()),
+            ));
+        }
+        let required_evidence: BTreeSet<String> = match obj.get("required_evidence") {
+            None => BTreeSet::new(),
+            Some(v) => string_list(v, "required_evidence")?
+                .into_iter()
+                .map(|k| Id::parse("required_evidence", &k).map(|id| id.as_str().to_owned()))
+                .collect::<Result<_, _>>()?,
+        };
+        if required_evidence.len() > MAX_EVIDENCE_KEYS {
+            return Err(Error::invalid(
+                "required_evidence",
+                format!("must name at most {MAX_EVIDENCE_KEYS} keys"),
+            ));
+        }
+        let notification_events = match obj.get("notification_events") {
+            None => [EventKind::Started, EventKind::Succeeded, EventKind::Failed].into(),
+            Some(v) => string_list(v, "notification_events")?
+                .iter()
+                .map(|name| {
+                    EventKind::from_name(name).ok_or_else(|| {
+                        Error::invalid(
+                            "notification_events",
+                            format!("unknown event type {name:?}"),
+                        )
+                    })
+                })
+                .collect::<Result<BTreeSet<_>, _>>()?,
+        };
+        let owner_notification_ref = match obj.get("owner_notification_ref") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(required_string(obj, "owner_notification_ref")?),
+        };
+        let manifest_version = match obj.get("manifest_version") {
+            None => MANIFEST_VERSION.to_owned(),
+            Some(_) => required_string(obj, "manifest_version")?,
+        };
+        if manifest_version != MANIFEST_VERSION {
+            return Err(Error::invalid(
+                "manifest_version",
+                format!("must be {MANIFEST_VERSION:?} (got {manifest_version:?})"),
+            ));
+        }
+        let max_attempts = positive(obj, "max_attempts", 1)?;
+        let max_attempts = u32::try_from(max_attempts)
+            .map_err(|_| Error::invalid("max_attempts", "must be at most 4294967295"))?;
+        Ok(Manifest {
+            task_id,
+            executor,
+            source_branch: required_string(obj, "source_branch")?,
+            source_oid: required_string(obj, "source_oid")?,
+            target_version: required_string(obj, "target_version")?,
+            steps,
+            start_deadline_seconds: positive(obj, "start_deadline_seconds", 300)?,
+            heartbeat_timeout_seconds: positive(obj, "heartbeat_timeout_seconds", 180)?,
+            required_evidence,
+            notification_events,
+            owner_notification_ref,
+            manifest_version,
+            max_attempts,
+        })
+    }
+
+    /// The lease TTL of this task in milliseconds: one clock for stalling.
+    pub fn heartbeat_timeout_ms(&self) -> u64 {
+        self.heartbeat_timeout_seconds.saturating_mul(1000)
+    }
+
+    pub fn start_deadline_ms(&self) -> u64 {
+        self.start_deadline_seconds.saturating_mul(1000)
+    }
+
+    /// Whether `other` differs from `self` in `source_oid` alone.
+    pub fn differs_only_in_source_oid(&self, other: &Manifest) -> bool {
+        let mut a = self.clone();
+        a.source_oid.clone_from(&other.source_oid);
+        &a == other && self.source_oid != other.source_oid
+    }
+}
+
+fn required_string(obj: &Map<String, Value>, field: &str) -> Result<String, Error> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Err(Error::invalid(field, "is required")),
+        Some(Value::String(s)) => {
+            let t = s.trim();
+            if t.is_empty() {
+                Err(Error::invalid(field, "must not be empty"))
+            } else {
+                Ok(t.to_owned())
+            }
+        }
+        Some(_) => Err(Error::invalid(field, "must be a string")),
+    }
+}
+
+fn string_list(v: &Value, field: &str) -> Result<Vec<String>, Error> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| Error::invalid(field, "must be a list of strings"))?;
+    items
+        .iter()
+        .map(|item| match item {
+            Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+            Value::String(_) => Err(Error::invalid(field, "entries must not be empty")),
+            _ => Err(Error::invalid(field, "entries must be strings")),
+        })
+        .collect()
+}
+
+fn positive(obj: &Map<String, Value>, field: &str, default: u64) -> Result<u64, Error> {
+    match obj.get(field) {
+        None => Ok(default),
+        Some(v) => match v.as_u64() {
+            Some(0) => Err(Error::invalid(field, "must be greater than 0")),
+            Some(n) => Ok(n),
+            None => Err(Error::invalid(field, "must be a positive whole number")),
+        },
+    }
+}
+
+/// Checks an evidence hash: `sha256:` followed by 64 lowercase or uppercase hex digits.
+pub fn validate_evidence_hash(field: &str, hash: &str) -> Result<(), Error> {
+    let hex = hash
+        .strip_prefix("sha256:")
+        .ok_or_else(|| Error::invalid(field, "must be sha256: followed by 64 hex digits"))?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::invalid(
+            field,
+            "must be sha256: followed by 64 hex digits",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "task_id": "t1", "executor": "ci", "source_branch": "main",
+            "source_oid": "abc", "target_version": "1.0", "steps": ["build", "test"],
+        })
+    }
+
+    fn with(field: &str, v: Value) -> Value {
+        let mut m = base();
+        m[field] = v;
+        m
+    }
+
+    fn field_of(v: Value) -> String {
+        Manifest::from_value(&v).unwrap_err().field.unwrap()
+    }
+
+    #[test]
+    fn defaults_and_normalisation() {
+        let m = Manifest::from_value(&with("required_evidence", json!(["b", "a", "b"]))).unwrap();
+        assert_eq!(m.start_deadline_seconds, 300);
+        assert_eq!(m.heartbeat_timeout_seconds, 180);
+        assert_eq!(m.max_attempts, 1);
+        assert_eq!(m.manifest_version, MANIFEST_VERSION);
+        assert_eq!(m.required_evidence.iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(m.notification_events.len(), 3);
+        let a = Manifest::from_value(&with("required_evidence", json!(["a", "b"]))).unwrap();
+        assert_eq!(a, m, "sets are compared after sorting and de-duplication");
+        let padded = Manifest::from_value(&with("source_branch", json!("  main "))).unwrap();
+        assert_eq!(padded.source_branch, "main");
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        assert_eq!(field_of(with("colour", json!("red"))), "colour");
+        assert_eq!(
+            field_of(with("source_branch", json!("  "))),
+            "source_branch"
+        );
+        assert_eq!(field_of(with("steps", json!([]))), "steps");
+        assert_eq!(field_of(with("steps", json!(["a", " "]))), "steps");
+        assert_eq!(
+            field_of(with("start_deadline_seconds", json!(0))),
+            "start_deadline_seconds"
+        );
+        assert_eq!(
+            field_of(with("heartbeat_timeout_seconds", json!(-3))),
+            "heartbeat_timeout_seconds"
+        );
+        assert_eq!(field_of(with("max_attempts", json!(0))), "max_attempts");
+        assert_eq!(
+            field_of(with("manifest_version", json!("v9"))),
+            "manifest_version"
+        );
+        assert_eq!(
+            field_of(with("notification_events", json!(["BOGUS"]))),
+            "notification_events"
+        );
+        assert_eq!(field_of(with("task_id", json!("a\u{1}b"))), "task_id");
+        let steps: Vec<String> = (0..1001).map(|i| format!("s{i}")).collect();
+        assert_eq!(field_of(with("steps", json!(steps))), "steps");
+        let keys: Vec<String> = (0..101).map(|i| format!("k{i}")).collect();
+        assert_eq!(
+            field_of(with("required_evidence", json!(keys))),
+            "required_evidence"
+        );
+        let mut m = base();
+        m.as_object_mut().unwrap().remove("executor");
+        assert_eq!(field_of(m), "executor");
+        let huge = with("target_version", json!("x".repeat(70_000)));
+        assert_eq!(field_of(huge), "manifest");
+        assert_eq!(
+            Manifest::from_json("{").unwrap_err().field.as_deref(),
+            Some("manifest")
+        );
+    }
+
+    #[test]
+    fn supersede_rule_compares_everything_but_source_oid() {
+        let a = Manifest::from_value(&base()).unwrap();
+        let b = Manifest::from_value(&with("source_oid", json!("def"))).unwrap();
+        let c = Manifest::from_value(&with("target_version", json!("2.0"))).unwrap();
+        assert!(a.differs_only_in_source_oid(&b));
+        assert!(!a.differs_only_in_source_oid(&c));
+        assert!(!a.differs_only_in_source_oid(&a));
+    }
+
+    #[test]
+    fn evidence_hashes() {
+        let good = format!("sha256:{}", "a".repeat(64));
+        assert!(validate_evidence_hash("evidence.k", &good).is_ok());
+        for bad in [
+            "",
+            "sha256:",
+            "md5:abc",
+            &format!("sha256:{}", "g".repeat(64)),
+        ] {
+            let e = validate_evidence_hash("evidence.k", bad).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("evidence.k"));
+        }
+        assert!(validate_evidence_hash("e", &format!("sha256:{}", "a".repeat(63))).is_err());
+    }
+}

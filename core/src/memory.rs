@@ -1,0 +1,156 @@
+//! An in-memory store, for tests and embedding. Clones share one store, so
+//! "reopening" a clone sees everything the first one committed. It passes
+//! the conformance suite like every other backend.
+
+use crate::decide::{Decision, decide};
+use crate::error::{Error, Result};
+use crate::id::TaskId;
+use crate::model::{Event, Notification};
+use crate::request::Operation;
+use crate::store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: BTreeMap<TaskId, crate::model::TaskRecord>,
+    events: Vec<Event>,
+    conflicts: HashMap<(TaskId, String), usize>,
+    outbox: BTreeMap<u64, Notification>,
+    outbox_seq: u64,
+    fence: u64,
+}
+
+/// A store that lives in this process's memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        // A poisoned lock means a panic mid-commit: fail closed rather than guess.
+        self.inner
+            .lock()
+            .map_err(|_| Error::unavailable("memory store: a writer panicked mid-commit"))
+    }
+}
+
+/// Applies a decision to the in-memory state (the whole commit, under the lock).
+fn commit(inner: &mut Inner, decision: &mut Decision) {
+    if decision.mints_fence() {
+        inner.fence += 1;
+        decision.assign_fence(inner.fence);
+    }
+    if let Some(r) = decision.record_to_write() {
+        inner.tasks.insert(r.task.clone(), r.clone());
+    }
+    for draft in decision.events() {
+        if let Some(key) = &draft.conflict_key {
+            if let Some(&i) = inner.conflicts.get(&(draft.task.clone(), key.clone())) {
+                inner.events[i].count += 1;
+                continue;
+            }
+            inner
+                .conflicts
+                .insert((draft.task.clone(), key.clone()), inner.events.len());
+        }
+        let seq = inner.events.len() as u64 + 1;
+        inner.events.push(Event::from_draft(seq, draft.clone()));
+    }
+    for n in decision.notifications() {
+        inner.outbox_seq += 1;
+        inner.outbox.insert(
+            inner.outbox_seq,
+            Notification::from_draft(inner.outbox_seq, n.clone()),
+        );
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            clock: ClockKind::Injected,
+            durable: false,
+            multi_process: false,
+            min_ttl_ms: 1,
+        }
+    }
+
+    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        Ok(self
+            .lock()?
+            .tasks
+            .get(task)
+            .map(|r| Snapshot::at(r.clone(), now)))
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        let mut inner = self.lock()?;
+        let current = inner.tasks.get(&op.task);
+        let live = current.is_some_and(|r| r.lease_live_at(op.now));
+        let mut decision = decide(&op, current, live);
+        commit(&mut inner, &mut decision);
+        Ok(decision)
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        let inner = self.lock()?;
+        let start = match &query.after {
+            Some(a) => std::ops::Bound::Excluded(a.clone()),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(inner
+            .tasks
+            .range((start, std::ops::Bound::Unbounded))
+            .map(|(_, r)| r)
+            .filter(|r| {
+                query
+                    .clauses
+                    .as_ref()
+                    .is_none_or(|cs| cs.iter().any(|c| c.matches(r, query.now)))
+            })
+            .take(query.limit)
+            .map(|r| Snapshot::at(r.clone(), query.now))
+            .collect())
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let inner = self.lock()?;
+        let from = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(inner.events.len());
+        Ok(inner.events[from..]
+            .iter()
+            .filter(|e| task.is_none_or(|t| &e.task == t))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let inner = self.lock()?;
+        Ok(inner
+            .outbox
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(_, n)| n.clone())
+            .collect())
+    }
+
+    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+        let mut inner = self.lock()?;
+        let before = inner.outbox.len();
+        inner
+            .outbox
+            .retain(|_, n| !intent_ids.contains(&n.intent_id));
+        Ok((before - inner.outbox.len()) as u64)
+    }
+}

@@ -1,0 +1,169 @@
+//! Refusals: the typed "no" a decision can answer (SPEC §5).
+
+use crate::id::OwnerId;
+use crate::model::State;
+use crate::request::RequestKind;
+use crate::time::Timestamp;
+use std::fmt;
+
+/// Why a request was refused. A caller can act on the variant without parsing text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "refused", rename_all = "snake_case")]
+pub enum Refusal {
+    /// Another owner holds a live grant.
+    Held {
+        holder: OwnerId,
+        fence: u64,
+        expiry: Timestamp,
+    },
+    /// The fence is not the current one.
+    StaleFence {
+        fence: u64,
+        current_fence: Option<u64>,
+    },
+    /// The fence is current but the caller is not its owner, or there is no grant.
+    NotHolder {
+        holder: Option<OwnerId>,
+    },
+    /// The caller's grant expired.
+    LeaseExpired {
+        fence: u64,
+        expired_at: Timestamp,
+    },
+    /// Recover refused: the lease is still live.
+    LeaseLive {
+        holder: OwnerId,
+        fence: u64,
+        expiry: Timestamp,
+    },
+    /// The task SUCCEEDED; it is never granted again.
+    Completed,
+    IllegalTransition {
+        state: State,
+        request: RequestKind,
+    },
+    PreconditionFailed {
+        which: String,
+        expected: String,
+        actual: String,
+    },
+    OperatorRequired {
+        request: RequestKind,
+    },
+    EvidenceMissing {
+        keys: Vec<String>,
+    },
+    StepsIncomplete {
+        current_step: u32,
+        total_steps: u32,
+    },
+    ManifestConflict,
+    IterationNotAdvanced {
+        iteration: u64,
+        current_iteration: u64,
+    },
+    NotFound,
+}
+
+impl Refusal {
+    /// The reason's name (SPEC §5).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Held { .. } => "held",
+            Refusal::StaleFence { .. } => "stale_fence",
+            Refusal::NotHolder { .. } => "not_holder",
+            Refusal::LeaseExpired { .. } => "lease_expired",
+            Refusal::LeaseLive { .. } => "lease_live",
+            Refusal::Completed => "completed",
+            Refusal::IllegalTransition { .. } => "illegal_transition",
+            Refusal::PreconditionFailed { .. } => "precondition_failed",
+            Refusal::OperatorRequired { .. } => "operator_required",
+            Refusal::EvidenceMissing { .. } => "evidence_missing",
+            Refusal::StepsIncomplete { .. } => "steps_incomplete",
+            Refusal::ManifestConflict => "manifest_conflict",
+            Refusal::IterationNotAdvanced { .. } => "iteration_not_advanced",
+            Refusal::NotFound => "not_found",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Held {
+                holder,
+                fence,
+                expiry,
+            } => {
+                write!(f, "held by {holder} under fence {fence} until {expiry}")
+            }
+            Refusal::StaleFence {
+                fence,
+                current_fence: Some(c),
+            } => {
+                write!(f, "fence {fence} is stale; the current fence is {c}")
+            }
+            Refusal::StaleFence {
+                fence,
+                current_fence: None,
+            } => {
+                write!(f, "fence {fence} is stale; the task has no grant")
+            }
+            Refusal::NotHolder { holder: Some(h) } => write!(f, "the grant belongs to {h}"),
+            Refusal::NotHolder { holder: None } => f.write_str("the task has no grant"),
+            Refusal::LeaseExpired { fence, expired_at } => {
+                write!(f, "the lease of fence {fence} expired at {expired_at}")
+            }
+            Refusal::LeaseLive {
+                holder,
+                fence,
+                expiry,
+            } => {
+                write!(
+                    f,
+                    "the lease is live: {holder} holds fence {fence} until {expiry}"
+                )
+            }
+            Refusal::Completed => f.write_str("the task succeeded and is never granted again"),
+            Refusal::IllegalTransition { state, request } => {
+                write!(f, "{request} is not allowed in state {state}")
+            }
+            Refusal::PreconditionFailed {
+                which,
+                expected,
+                actual,
+            } => {
+                write!(
+                    f,
+                    "precondition {which} failed: expected {expected}, found {actual}"
+                )
+            }
+            Refusal::OperatorRequired { request } => write!(f, "{request} requires an operator"),
+            Refusal::EvidenceMissing { keys } => {
+                write!(f, "required evidence missing: {}", keys.join(", "))
+            }
+            Refusal::StepsIncomplete {
+                current_step,
+                total_steps,
+            } => {
+                write!(
+                    f,
+                    "step {current_step} of {total_steps}: the last step has not been reached"
+                )
+            }
+            Refusal::ManifestConflict => f.write_str(
+                "the task is already declared with another manifest (or is a bare task)",
+            ),
+            Refusal::IterationNotAdvanced {
+                iteration,
+                current_iteration,
+            } => {
+                write!(
+                    f,
+                    "iteration {iteration} does not advance past {current_iteration}"
+                )
+            }
+            Refusal::NotFound => f.write_str("no such task"),
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Requests: every write of task state is one of these, decided by
+//! [`crate::decide::decide`] and applied by a store in one atomic commit.
+
+use crate::error::Error;
+use crate::id::{Id, OwnerId, TaskId};
+use crate::manifest::{MAX_EVIDENCE_KEYS, Manifest, validate_evidence_hash};
+use crate::model::{Actor, State};
+use crate::time::Timestamp;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The shortest TTL, in milliseconds.
+pub const MIN_TTL_MS: u64 = 1;
+/// The longest TTL: 7 days, in milliseconds.
+pub const MAX_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+/// The default TTL of a bare task's lease.
+pub const DEFAULT_BARE_TTL_MS: u64 = 30_000;
+/// The largest error object, in bytes of JSON.
+pub const MAX_ERROR_BYTES: usize = 16 * 1024;
+/// The largest metadata merge, in bytes of JSON.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
+/// A request to change a task. Reads (holder, verify, get, list, gate,
+/// events) are not requests: they never write.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum Request {
+    // The authority (SPEC §4).
+    /// `ttl_ms`: `None` for the default (30 s for a bare task, the
+    /// heartbeat timeout for a declared one).
+    Claim {
+        owner: OwnerId,
+        ttl_ms: Option<u64>,
+    },
+    Renew {
+        owner: OwnerId,
+        fence: u64,
+        ttl_ms: Option<u64>,
+    },
+    Release {
+        owner: OwnerId,
+        fence: u64,
+    },
+    Recover {
+        owner: OwnerId,
+        ttl_ms: Option<u64>,
+    },
+    Complete {
+        owner: OwnerId,
+        fence: u64,
+    },
+    Fail {
+        owner: OwnerId,
+        fence: u64,
+        error: Option<Value>,
+    },
+    /// With a fence: the holder cancels its own grant. Without: an operator cancels.
+    Cancel {
+        by: Actor,
+        fence: Option<u64>,
+    },
+    // The registry (SPEC §6).
+    Declare {
+        manifest: Manifest,
+    },
+    Register {
+        run_id: Id,
+    },
+    TaskClaim {
+        run_id: Id,
+        executor: Id,
+        ttl_ms: Option<u64>,
+    },
+    Start {
+        run_id: Id,
+        executor: Id,
+        fence: u64,
+    },
+    Heartbeat {
+        run_id: Id,
+        executor: Id,
+        fence: u64,
+        step: u32,
+        ttl_ms: Option<u64>,
+    },
+    Succeed {
+        run_id: Id,
+        executor: Id,
+        fence: u64,
+        evidence: BTreeMap<String, String>,
+    },
+    TaskFail {
+        run_id: Id,
+        executor: Id,
+        fence: u64,
+        error: Value,
+    },
+    Retry {
+        run_id: Id,
+    },
+    // Operator requests.
+    Redispatch {
+        by: Actor,
+        iteration: u64,
+    },
+    Finalize {
+        by: Actor,
+        error: Option<Value>,
+    },
+    /// A metadata merge. It can never carry a state.
+    Annotate {
+        actor: Id,
+        metadata: BTreeMap<String, Value>,
+    },
+    /// Persist what time has already decided (expiry, deadlines) and nothing else.
+    Settle,
+}
+
+/// The name of a request, for events, refusals and conflict counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestKind {
+    Claim,
+    Renew,
+    Release,
+    Recover,
+    Complete,
+    Fail,
+    Cancel,
+    Declare,
+    Register,
+    TaskClaim,
+    Start,
+    Heartbeat,
+    Succeed,
+    TaskFail,
+    Retry,
+    Redispatch,
+    Finalize,
+    Annotate,
+    Settle,
+    /// A lease that expired (written by the system).
+    Expire,
+    /// A start deadline that passed (written by the system).
+    Deadline,
+}
+
+impl RequestKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Claim => "claim",
+            RequestKind::Renew => "renew",
+            RequestKind::Release => "release",
+            RequestKind::Recover => "recover",
+            RequestKind::Complete => "complete",
+            RequestKind::Fail => "fail",
+            RequestKind::Cancel => "cancel",
+            RequestKind::Declare => "declare",
+            RequestKind::Register => "register",
+            RequestKind::TaskClaim => "task_claim",
+            RequestKind::Start => "start",
+            RequestKind::Heartbeat => "heartbeat",
+            RequestKind::Succeed => "succeed",
+            RequestKind::TaskFail => "task_fail",
+            RequestKind::Retry => "retry",
+            RequestKind::Redispatch => "redispatch",
+            RequestKind::Finalize => "finalize",
+            RequestKind::Annotate => "annotate",
+            RequestKind::Settle => "settle",
+            RequestKind::Expire => "expire",
+            RequestKind::Deadline => "deadline",
+        }
+    }
+}
+
+impl fmt::Display for RequestKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Request {
+    pub fn kind(&self) -> RequestKind {
+        match self {
+            Request::Claim { .. } => RequestKind::Claim,
+            Request::Renew { .. } => RequestKind::Renew,
+            Request::Release { .. } => RequestKind::Release,
+            Request::Recover { .. } => RequestKind::Recover,
+            Request::Complete { .. } => RequestKind::Complete,
+            Request::Fail { .. } => RequestKind::Fail,
+            Request::Cancel { .. } => RequestKind::Cancel,
+            Request::Declare { .. } => RequestKind::Declare,
+            Request::Register { .. } => RequestKind::Register,
+            Request::TaskClaim { .. } => RequestKind::TaskClaim,
+            Request::Start { .. } => RequestKind::Start,
+            Request::Heartbeat { .. } => RequestKind::Heartbeat,
+            Request::Succeed { .. } => RequestKind::Succeed,
+            Request::TaskFail { .. } => RequestKind::TaskFail,
+            Request::Retry { .. } => RequestKind::Retry,
+            Request::Redispatch { .. } => RequestKind::Redispatch,
+            Request::Finalize { .. } => RequestKind::Finalize,
+            Request::Annotate { .. } => RequestKind::Annotate,
+            Request::Settle => RequestKind::Settle,
+        }
+    }
+
+    /// Who is asking.
+    pub fn actor(&self) -> Actor {
+        match self {
+            Request::Claim { owner, .. }
+            | Request::Renew { owner, .. }
+            | Request::Release { owner, .. }
+            | Request::Recover { owner, .. }
+            | Request::Complete { owner, .. }
+            | Request::Fail { owner, .. } => Actor::Worker(owner.clone()),
+            Request::Cancel { by, .. }
+            | Request::Redispatch { by, .. }
+            | Request::Finalize { by, .. } => by.clone(),
+            Request::Declare { manifest } => Actor::Worker(manifest.executor.clone()),
+            Request::Register { run_id } | Request::Retry { run_id } => {
+                Actor::Worker(run_id.clone())
+            }
+            Request::TaskClaim { executor, .. }
+            | Request::Start { executor, .. }
+            | Request::Heartbeat { executor, .. }
+            | Request::Succeed { executor, .. }
+            | Request::TaskFail { executor, .. } => Actor::Worker(executor.clone()),
+            Request::Annotate { actor, .. } => Actor::Worker(actor.clone()),
+            Request::Settle => Actor::System,
+        }
+    }
+
+    /// Whether only the current holder (by fence) may make this request:
+    /// refusing one for a stale or foreign fence leaves a CONFLICT_REFUSED event.
+    pub fn is_holder_only(&self) -> bool {
+        matches!(
+            self,
+            Request::Renew { .. }
+                | Request::Release { .. }
+                | Request::Complete { .. }
+                | Request::Fail { .. }
+                | Request::Cancel { fence: Some(_), .. }
+                | Request::Start { .. }
+                | Request::Heartbeat { .. }
+                | Request::Succeed { .. }
+                | Request::TaskFail { .. }
+        )
+    }
+
+    /// The fence a holder-only request carries.
+    pub fn fence(&self) -> Option<u64> {
+        match self {
+            Request::Renew { fence, .. }
+            | Request::Release { fence, .. }
+            | Request::Complete { fence, .. }
+            | Request::Fail { fence, .. }
+            | Request::Start { fence, .. }
+            | Request::Heartbeat { fence, .. }
+            | Request::Succeed { fence, .. }
+            | Request::TaskFail { fence, .. } => Some(*fence),
+            Request::Cancel { fence, .. } => *fence,
+            _ => None,
+        }
+    }
+
+    /// Checks every input rule that does not depend on the stored record:
+    /// TTL range, fences, error object size, evidence hashes, metadata.
+    pub fn validate(&self) -> Result<(), Error> {
+        if let Some(0) = self.fence() {
+            return Err(Error::invalid("fence", "must be a positive whole number"));
+        }
+        match self {
+            Request::Claim { ttl_ms, .. }
+            | Request::Renew { ttl_ms, .. }
+            | Request::Recover { ttl_ms, .. }
+            | Request::TaskClaim { ttl_ms, .. }
+            | Request::Heartbeat { ttl_ms, .. } => ttl_ms.map_or(Ok(()), validate_ttl),
+            Request::Fail { error, .. } | Request::Finalize { error, .. } => {
+                error.as_ref().map_or(Ok(()), validate_error)
+            }
+            Request::TaskFail { error, .. } => validate_error(error),
+            Request::Succeed { evidence, .. } => validate_evidence(evidence),
+            Request::Redispatch { iteration: 0, .. } => Err(Error::invalid(
+                "iteration",
+                "must be a positive whole number",
+            )),
+            Request::Annotate { metadata, .. } => validate_metadata(metadata),
+            _ => Ok(()),
+        }
+    }
+}
+
+pub fn validate_ttl(ttl_ms: u64) -> Result<(), Error> {
+    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
+        return Err(Error::invalid(
+            "ttl",
+            format!("must be from 1ms to 7 days (got {ttl_ms}ms)"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_error(error: &Value) -> Result<(), Error> {
+    if !error.is_object() {
+        return Err(Error::invalid("error", "must be a JSON object"));
+    }
+    let size = serde_json::to_string(error)
+        .map(|s| s.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_ERROR_BYTES {
+        return Err(Error::invalid(
+            "error",
+            format!("must be at most {MAX_ERROR_BYTES} bytes of JSON (got {size})"),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_evidence(evidence: &BTreeMap<String, String>) -> Result<(), Error> {
+    if evidence.len() > MAX_EVIDENCE_KEYS {
+        return Err(Error::invalid(
+            "evidence",
+            format!(
+                "must carry at most {MAX_EVIDENCE_KEYS} keys (got {})",
+                evidence.len()
+            ),
+        ));
+    }
+    for (key, hash) in evidence {
+        Id::parse("evidence", key)?;
+        validate_evidence_hash(&format!("evidence.{key}"), hash)?;
+    }
+    Ok(())
+}
+
+fn validate_metadata(metadata: &BTreeMap<String, Value>) -> Result<(), Error> {
+    if metadata.contains_key("state") {
+        return Err(Error::invalid(
+            "metadata.state",
+            "a state changes only through the request that owns it, never by a merge",
+        ));
+    }
+    for key in metadata.keys() {
+        Id::parse("metadata", key)?;
+    }
+    let size = serde_json::to_string(metadata)
+        .map(|s| s.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::invalid(
+            "metadata",
+            format!("must be at most {MAX_METADATA_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Conditions a request carries; each must be proved by the record, not
+/// merely not contradicted. A named condition the record cannot show refuses
+/// the request with `precondition_failed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Preconditions {
+    pub expected_state: Option<State>,
+    pub expected_revision: Option<u64>,
+    pub expected_attempt: Option<u64>,
+    pub expected_fence: Option<u64>,
+}
+
+impl Preconditions {
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// One request on one task at one time: what a store hands to the decision
+/// inside its commit.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Operation {
+    pub task: TaskId,
+    pub request: Request,
+    pub pre: Preconditions,
+    /// The time the decision is made at. Stores that keep their own clock
+    /// still use it for timestamps; liveness they judge themselves.
+    pub now: Timestamp,
+}

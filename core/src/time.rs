@@ -1,0 +1,137 @@
+//! Time: millisecond timestamps and injectable clocks.
+//!
+//! core never reads the system clock itself; an [`crate::Authority`] asks its
+//! [`Clock`], and tests give it a [`ManualClock`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, UTC. Serialised as RFC 3339 with
+/// milliseconds (`2026-12-02T10:36:43.000Z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub fn from_millis(ms: i64) -> Self {
+        Timestamp(ms)
+    }
+
+    pub fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// `self + ms`, saturating instead of overflowing.
+    pub fn plus_ms(self, ms: u64) -> Timestamp {
+        Timestamp(self.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+    }
+
+    /// RFC 3339, UTC, milliseconds. Times before the epoch print as the epoch.
+    pub fn to_rfc3339(self) -> String {
+        let ms = u64::try_from(self.0).unwrap_or(0);
+        let t = UNIX_EPOCH + Duration::from_millis(ms);
+        humantime::format_rfc3339_millis(t).to_string()
+    }
+
+    pub fn parse_rfc3339(s: &str) -> Result<Timestamp, String> {
+        let t = humantime::parse_rfc3339_weak(s).map_err(|e| e.to_string())?;
+        let d = t.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
+        i64::try_from(d.as_millis())
+            .map(Timestamp)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Timestamp::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A source of the current time.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now(&self) -> Timestamp;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        Timestamp(i64::try_from(ms).unwrap_or(i64::MAX))
+    }
+}
+
+/// A clock that moves only when told to. Clones share the same time.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock(Arc::new(AtomicI64::new(start.0)))
+    }
+
+    /// Moves time forward (or back, for drift tests) by `ms`.
+    pub fn advance_ms(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    pub fn set(&self, t: Timestamp) {
+        self.0.store(t.0, Ordering::SeqCst);
+    }
+}
+
+impl Default for ManualClock {
+    /// Starts at 2026-01-01T00:00:00Z.
+    fn default() -> Self {
+        ManualClock::new(Timestamp(1_767_225_600_000))
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_round_trip_with_millis() {
+        let t = Timestamp(1_767_225_600_123);
+        assert_eq!(t.to_rfc3339(), "2026-01-01T00:00:00.123Z");
+        assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Ok(t));
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::default();
+        let t0 = c.now();
+        assert_eq!(c.now(), t0);
+        c.clone().advance_ms(1500);
+        assert_eq!(c.now(), t0.plus_ms(1500));
+    }
+}

@@ -1,0 +1,2 @@
+//! The in-memory store passes the conformance suite.
+baton_core::conformance_tests!(baton_core::conformance::MemoryHarness);

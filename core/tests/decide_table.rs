@@ -1,0 +1,1356 @@
+//! The decision function, table-driven: one row per rule of SPEC §3-§6,
+//! commits and refusals alike. Records are built by running decisions, so
+//! every starting point is one the engine itself can reach.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use baton_core::conformance::fixtures::{hash, id, manifest};
+use baton_core::{
+    Actor, Decision, EventKind, Operation, Preconditions, Refusal, Request, State, TaskRecord,
+    Timestamp, Verdict, decide, derive,
+};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+
+const T0: Timestamp = Timestamp(1_767_225_600_000);
+const TASK: &str = "t";
+const MIN: u64 = 60_000;
+
+fn at(ms: u64) -> Timestamp {
+    T0.plus_ms(ms)
+}
+
+/// Runs one request at `now` on `rec`, judging liveness from the stored
+/// expiry as the embedded stores do, and returns the decision with a fence.
+fn step(rec: Option<&TaskRecord>, req: Request, now: Timestamp) -> Decision {
+    step_pre(rec, req, Preconditions::none(), now)
+}
+
+fn step_pre(
+    rec: Option<&TaskRecord>,
+    req: Request,
+    pre: Preconditions,
+    now: Timestamp,
+) -> Decision {
+    let op = Operation {
+        task: id(TASK),
+        request: req,
+        pre,
+        now,
+    };
+    let live = rec.is_some_and(|r| r.lease_live_at(now));
+    let mut d = decide(&op, rec, live);
+    if d.mints_fence() {
+        let top = rec.and_then(|r| r.current_fence()).unwrap_or(0);
+        d.assign_fence(top + 10);
+    }
+    d
+}
+
+/// Applies a request that must commit, returning the new record.
+fn then(rec: Option<TaskRecord>, req: Request, now: Timestamp) -> TaskRecord {
+    let d = step(rec.as_ref(), req.clone(), now);
+    match d.verdict {
+        Verdict::Commit(c) => c.record,
+        other => panic!("setup {req:?} did not commit: {other:?}"),
+    }
+}
+
+fn w(name: &str) -> baton_core::Id {
+    id(name)
+}
+
+fn claim(owner: &str, ttl: u64) -> Request {
+    Request::Claim {
+        owner: w(owner),
+        ttl_ms: Some(ttl),
+    }
+}
+
+fn op() -> Actor {
+    Actor::Operator(w("alice"))
+}
+
+// ---- starting points ----
+
+fn bare_claimed() -> TaskRecord {
+    then(None, claim("a", MIN), T0)
+}
+fn fence_of(r: &TaskRecord) -> u64 {
+    r.current_fence().unwrap()
+}
+fn bare_released() -> TaskRecord {
+    let r = bare_claimed();
+    let f = fence_of(&r);
+    then(
+        Some(r),
+        Request::Release {
+            owner: w("a"),
+            fence: f,
+        },
+        at(1),
+    )
+}
+fn bare_succeeded() -> TaskRecord {
+    let r = bare_claimed();
+    let f = fence_of(&r);
+    then(
+        Some(r),
+        Request::Complete {
+            owner: w("a"),
+            fence: f,
+        },
+        at(1),
+    )
+}
+fn bare_failed() -> TaskRecord {
+    let r = bare_claimed();
+    let f = fence_of(&r);
+    then(
+        Some(r),
+        Request::Fail {
+            owner: w("a"),
+            fence: f,
+            error: Some(json!({"e": 1})),
+        },
+        at(1),
+    )
+}
+fn bare_cancelled() -> TaskRecord {
+    let r = bare_claimed();
+    then(
+        Some(r),
+        Request::Cancel {
+            by: op(),
+            fence: None,
+        },
+        at(1),
+    )
+}
+fn m(steps: usize, evidence: &[&str], max_attempts: u32) -> baton_core::Manifest {
+    manifest(TASK, steps, evidence, 60, max_attempts)
+}
+fn declared() -> TaskRecord {
+    then(
+        None,
+        Request::Declare {
+            manifest: m(2, &["log"], 1),
+        },
+        T0,
+    )
+}
+fn registered() -> TaskRecord {
+    then(
+        Some(declared()),
+        Request::Register { run_id: w("run") },
+        at(1),
+    )
+}
+fn task_claim(exec: &str) -> Request {
+    Request::TaskClaim {
+        run_id: w("run"),
+        executor: w(exec),
+        ttl_ms: None,
+    }
+}
+fn claimed() -> TaskRecord {
+    then(Some(registered()), task_claim("x"), at(2))
+}
+fn claimed_twice_allowed() -> TaskRecord {
+    let r = then(
+        None,
+        Request::Declare {
+            manifest: m(2, &["log"], 2),
+        },
+        T0,
+    );
+    let r = then(Some(r), Request::Register { run_id: w("run") }, at(1));
+    then(Some(r), task_claim("x"), at(2))
+}
+fn running() -> TaskRecord {
+    let r = claimed();
+    let f = fence_of(&r);
+    then(
+        Some(r),
+        Request::Start {
+            run_id: w("run"),
+            executor: w("x"),
+            fence: f,
+        },
+        at(3),
+    )
+}
+fn running_last_step() -> TaskRecord {
+    let r = running();
+    let f = fence_of(&r);
+    then(Some(r), hb(f, 2), at(4))
+}
+fn hb(fence: u64, step: u32) -> Request {
+    Request::Heartbeat {
+        run_id: w("run"),
+        executor: w("x"),
+        fence,
+        step,
+        ttl_ms: None,
+    }
+}
+fn not_started() -> TaskRecord {
+    derive(&registered(), false, at(600_001))
+}
+fn declared_succeeded() -> TaskRecord {
+    let r = running_last_step();
+    let f = fence_of(&r);
+    let ev = BTreeMap::from([("log".to_owned(), hash('a'))]);
+    then(
+        Some(r),
+        Request::Succeed {
+            run_id: w("run"),
+            executor: w("x"),
+            fence: f,
+            evidence: ev,
+        },
+        at(5),
+    )
+}
+
+// ---- the table ----
+
+#[derive(Debug)]
+enum Expect {
+    Commit(State),
+    Ack,
+    Refuse(&'static str),
+    Invalid(&'static str),
+}
+
+struct Row {
+    name: &'static str,
+    rec: Option<TaskRecord>,
+    now: Timestamp,
+    req: Request,
+    expect: Expect,
+    /// Whether a CONFLICT_REFUSED event is recorded.
+    conflict: bool,
+}
+
+fn row(name: &'static str, rec: Option<TaskRecord>, req: Request, expect: Expect) -> Row {
+    Row {
+        name,
+        rec,
+        now: at(10),
+        req,
+        expect,
+        conflict: false,
+    }
+}
+
+impl Row {
+    fn at(mut self, now: Timestamp) -> Self {
+        self.now = now;
+        self
+    }
+    fn conflict(mut self) -> Self {
+        self.conflict = true;
+        self
+    }
+}
+
+fn rows() -> Vec<Row> {
+    use Expect::*;
+    let bc = bare_claimed;
+    let f = |r: &TaskRecord| fence_of(r);
+    let fb = f(&bc());
+    let fc = f(&claimed());
+    let fr = f(&running());
+    let fl = f(&running_last_step());
+    let ev_ok = BTreeMap::from([
+        ("log".to_owned(), hash('a')),
+        ("extra".to_owned(), hash('b')),
+    ]);
+    let run = w("run");
+    let x = w("x");
+    vec![
+        // claim
+        row(
+            "claim creates a bare task",
+            None,
+            claim("a", MIN),
+            Commit(State::Claimed),
+        ),
+        row(
+            "claim of a released bare task",
+            Some(bare_released()),
+            claim("b", MIN),
+            Commit(State::Claimed),
+        ),
+        row(
+            "claim held by another",
+            Some(bc()),
+            claim("b", MIN),
+            Refuse("held"),
+        ),
+        row(
+            "claim by the holder re-grants",
+            Some(bc()),
+            claim("a", MIN),
+            Commit(State::Claimed),
+        ),
+        row(
+            "claim after expiry takes over",
+            Some(bc()),
+            claim("b", MIN),
+            Commit(State::Claimed),
+        )
+        .at(at(MIN + 1)),
+        row(
+            "claim of a succeeded task",
+            Some(bare_succeeded()),
+            claim("b", MIN),
+            Refuse("completed"),
+        ),
+        row(
+            "claim of a failed task",
+            Some(bare_failed()),
+            claim("b", MIN),
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "claim of a declared task",
+            Some(registered()),
+            claim("b", MIN),
+            Refuse("illegal_transition"),
+        ),
+        // renew
+        row(
+            "renew by the holder",
+            Some(bc()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Commit(State::Claimed),
+        ),
+        row(
+            "renew with a stale fence",
+            Some(bc()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb - 1,
+                ttl_ms: None,
+            },
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        row(
+            "renew by a foreign owner",
+            Some(bc()),
+            Request::Renew {
+                owner: w("b"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Refuse("not_holder"),
+        )
+        .conflict(),
+        row(
+            "renew after expiry",
+            Some(bc()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Refuse("lease_expired"),
+        )
+        .at(at(MIN + 1))
+        .conflict(),
+        row(
+            "renew an unknown task",
+            None,
+            Request::Renew {
+                owner: w("a"),
+                fence: 1,
+                ttl_ms: None,
+            },
+            Refuse("not_found"),
+        ),
+        row(
+            "renew a declared lease above its heartbeat timeout",
+            Some(claimed()),
+            Request::Renew {
+                owner: x.clone(),
+                fence: fc,
+                ttl_ms: Some(MIN + 1),
+            },
+            Invalid("ttl"),
+        ),
+        row(
+            "renew after a release",
+            Some(bare_released()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "renew after success",
+            Some(bare_succeeded()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Refuse("illegal_transition"),
+        )
+        .conflict(),
+        // release
+        row(
+            "release by the holder",
+            Some(bc()),
+            Request::Release {
+                owner: w("a"),
+                fence: fb,
+            },
+            Commit(State::Registered),
+        ),
+        row(
+            "release of a declared task",
+            Some(running()),
+            Request::Release {
+                owner: x.clone(),
+                fence: fr,
+            },
+            Commit(State::Registered),
+        ),
+        row(
+            "release with a stale fence",
+            Some(bc()),
+            Request::Release {
+                owner: w("a"),
+                fence: 1,
+            },
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        // recover
+        row(
+            "recover a live lease",
+            Some(bc()),
+            Request::Recover {
+                owner: w("b"),
+                ttl_ms: None,
+            },
+            Refuse("lease_live"),
+        ),
+        row(
+            "recover an expired lease",
+            Some(bc()),
+            Request::Recover {
+                owner: w("b"),
+                ttl_ms: None,
+            },
+            Commit(State::Claimed),
+        )
+        .at(at(MIN + 1)),
+        row(
+            "recover an unknown task creates it",
+            None,
+            Request::Recover {
+                owner: w("b"),
+                ttl_ms: None,
+            },
+            Commit(State::Claimed),
+        ),
+        row(
+            "recover a succeeded task",
+            Some(bare_succeeded()),
+            Request::Recover {
+                owner: w("b"),
+                ttl_ms: None,
+            },
+            Refuse("completed"),
+        ),
+        row(
+            "recover a declared task that stalled for good",
+            Some(claimed()),
+            Request::Recover {
+                owner: w("y"),
+                ttl_ms: None,
+            },
+            Refuse("illegal_transition"),
+        )
+        .at(at(MIN + 10)),
+        row(
+            "recover an expired declared lease",
+            Some(claimed_twice_allowed()),
+            Request::Recover {
+                owner: w("y"),
+                ttl_ms: None,
+            },
+            Commit(State::Claimed),
+        )
+        .at(at(MIN + 10)),
+        row(
+            "recover a declared task never claimed",
+            Some(registered()),
+            Request::Recover {
+                owner: w("y"),
+                ttl_ms: None,
+            },
+            Refuse("illegal_transition"),
+        ),
+        // complete / fail (bare)
+        row(
+            "complete by the holder",
+            Some(bc()),
+            Request::Complete {
+                owner: w("a"),
+                fence: fb,
+            },
+            Commit(State::Succeeded),
+        ),
+        row(
+            "complete repeated",
+            Some(bare_succeeded()),
+            Request::Complete {
+                owner: w("a"),
+                fence: fb,
+            },
+            Ack,
+        ),
+        row(
+            "complete after fail",
+            Some(bare_failed()),
+            Request::Complete {
+                owner: w("a"),
+                fence: fb,
+            },
+            Refuse("illegal_transition"),
+        )
+        .conflict(),
+        row(
+            "complete with a stale fence after success",
+            Some(bare_succeeded()),
+            Request::Complete {
+                owner: w("a"),
+                fence: 1,
+            },
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        row(
+            "complete a declared task",
+            Some(running()),
+            Request::Complete {
+                owner: x.clone(),
+                fence: fr,
+            },
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "fail by the holder",
+            Some(bc()),
+            Request::Fail {
+                owner: w("a"),
+                fence: fb,
+                error: None,
+            },
+            Commit(State::Failed),
+        ),
+        row(
+            "fail repeated",
+            Some(bare_failed()),
+            Request::Fail {
+                owner: w("a"),
+                fence: fb,
+                error: None,
+            },
+            Ack,
+        ),
+        row(
+            "fail with an error that is not an object",
+            Some(bc()),
+            Request::Fail {
+                owner: w("a"),
+                fence: fb,
+                error: Some(json!([1])),
+            },
+            Invalid("error"),
+        ),
+        row(
+            "fail with an error over 16 KiB",
+            Some(bc()),
+            Request::Fail {
+                owner: w("a"),
+                fence: fb,
+                error: Some(json!({"x": "y".repeat(17_000)})),
+            },
+            Invalid("error"),
+        ),
+        // cancel
+        row(
+            "cancel by the holder",
+            Some(bc()),
+            Request::Cancel {
+                by: Actor::Worker(w("a")),
+                fence: Some(fb),
+            },
+            Commit(State::Cancelled),
+        ),
+        row(
+            "cancel by a late worker",
+            Some(bc()),
+            Request::Cancel {
+                by: Actor::Worker(w("b")),
+                fence: Some(fb - 1),
+            },
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        row(
+            "cancel by an operator",
+            Some(running()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+            },
+            Commit(State::Cancelled),
+        ),
+        row(
+            "cancel by an operator, repeated",
+            Some(bare_cancelled()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+            },
+            Ack,
+        ),
+        row(
+            "cancel without a fence by a worker",
+            Some(bc()),
+            Request::Cancel {
+                by: Actor::Worker(w("a")),
+                fence: None,
+            },
+            Refuse("operator_required"),
+        ),
+        row(
+            "cancel a succeeded task",
+            Some(bare_succeeded()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+            },
+            Refuse("illegal_transition"),
+        ),
+        // declare
+        row(
+            "declare a new task",
+            None,
+            Request::Declare {
+                manifest: m(2, &["log"], 1),
+            },
+            Commit(State::Declared),
+        ),
+        row(
+            "declare the same manifest",
+            Some(declared()),
+            Request::Declare {
+                manifest: m(2, &["log"], 1),
+            },
+            Ack,
+        ),
+        row(
+            "declare another manifest",
+            Some(declared()),
+            Request::Declare {
+                manifest: m(3, &["log"], 1),
+            },
+            Refuse("manifest_conflict"),
+        ),
+        row(
+            "declare over a bare task",
+            Some(bc()),
+            Request::Declare {
+                manifest: m(2, &["log"], 1),
+            },
+            Refuse("manifest_conflict"),
+        ),
+        row(
+            "declare a new source_oid when NOT_STARTED",
+            Some(not_started()),
+            Request::Declare {
+                manifest: {
+                    let mut x = m(2, &["log"], 1);
+                    x.source_oid = "new".into();
+                    x
+                },
+            },
+            Commit(State::NotStarted),
+        )
+        .at(at(600_002)),
+        row(
+            "declare a new source_oid before NOT_STARTED",
+            Some(registered()),
+            Request::Declare {
+                manifest: {
+                    let mut x = m(2, &["log"], 1);
+                    x.source_oid = "new".into();
+                    x
+                },
+            },
+            Refuse("manifest_conflict"),
+        ),
+        row(
+            "declare under another task id",
+            None,
+            Request::Declare {
+                manifest: manifest("other", 1, &[], 60, 1),
+            },
+            Invalid("task_id"),
+        ),
+        // register
+        row(
+            "register a declared task",
+            Some(declared()),
+            Request::Register {
+                run_id: run.clone(),
+            },
+            Commit(State::Registered),
+        ),
+        row(
+            "register again with the same run",
+            Some(registered()),
+            Request::Register {
+                run_id: run.clone(),
+            },
+            Ack,
+        ),
+        row(
+            "register a claimed task",
+            Some(claimed()),
+            Request::Register {
+                run_id: run.clone(),
+            },
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "register a bare task",
+            Some(bc()),
+            Request::Register {
+                run_id: run.clone(),
+            },
+            Refuse("illegal_transition"),
+        ),
+        // task claim
+        row(
+            "task claim a registered task",
+            Some(registered()),
+            task_claim("x"),
+            Commit(State::Claimed),
+        ),
+        row(
+            "task claim with another run id",
+            Some(registered()),
+            Request::TaskClaim {
+                run_id: w("other"),
+                executor: x.clone(),
+                ttl_ms: None,
+            },
+            Refuse("precondition_failed"),
+        ),
+        row(
+            "task claim before register",
+            Some(declared()),
+            task_claim("x"),
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "task claim held by another executor",
+            Some(claimed()),
+            task_claim("y"),
+            Refuse("held"),
+        ),
+        row(
+            "task claim above the heartbeat timeout",
+            Some(registered()),
+            Request::TaskClaim {
+                run_id: run.clone(),
+                executor: x.clone(),
+                ttl_ms: Some(MIN + 1),
+            },
+            Invalid("ttl"),
+        ),
+        row(
+            "task claim a succeeded task",
+            Some(declared_succeeded()),
+            task_claim("y"),
+            Refuse("completed"),
+        ),
+        row(
+            "task claim of a bare task",
+            Some(bc()),
+            task_claim("y"),
+            Refuse("illegal_transition"),
+        ),
+        // start
+        row(
+            "start a claimed task",
+            Some(claimed()),
+            Request::Start {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fc,
+            },
+            Commit(State::Running),
+        ),
+        row(
+            "start again",
+            Some(running()),
+            Request::Start {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fr,
+            },
+            Ack,
+        ),
+        row(
+            "start with a stale fence",
+            Some(claimed()),
+            Request::Start {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fc - 1,
+            },
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        row(
+            "start a bare task",
+            Some(bc()),
+            Request::Start {
+                run_id: run.clone(),
+                executor: w("a"),
+                fence: fb,
+            },
+            Refuse("illegal_transition"),
+        ),
+        // heartbeat
+        row(
+            "heartbeat moves a step on",
+            Some(running()),
+            hb(fr, 2),
+            Commit(State::Running),
+        ),
+        row(
+            "heartbeat on the same step",
+            Some(running()),
+            hb(fr, 1),
+            Commit(State::Running),
+        ),
+        row(
+            "heartbeat going back",
+            Some(running_last_step()),
+            hb(fl, 1),
+            Invalid("step"),
+        ),
+        row(
+            "heartbeat past the count",
+            Some(running()),
+            hb(fr, 3),
+            Invalid("step"),
+        ),
+        row(
+            "heartbeat step 0",
+            Some(running()),
+            hb(fr, 0),
+            Invalid("step"),
+        ),
+        row(
+            "heartbeat before start",
+            Some(claimed()),
+            hb(fc, 1),
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "heartbeat after expiry",
+            Some(running()),
+            hb(fr, 2),
+            Refuse("lease_expired"),
+        )
+        .at(at(MIN + 10))
+        .conflict(),
+        // succeed
+        row(
+            "succeed at the last step with evidence",
+            Some(running_last_step()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fl,
+                evidence: ev_ok.clone(),
+            },
+            Commit(State::Succeeded),
+        ),
+        row(
+            "succeed before the last step",
+            Some(running()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fr,
+                evidence: ev_ok.clone(),
+            },
+            Refuse("steps_incomplete"),
+        ),
+        row(
+            "succeed without required evidence",
+            Some(running_last_step()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fl,
+                evidence: BTreeMap::new(),
+            },
+            Refuse("evidence_missing"),
+        ),
+        row(
+            "succeed with a malformed hash",
+            Some(running_last_step()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fl,
+                evidence: BTreeMap::from([("log".to_owned(), "sha256:zz".to_owned())]),
+            },
+            Invalid("evidence.log"),
+        ),
+        row(
+            "succeed from CLAIMED",
+            Some(claimed()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fc,
+                evidence: ev_ok.clone(),
+            },
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "succeed repeated",
+            Some(declared_succeeded()),
+            Request::Succeed {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fl,
+                evidence: BTreeMap::new(),
+            },
+            Ack,
+        ),
+        // task fail
+        row(
+            "task fail from RUNNING",
+            Some(running()),
+            Request::TaskFail {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fr,
+                error: json!({"e": 1}),
+            },
+            Commit(State::Failed),
+        ),
+        row(
+            "task fail from CLAIMED",
+            Some(claimed()),
+            Request::TaskFail {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fc,
+                error: json!({}),
+            },
+            Commit(State::Failed),
+        ),
+        row(
+            "task fail after success",
+            Some(declared_succeeded()),
+            Request::TaskFail {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: fl,
+                error: json!({}),
+            },
+            Refuse("illegal_transition"),
+        )
+        .conflict(),
+        // retry
+        row(
+            "retry a NOT_STARTED task",
+            Some(not_started()),
+            Request::Retry { run_id: w("run-2") },
+            Commit(State::Registered),
+        )
+        .at(at(600_002)),
+        row(
+            "retry a registered task",
+            Some(registered()),
+            Request::Retry { run_id: w("run-2") },
+            Refuse("illegal_transition"),
+        ),
+        // redispatch
+        row(
+            "redispatch a failed task",
+            Some(bare_failed()),
+            Request::Redispatch {
+                by: op(),
+                iteration: 2,
+            },
+            Commit(State::Registered),
+        ),
+        row(
+            "redispatch by a worker",
+            Some(bare_failed()),
+            Request::Redispatch {
+                by: Actor::Worker(w("a")),
+                iteration: 2,
+            },
+            Refuse("operator_required"),
+        ),
+        row(
+            "redispatch without advancing",
+            Some(bare_failed()),
+            Request::Redispatch {
+                by: op(),
+                iteration: 1,
+            },
+            Refuse("iteration_not_advanced"),
+        ),
+        row(
+            "redispatch a succeeded task",
+            Some(bare_succeeded()),
+            Request::Redispatch {
+                by: op(),
+                iteration: 2,
+            },
+            Refuse("completed"),
+        ),
+        row(
+            "redispatch a running task",
+            Some(running()),
+            Request::Redispatch {
+                by: op(),
+                iteration: 2,
+            },
+            Refuse("illegal_transition"),
+        ),
+        row(
+            "redispatch iteration 0",
+            Some(bare_failed()),
+            Request::Redispatch {
+                by: op(),
+                iteration: 0,
+            },
+            Invalid("iteration"),
+        ),
+        // finalize
+        row(
+            "finalize a running task",
+            Some(running()),
+            Request::Finalize {
+                by: op(),
+                error: None,
+            },
+            Commit(State::Failed),
+        ),
+        row(
+            "finalize a failed task",
+            Some(bare_failed()),
+            Request::Finalize {
+                by: op(),
+                error: None,
+            },
+            Commit(State::Failed),
+        ),
+        row(
+            "finalize a succeeded task",
+            Some(bare_succeeded()),
+            Request::Finalize {
+                by: op(),
+                error: None,
+            },
+            Refuse("completed"),
+        ),
+        row(
+            "finalize by a worker",
+            Some(running()),
+            Request::Finalize {
+                by: Actor::Worker(x.clone()),
+                error: None,
+            },
+            Refuse("operator_required"),
+        ),
+        // annotate, settle, input rules
+        row(
+            "annotate merges metadata",
+            Some(running()),
+            Request::Annotate {
+                actor: x.clone(),
+                metadata: BTreeMap::from([("k".to_owned(), json!(1))]),
+            },
+            Commit(State::Running),
+        ),
+        row(
+            "annotate cannot carry a state",
+            Some(running()),
+            Request::Annotate {
+                actor: x.clone(),
+                metadata: BTreeMap::from([("state".to_owned(), json!("SUCCEEDED"))]),
+            },
+            Invalid("metadata.state"),
+        ),
+        row("settle an expired lease", Some(bc()), Request::Settle, Ack).at(at(MIN + 1)),
+        row(
+            "settle an unknown task",
+            None,
+            Request::Settle,
+            Refuse("not_found"),
+        ),
+        row(
+            "a zero fence",
+            Some(bc()),
+            Request::Complete {
+                owner: w("a"),
+                fence: 0,
+            },
+            Invalid("fence"),
+        ),
+        row("a zero TTL", None, claim("a", 0), Invalid("ttl")),
+        row(
+            "a TTL over 7 days",
+            None,
+            claim("a", 8 * 24 * 3600 * 1000),
+            Invalid("ttl"),
+        ),
+        row(
+            "an unknown task",
+            None,
+            Request::Start {
+                run_id: run.clone(),
+                executor: x.clone(),
+                fence: 5,
+            },
+            Refuse("not_found"),
+        ),
+    ]
+}
+
+#[test]
+fn every_rule() {
+    let mut failures = Vec::new();
+    for r in rows() {
+        let d = step(r.rec.as_ref(), r.req.clone(), r.now);
+        let ok = match (&r.expect, &d.verdict) {
+            (Expect::Commit(s), Verdict::Commit(c)) => c.record.state == *s,
+            (Expect::Ack, Verdict::Ack) => true,
+            (Expect::Refuse(reason), Verdict::Refuse { refusal, conflict }) => {
+                refusal.reason() == *reason && conflict.is_some() == r.conflict
+            }
+            (Expect::Invalid(field), Verdict::Invalid(e)) => e.field.as_deref() == Some(*field),
+            _ => false,
+        };
+        if !ok {
+            failures.push(format!(
+                "{}: expected {:?} (conflict {}), got {:?}",
+                r.name, r.expect, r.conflict, d.verdict
+            ));
+        }
+        // A refusal or an invalid request changes no record beyond what time settled.
+        if matches!(
+            d.verdict,
+            Verdict::Refuse { .. } | Verdict::Invalid(_) | Verdict::Ack
+        ) {
+            assert_eq!(
+                d.record_to_write(),
+                d.settle.as_ref().map(|c| &c.record),
+                "{}",
+                r.name
+            );
+        }
+        if let Verdict::Commit(c) = &d.verdict {
+            let before = d.current.as_ref().map_or(0, |x| x.revision);
+            assert_eq!(
+                c.record.revision,
+                before + 1,
+                "{}: a commit is exactly one revision",
+                r.name
+            );
+            assert!(!c.events.is_empty(), "{}: a commit leaves an event", r.name);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} rows failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_refusal_reason_has_a_row() {
+    let covered: BTreeSet<&str> = rows()
+        .iter()
+        .filter_map(|r| match r.expect {
+            Expect::Refuse(reason) => Some(reason),
+            _ => None,
+        })
+        .collect();
+    let all = [
+        "held",
+        "stale_fence",
+        "not_holder",
+        "lease_expired",
+        "lease_live",
+        "completed",
+        "illegal_transition",
+        "precondition_failed",
+        "operator_required",
+        "evidence_missing",
+        "steps_incomplete",
+        "manifest_conflict",
+        "iteration_not_advanced",
+        "not_found",
+    ];
+    for reason in all {
+        assert!(covered.contains(reason), "no row refuses with {reason}");
+    }
+}
+
+#[test]
+fn expiry_stalls_the_attempt_until_max_attempts() {
+    // max_attempts 2: the first stall returns the task, the second ends it.
+    let r = then(
+        None,
+        Request::Declare {
+            manifest: m(1, &[], 2),
+        },
+        T0,
+    );
+    let r = then(Some(r), Request::Register { run_id: w("run") }, at(1));
+    let r = then(Some(r), task_claim("x"), at(2));
+    let s = derive(&r, false, at(MIN + 2));
+    assert_eq!(
+        (s.state, s.stalls, s.revision),
+        (State::Registered, 1, r.revision + 1)
+    );
+    let r = then(Some(r), task_claim("y"), at(MIN + 3));
+    assert_eq!((r.state, r.attempt, r.stalls), (State::Claimed, 2, 1));
+    let s = derive(&r, false, at(2 * MIN + 4));
+    assert_eq!((s.state, s.stalls), (State::Stalled, 2));
+    // The settlement's event is the STALLED one, by the system.
+    let d = step(Some(&r), Request::Settle, at(2 * MIN + 4));
+    let settle = d.settle.unwrap();
+    assert_eq!(settle.events[0].kind, EventKind::Stalled);
+    assert_eq!(settle.events[0].actor, Actor::System);
+}
+
+#[test]
+fn start_deadline_counts_from_register_and_release() {
+    let r = registered(); // registered at +1 ms, deadline 600 s
+    assert_eq!(derive(&r, false, at(600_000)).state, State::Registered);
+    assert_eq!(derive(&r, false, at(600_001)).state, State::NotStarted);
+    let c = then(Some(r), task_claim("x"), at(500_000));
+    let f = fence_of(&c);
+    let rel = then(
+        Some(c),
+        Request::Release {
+            owner: w("x"),
+            fence: f,
+        },
+        at(550_000),
+    );
+    assert_eq!(
+        derive(&rel, false, at(700_000)).state,
+        State::Registered,
+        "counts from the release"
+    );
+    assert_eq!(derive(&rel, false, at(1_150_000)).state, State::NotStarted);
+}
+
+#[test]
+fn preconditions_are_proved() {
+    let r = bare_claimed();
+    let pre = |p: Preconditions| {
+        step_pre(
+            Some(&r),
+            Request::Annotate {
+                actor: w("a"),
+                metadata: BTreeMap::new(),
+            },
+            p,
+            at(5),
+        )
+    };
+    let ok = pre(Preconditions {
+        expected_state: Some(State::Claimed),
+        expected_revision: Some(r.revision),
+        ..Default::default()
+    });
+    assert!(matches!(ok.verdict, Verdict::Commit(_)));
+    for p in [
+        Preconditions {
+            expected_state: Some(State::Running),
+            ..Default::default()
+        },
+        Preconditions {
+            expected_revision: Some(r.revision + 1),
+            ..Default::default()
+        },
+        Preconditions {
+            expected_attempt: Some(9),
+            ..Default::default()
+        },
+        Preconditions {
+            expected_fence: Some(1),
+            ..Default::default()
+        },
+    ] {
+        assert!(matches!(
+            pre(p).verdict,
+            Verdict::Refuse {
+                refusal: Refusal::PreconditionFailed { .. },
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
+fn a_new_fence_is_filled_everywhere() {
+    let op = Operation {
+        task: id(TASK),
+        request: task_claim("x"),
+        pre: Preconditions::none(),
+        now: at(2),
+    };
+    let mut r = registered();
+    r.manifest.as_mut().unwrap().notification_events = [EventKind::Claimed].into();
+    let mut d = decide(&op, Some(&r), false);
+    assert!(d.mints_fence());
+    d.assign_fence(77);
+    let Verdict::Commit(c) = &d.verdict else {
+        panic!()
+    };
+    assert_eq!(c.record.current_fence(), Some(77));
+    assert_eq!(c.events[0].fence, Some(77));
+    assert_eq!(c.notifications[0].payload["fence"], json!(77));
+}
+
+#[test]
+fn decisions_are_pure() {
+    for r in rows() {
+        let a = step(r.rec.as_ref(), r.req.clone(), r.now);
+        let b = step(r.rec.as_ref(), r.req.clone(), r.now);
+        assert_eq!(a, b, "{}", r.name);
+    }
+}
