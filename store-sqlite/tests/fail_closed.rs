@@ -1,0 +1,319 @@
+//! Fail closed: whatever is wrong with the file, the answer is
+//! `Unavailable`, `Corrupt` or `Unsupported` naming the path and the cause;
+//! nothing is granted, nothing panics, and the file is left as it was.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod common;
+
+use baton_core::{Authority, Error, ErrorKind, Id, SystemClock};
+use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use common::{child, child_args, report, reported};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn id(s: &str) -> Id {
+    Id::parse("id", s).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn open(path: &Path, busy: Duration) -> baton_core::Result<Authority<SqliteStore>> {
+    let store = SqliteStore::open(path, SqliteOptions { busy_timeout: busy })?;
+    Ok(Authority::new(store, Arc::new(SystemClock)))
+}
+
+/// Opens the store and tries to claim a task; returns the error it must give.
+fn claim_error(path: &Path) -> Error {
+    let result = open(path, Duration::from_millis(300))
+        .and_then(|a| rt().block_on(a.claim(&id("t-new"), &id("w"), None)));
+    match result {
+        Ok(reply) => panic!(
+            "{} answered {reply:?} instead of failing closed",
+            path.display()
+        ),
+        Err(e) => e,
+    }
+}
+
+/// The file's bytes are what they were (compared without printing them).
+fn assert_unchanged(path: &Path, before: &[u8]) {
+    let now = std::fs::read(path).unwrap();
+    assert!(
+        now == before,
+        "{} was modified ({} bytes before, {} after)",
+        path.display(),
+        before.len(),
+        now.len()
+    );
+}
+
+fn assert_names(e: &Error, path: &Path, kinds: &[ErrorKind], cause: &str) {
+    assert!(
+        kinds.contains(&e.kind),
+        "kind {:?} not in {kinds:?}: {e}",
+        e.kind
+    );
+    assert!(
+        e.message.contains(&path.display().to_string()),
+        "message names the path: {e}"
+    );
+    assert!(
+        e.message.to_lowercase().contains(cause),
+        "message names the cause ({cause}): {e}"
+    );
+}
+
+/// A store with a few tasks in it, closed (WAL checkpointed into the file).
+fn make_store(dir: &Path) -> PathBuf {
+    let path = dir.join("baton.db");
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    for i in 0..200 {
+        rt.block_on(a.claim(
+            &id(&format!("task-{i:03}-{}", "x".repeat(100))),
+            &id("w"),
+            Some(600_000),
+        ))
+        .unwrap();
+    }
+    drop(a);
+    path
+}
+
+#[test]
+fn a_path_that_cannot_be_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("baton.db");
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Unavailable], "cannot open");
+    assert!(!path.exists() && !dir.path().join("no-such-dir").exists());
+}
+
+#[test]
+fn a_file_that_is_not_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let junk =
+        b"this is a text file, not an SQLite database, and baton must not touch it\n".repeat(100);
+    std::fs::write(&path, &junk).unwrap();
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Corrupt], "not an sqlite database");
+    assert_unchanged(&path, &junk);
+}
+
+#[test]
+fn a_truncated_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 16 * 4096, "the store spans many pages");
+    let half = &bytes[..bytes.len() / 2];
+    std::fs::write(&path, half).unwrap();
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Corrupt], "damaged or truncated");
+    assert_unchanged(&path, half);
+}
+
+#[test]
+fn a_foreign_sqlite_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch(
+        "CREATE TABLE invoices (id INTEGER PRIMARY KEY); INSERT INTO invoices VALUES (1);",
+    )
+    .unwrap();
+    drop(c);
+    let before = std::fs::read(&path).unwrap();
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Corrupt], "not a baton store");
+    assert_unchanged(&path, &before);
+}
+
+#[test]
+fn a_schema_written_by_a_newer_baton() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path());
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.pragma_update(None, "user_version", 99).unwrap();
+    drop(c);
+    let before = std::fs::read(&path).unwrap();
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Unsupported], "newer baton");
+    assert!(e.message.contains("99"));
+    assert_unchanged(&path, &before);
+}
+
+#[test]
+fn the_file_deleted_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    rt.block_on(a.claim(&id("before"), &id("w"), None)).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let e = rt
+        .block_on(a.claim(&id("after"), &id("w"), None))
+        .unwrap_err();
+    assert_names(&e, &path, &[ErrorKind::Unavailable], "deleted");
+    let e = rt.block_on(a.get(&id("before"))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "reads fail closed too");
+}
+
+#[test]
+fn the_file_replaced_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    rt.block_on(a.claim(&id("before"), &id("w"), None)).unwrap();
+    // Another store, moved over the path the first one has open.
+    let replacement_dir = tempfile::tempdir_in(dir.path()).unwrap();
+    let replacement = make_store(replacement_dir.path());
+    std::fs::rename(&replacement, &path).unwrap();
+    let e = rt
+        .block_on(a.claim(&id("after"), &id("w"), None))
+        .unwrap_err();
+    assert_names(&e, &path, &[ErrorKind::Unavailable], "replaced");
+    // Nothing was granted into either file.
+    let fresh = open(&path, Duration::from_secs(5)).unwrap();
+    assert!(rt.block_on(fresh.get(&id("after"))).unwrap().is_none());
+}
+
+#[test]
+#[ignore = "a child process entry point, run by the tests below"]
+fn child_entry() {
+    let Some(args) = child_args() else { return };
+    match args[0].as_str() {
+        // Hold the write lock for a while, like a stuck process would.
+        "hold-lock" => {
+            let c = rusqlite::Connection::open(&args[1]).unwrap();
+            c.execute_batch("BEGIN IMMEDIATE").unwrap();
+            report("locked");
+            std::thread::sleep(Duration::from_millis(args[2].parse().unwrap()));
+            c.execute_batch("ROLLBACK").unwrap();
+        }
+        // Try to claim (run inside a private mount namespace with the store read-only).
+        "claim" => {
+            let e = claim_error(Path::new(&args[1]));
+            report(format!("{}\t{}", e.kind.as_str(), e.message));
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+#[test]
+fn a_lock_held_past_the_busy_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path());
+    let mut holder = child(
+        "child_entry",
+        &["hold-lock", path.to_str().unwrap(), "3000"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Wait for the child to say it holds the lock.
+    let mut out = holder.stdout.take().unwrap();
+    let mut seen = String::new();
+    while !seen.contains("@@ locked") {
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
+        assert!(n > 0, "the lock holder exited early");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let a = open(&path, Duration::from_millis(300)).unwrap();
+    let rt = rt();
+    let e = rt
+        .block_on(a.claim(&id("blocked"), &id("w"), None))
+        .unwrap_err();
+    assert_names(
+        &e,
+        &path,
+        &[ErrorKind::Unavailable],
+        "locked by another process",
+    );
+    assert!(holder.wait().unwrap().success());
+    // Once the lock is gone, the same store works again and nothing was granted before.
+    assert!(rt.block_on(a.get(&id("blocked"))).unwrap().is_none());
+    assert!(
+        rt.block_on(a.claim(&id("blocked"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
+}
+
+/// Runs a claim in a child process that sees `dir` through a read-only bind mount.
+fn claim_in_read_only_namespace(dir: &Path, path: &Path) -> (String, String) {
+    let exe = std::env::current_exe().unwrap();
+    let d = dir.display();
+    let script = format!(
+        "mount --bind {d} {d} && mount -o remount,ro,bind {d} && exec \"$0\" --ignored --exact child_entry --nocapture --test-threads=1"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--", "sh", "-c", &script])
+        .arg(exe)
+        .env(
+            common::CHILD_ENV,
+            ["claim", path.to_str().unwrap()].join("\u{1f}"),
+        )
+        .output()
+        .expect("unshare (util-linux) runs; the tests run as root");
+    let lines = reported(&out);
+    let (kind, msg) = lines[0].split_once('\t').unwrap();
+    (kind.to_owned(), msg.to_owned())
+}
+
+#[test]
+fn a_read_only_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path());
+    let before = std::fs::read(&path).unwrap();
+    let (kind, msg) = claim_in_read_only_namespace(dir.path(), &path);
+    assert_eq!(kind, "unavailable", "{msg}");
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("read-only"),
+        "{msg}"
+    );
+    assert_unchanged(&path, &before);
+}
+
+#[test]
+fn a_read_only_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = make_store(dir.path());
+    let before = std::fs::read(&path).unwrap();
+    // Root ignores file modes; the immutable attribute it does not.
+    struct Immutable<'a>(&'a Path);
+    impl Drop for Immutable<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let ok = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(
+        ok.success(),
+        "chattr +i needs ext4-like filesystem and root"
+    );
+    let _guard = Immutable(&path);
+    let e = claim_error(&path);
+    assert_names(&e, &path, &[ErrorKind::Unavailable], "read-only");
+    drop(_guard);
+    assert_unchanged(&path, &before);
+}
