@@ -1,1 +1,542 @@
+//! # baton-cli
+//!
+//! The `baton` binary's work, as a library: [`authority_for`] builds a
+//! store from a URL (the seam embedders use too), and [`run`] executes one
+//! command line and returns its exit status. `main.rs` only calls [`run`].
+//!
+//! Exit status: 0 done (an idempotent repeat too), 1 refused, 2 invalid
+//! input or usage, 3 unavailable (also a corrupt, foreign or too-new
+//! store: nothing was applied, do not start work), 4 indeterminate (it may
+//! have applied: read before retrying), 5 not found.
 
+pub mod args;
+mod demo;
+mod output;
+mod url;
+
+pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
+
+use args::{Cli, Command, Format, OutboxCommand, TaskCommand};
+use baton_core::{Actor, Error, ErrorKind, Grant, Id, Manifest, Refusal, Reply, State};
+use clap::Parser;
+use output::{Out, Status};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+/// Exit statuses: the contract scripts act on.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const REFUSED: i32 = 1;
+    pub const INVALID: i32 = 2;
+    pub const UNAVAILABLE: i32 = 3;
+    pub const INDETERMINATE: i32 = 4;
+    pub const NOT_FOUND: i32 = 5;
+}
+
+/// The exit status for an error the store or the input gave.
+pub fn exit_code_for(e: &Error) -> i32 {
+    match e.kind {
+        ErrorKind::Invalid => exit::INVALID,
+        ErrorKind::Indeterminate => exit::INDETERMINATE,
+        ErrorKind::Unavailable | ErrorKind::Corrupt | ErrorKind::Unsupported => exit::UNAVAILABLE,
+    }
+}
+
+/// Runs one command line (`argv[0]` included) and returns the exit status.
+/// Output goes to standard output, errors to standard error as JSON.
+pub fn run<I, T>(argv: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return report_error(&Error::unavailable(format!(
+                "cannot start the async runtime: {e}"
+            )));
+        }
+    };
+    let format = cli.format;
+    match runtime.block_on(execute(&cli)) {
+        Ok(out) => out.print(format.unwrap_or(Format::Json)),
+        Err(e) => report_error(&e),
+    }
+}
+
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
+    if matches!(
+        e.kind(),
+        K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
+            exit::INVALID
+        } else {
+            exit::OK
+        };
+    }
+    let field = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => Some(field_name(arg)),
+        Some(ContextValue::Strings(args)) => args.first().map(|a| field_name(a)),
+        _ => None,
+    };
+    let message = e
+        .render()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or("usage error")
+        .trim_start_matches("error: ")
+        .to_owned();
+    let err = Error {
+        kind: ErrorKind::Invalid,
+        message,
+        field,
+    };
+    report_error(&err)
+}
+
+/// `--fence <FENCE>` and `<TASK>` name the fields `fence` and `task`.
+fn field_name(arg: &str) -> String {
+    let name = arg.split_whitespace().next().unwrap_or(arg);
+    name.trim_start_matches('-')
+        .trim_matches(|c| c == '<' || c == '>')
+        .to_lowercase()
+        .replace('-', "_")
+}
+
+fn report_error(e: &Error) -> i32 {
+    let body = json!({"error": {"kind": e.kind.as_str(), "message": e.message, "field": e.field}});
+    output::write_stderr(&body.to_string());
+    exit_code_for(e)
+}
+
+fn id(field: &str, value: &str) -> Result<Id, Error> {
+    Id::parse(field, value)
+}
+
+/// Parses a DUR: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms to 7 days.
+pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
+    let Some(v) = value else { return Ok(None) };
+    let d = humantime::parse_duration(v.trim()).map_err(|e| {
+        Error::invalid(
+            "ttl",
+            format!("must be a number with a unit such as 750ms, 30s, 5m or 2h ({e})"),
+        )
+    })?;
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    baton_core::request::validate_ttl(ms)?;
+    Ok(Some(ms))
+}
+
+fn parse_error_json(value: &str) -> Result<Value, Error> {
+    let v: Value = serde_json::from_str(value)
+        .map_err(|e| Error::invalid("error", format!("must be a JSON object ({e})")))?;
+    baton_core::request::validate_error(&v)?;
+    Ok(v)
+}
+
+fn parse_evidence(items: &[String]) -> Result<BTreeMap<String, String>, Error> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            Error::invalid("evidence", format!("must be KEY=sha256:HEX (got {item:?})"))
+        })?;
+        if out.insert(k.to_owned(), v.to_owned()).is_some() {
+            return Err(Error::invalid(
+                "evidence",
+                format!("key {k:?} is given twice"),
+            ));
+        }
+    }
+    baton_core::request::validate_evidence(&out)?;
+    Ok(out)
+}
+
+fn parse_state(value: &str) -> Result<State, Error> {
+    State::from_name(value).ok_or_else(|| {
+        let names: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+        Error::invalid(
+            "state",
+            format!("must be one of {} (got {value:?})", names.join(", ")),
+        )
+    })
+}
+
+fn read_manifest(file: Option<&std::path::Path>) -> Result<Manifest, Error> {
+    let limit = baton_core::manifest::MAX_MANIFEST_BYTES as u64 + 1;
+    let mut text = String::new();
+    let read = match file {
+        Some(p) => std::fs::File::open(p)
+            .and_then(|f| f.take(limit).read_to_string(&mut text))
+            .map_err(|e| Error::invalid("file", format!("cannot read {}: {e}", p.display()))),
+        None => std::io::stdin()
+            .take(limit)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::invalid("manifest", format!("cannot read standard input: {e}"))),
+    };
+    read?;
+    Manifest::from_json(&text)
+}
+
+fn grant_json(g: &Grant) -> Value {
+    serde_json::to_value(g).unwrap_or(Value::Null)
+}
+
+/// What a reply prints: the grant for claims, the record otherwise.
+fn reply_out(reply: Reply, as_grant: bool) -> Out {
+    match reply {
+        Reply::Refused(r) => refused(r),
+        reply => {
+            let idempotent = reply.is_idempotent();
+            let mut v = match (as_grant, reply.grant()) {
+                (true, Some(g)) => grant_json(&g),
+                _ => json!(reply.record()),
+            };
+            v["idempotent"] = json!(idempotent);
+            Out::one(v)
+        }
+    }
+}
+
+fn refused(r: Refusal) -> Out {
+    let status = if r == Refusal::NotFound {
+        Status::NotFound
+    } else {
+        Status::Refused
+    };
+    let mut v = serde_json::to_value(&r).unwrap_or_else(|_| json!({"refused": r.reason()}));
+    v["message"] = json!(r.to_string());
+    Out {
+        items: vec![v],
+        next: None,
+        status,
+        printed: false,
+    }
+}
+
+async fn execute(cli: &Cli) -> Result<Out, Error> {
+    if let Command::Demo = cli.command {
+        return demo::run(cli.store.as_deref(), cli.format).await;
+    }
+    // Check the input before opening the store: bad input changes nothing.
+    let store = cli
+        .store
+        .clone()
+        .unwrap_or_else(|| DEFAULT_STORE.to_owned());
+    StoreUrl::parse(&store)?;
+    let plan = plan(&cli.command)?;
+    let a = authority_for(&store).await?;
+    plan.execute(&a).await
+}
+
+/// A validated command, ready to run against a store.
+enum Plan {
+    Claim(Id, Id, Option<u64>),
+    Renew(Id, Id, u64, Option<u64>),
+    Release(Id, Id, u64),
+    Recover(Id, Id, Option<u64>),
+    Complete(Id, Id, u64),
+    Fail(Id, Id, u64, Option<Value>),
+    Cancel(Id, Id, u64),
+    CancelAsOperator(Id, Id),
+    Holder(Id),
+    Verify(Id, u64),
+    Declare(Box<Manifest>),
+    Register(Id, Id),
+    TaskClaim(Id, Id, Id, Option<u64>),
+    Start(Id, Id, Id, u64),
+    Heartbeat(Id, Id, Id, u64, u32, Option<u64>),
+    Succeed(Id, Id, Id, u64, BTreeMap<String, String>),
+    TaskFail(Id, Id, Id, u64, Value),
+    Retry(Id, Id),
+    Redispatch(Id, Id, u64),
+    Finalize(Id, Id, Option<Value>),
+    Show(Id),
+    Events(Id, args::Paging),
+    Gate(Id),
+    List(Option<State>, args::Paging),
+    Sweep(bool),
+    Pending(args::Paging),
+    Ack(Vec<String>),
+}
+
+fn plan(cmd: &Command) -> Result<Plan, Error> {
+    use Plan as P;
+    let t = |s: &str| id("task", s);
+    let o = |s: &str| id("owner", s);
+    Ok(match cmd {
+        Command::Claim { task, owner, ttl } => {
+            P::Claim(t(task)?, o(owner)?, parse_ttl(ttl.as_deref())?)
+        }
+        Command::Renew {
+            task,
+            owner,
+            fence,
+            ttl,
+        } => P::Renew(t(task)?, o(owner)?, *fence, parse_ttl(ttl.as_deref())?),
+        Command::Release { task, owner, fence } => P::Release(t(task)?, o(owner)?, *fence),
+        Command::Recover { task, owner, ttl } => {
+            P::Recover(t(task)?, o(owner)?, parse_ttl(ttl.as_deref())?)
+        }
+        Command::Complete { task, owner, fence } => P::Complete(t(task)?, o(owner)?, *fence),
+        Command::Fail {
+            task,
+            owner,
+            fence,
+            error,
+        } => P::Fail(
+            t(task)?,
+            o(owner)?,
+            *fence,
+            error.as_deref().map(parse_error_json).transpose()?,
+        ),
+        Command::Cancel {
+            task,
+            owner,
+            fence,
+            operator,
+        } => match (owner, fence, operator) {
+            (Some(owner), Some(fence), None) => P::Cancel(t(task)?, o(owner)?, *fence),
+            (None, None, Some(op)) => P::CancelAsOperator(t(task)?, id("operator", op)?),
+            _ => {
+                return Err(Error::invalid(
+                    "owner",
+                    "cancel takes --owner ID --fence N, or --operator ID",
+                ));
+            }
+        },
+        Command::Holder { task } => P::Holder(t(task)?),
+        Command::Verify { task, fence } => P::Verify(t(task)?, *fence),
+        Command::Task(tc) => match tc {
+            TaskCommand::Declare { file } => P::Declare(Box::new(read_manifest(file.as_deref())?)),
+            TaskCommand::Register { task, run } => P::Register(t(task)?, id("run", run)?),
+            TaskCommand::Claim {
+                task,
+                run,
+                executor,
+                ttl,
+            } => P::TaskClaim(
+                t(task)?,
+                id("run", run)?,
+                id("executor", executor)?,
+                parse_ttl(ttl.as_deref())?,
+            ),
+            TaskCommand::Start { task, run } => P::Start(
+                t(task)?,
+                id("run", &run.run)?,
+                id("executor", &run.executor)?,
+                run.fence,
+            ),
+            TaskCommand::Heartbeat {
+                task,
+                run,
+                step,
+                ttl,
+            } => P::Heartbeat(
+                t(task)?,
+                id("run", &run.run)?,
+                id("executor", &run.executor)?,
+                run.fence,
+                *step,
+                parse_ttl(ttl.as_deref())?,
+            ),
+            TaskCommand::Succeed {
+                task,
+                run,
+                evidence,
+            } => P::Succeed(
+                t(task)?,
+                id("run", &run.run)?,
+                id("executor", &run.executor)?,
+                run.fence,
+                parse_evidence(evidence)?,
+            ),
+            TaskCommand::Fail { task, run, error } => P::TaskFail(
+                t(task)?,
+                id("run", &run.run)?,
+                id("executor", &run.executor)?,
+                run.fence,
+                parse_error_json(error)?,
+            ),
+            TaskCommand::Retry { task, run } => P::Retry(t(task)?, id("run", run)?),
+            TaskCommand::Redispatch {
+                task,
+                operator,
+                iteration,
+            } => P::Redispatch(t(task)?, id("operator", operator)?, *iteration),
+            TaskCommand::Finalize {
+                task,
+                operator,
+                error,
+            } => P::Finalize(
+                t(task)?,
+                id("operator", operator)?,
+                error.as_deref().map(parse_error_json).transpose()?,
+            ),
+            TaskCommand::Show { task } => P::Show(t(task)?),
+            TaskCommand::Events { task, page } => P::Events(t(task)?, check_page(page)?),
+            TaskCommand::Gate { task } => P::Gate(t(task)?),
+            TaskCommand::List { state, page } => P::List(
+                state.as_deref().map(parse_state).transpose()?,
+                check_page(page)?,
+            ),
+        },
+        Command::Sweep { dry_run } => P::Sweep(*dry_run),
+        Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
+        Command::Outbox(OutboxCommand::Ack { intent_ids }) => P::Ack(intent_ids.clone()),
+        Command::Demo => return Err(Error::invalid("command", "demo is run before planning")),
+    })
+}
+
+fn check_page(p: &args::Paging) -> Result<args::Paging, Error> {
+    if p.limit == 0 || p.limit > baton_core::authority::MAX_PAGE {
+        return Err(Error::invalid(
+            "limit",
+            format!("must be from 1 to {}", baton_core::authority::MAX_PAGE),
+        ));
+    }
+    Ok(p.clone())
+}
+
+impl Plan {
+    async fn execute(self, a: &DynAuthority) -> Result<Out, Error> {
+        use Plan as P;
+        let op = |id: Id| Actor::Operator(id);
+        Ok(match self {
+            P::Claim(t, o, ttl) => reply_out(a.claim(&t, &o, ttl).await?, true),
+            P::Renew(t, o, f, ttl) => reply_out(a.renew(&t, &o, f, ttl).await?, true),
+            P::Release(t, o, f) => reply_out(a.release(&t, &o, f).await?, false),
+            P::Recover(t, o, ttl) => reply_out(a.recover(&t, &o, ttl).await?, true),
+            P::Complete(t, o, f) => reply_out(a.complete(&t, &o, f).await?, false),
+            P::Fail(t, o, f, e) => reply_out(a.fail(&t, &o, f, e).await?, false),
+            P::Cancel(t, o, f) => reply_out(a.cancel(&t, &o, f).await?, false),
+            P::CancelAsOperator(t, who) => reply_out(a.cancel_as(&t, op(who)).await?, false),
+            P::Holder(t) => match a.holder(&t).await? {
+                Err(r) => refused(r),
+                Ok(None) => Out::one(json!({"task": t, "holder": null, "live": false})),
+                Ok(Some(h)) => Out::one(json!(h)),
+            },
+            P::Verify(t, f) => match a.verify(&t, f).await? {
+                Err(r) => refused(r),
+                Ok(v) => {
+                    let status = if v.current {
+                        Status::Ok
+                    } else {
+                        Status::Refused
+                    };
+                    Out {
+                        items: vec![json!(v)],
+                        next: None,
+                        status,
+                        printed: false,
+                    }
+                }
+            },
+            P::Declare(m) => reply_out(a.declare(*m).await?, false),
+            P::Register(t, run) => reply_out(a.register(&t, &run).await?, false),
+            P::TaskClaim(t, run, ex, ttl) => {
+                reply_out(a.task_claim(&t, &run, &ex, ttl).await?, true)
+            }
+            P::Start(t, run, ex, f) => reply_out(a.start(&t, &run, &ex, f).await?, false),
+            P::Heartbeat(t, run, ex, f, step, ttl) => {
+                reply_out(a.heartbeat(&t, &run, &ex, f, step, ttl).await?, false)
+            }
+            P::Succeed(t, run, ex, f, ev) => {
+                reply_out(a.succeed(&t, &run, &ex, f, ev).await?, false)
+            }
+            P::TaskFail(t, run, ex, f, e) => {
+                reply_out(a.task_fail(&t, &run, &ex, f, e).await?, false)
+            }
+            P::Retry(t, run) => reply_out(a.retry(&t, &run).await?, false),
+            P::Redispatch(t, who, it) => reply_out(a.redispatch(&t, op(who), it).await?, false),
+            P::Finalize(t, who, e) => reply_out(a.finalize(&t, op(who), e).await?, false),
+            P::Show(t) => match a.get(&t).await? {
+                None => refused(Refusal::NotFound),
+                Some(r) => Out::one(json!(r)),
+            },
+            P::Events(t, page) => {
+                if a.get(&t).await?.is_none() {
+                    return Ok(refused(Refusal::NotFound));
+                }
+                let p = a
+                    .events(Some(&t), page.after.as_deref(), page.limit)
+                    .await?;
+                Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next)
+            }
+            P::Gate(t) => match a.gate(&t).await? {
+                Err(r) => refused(r),
+                Ok(g) => {
+                    let status = if g.passed {
+                        Status::Ok
+                    } else {
+                        Status::Refused
+                    };
+                    Out {
+                        items: vec![json!(g)],
+                        next: None,
+                        status,
+                        printed: false,
+                    }
+                }
+            },
+            P::List(state, page) => {
+                let p = a.list(state, page.after.as_deref(), page.limit).await?;
+                Out::list(p.items.iter().map(|r| json!(r)).collect(), p.next)
+            }
+            P::Sweep(dry_run) => {
+                let swept = a.sweep(dry_run).await?;
+                Out::list(swept.iter().map(|s| json!(s)).collect(), None)
+            }
+            P::Pending(page) => {
+                let p = a.pending(page.after.as_deref(), page.limit).await?;
+                Out::list(p.items.iter().map(|n| json!(n)).collect(), p.next)
+            }
+            P::Ack(ids) => Out::one(json!({"acknowledged": a.ack(&ids).await?, "intent_ids": ids})),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_has_its_exit_status() {
+        assert_eq!(exit_code_for(&Error::invalid("f", "r")), exit::INVALID);
+        assert_eq!(exit_code_for(&Error::unavailable("x")), exit::UNAVAILABLE);
+        assert_eq!(exit_code_for(&Error::corrupt("x")), exit::UNAVAILABLE);
+        assert_eq!(exit_code_for(&Error::unsupported("x")), exit::UNAVAILABLE);
+        assert_eq!(
+            exit_code_for(&Error::indeterminate("x")),
+            exit::INDETERMINATE
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_ttl(Some("750ms")).unwrap(), Some(750));
+        assert_eq!(parse_ttl(Some("30s")).unwrap(), Some(30_000));
+        assert_eq!(parse_ttl(Some("5m")).unwrap(), Some(300_000));
+        assert_eq!(parse_ttl(Some("2h")).unwrap(), Some(7_200_000));
+        assert_eq!(parse_ttl(Some("7d")).unwrap(), Some(604_800_000));
+        for bad in ["0s", "8d", "30", "5 fortnights", "-1s", ""] {
+            assert_eq!(
+                parse_ttl(Some(bad)).unwrap_err().field.as_deref(),
+                Some("ttl"),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -926,6 +926,9 @@ pub mod cases {
             "written in the transition's commit"
         );
         assert_eq!(p[0].payload["fence"], json!(f));
+        ctx.block_on(a.heartbeat(&t, &run, &w, f, 1, None)).unwrap();
+        let after_heartbeat = ctx.block_on(a.pending(None, 100)).unwrap().items;
+        assert_eq!(after_heartbeat.len(), 1, "a heartbeat notifies nothing");
         ctx.block_on(a.succeed(&t, &run, &w, f, BTreeMap::new()))
             .unwrap();
         let p1 = ctx.block_on(a.pending(None, 100)).unwrap().items;

@@ -1083,10 +1083,13 @@ fn finish(record: TaskRecord, events: Vec<EventDraft>, mints_fence: bool) -> Cha
         Some(m) => events
             .iter()
             .filter(|e| {
+                // By event type, or by entering a state whose event is subscribed
+                // (a finalize enters FAILED); staying in a state notifies nothing.
                 m.notification_events.contains(&e.kind)
-                    || e.to.and_then(state_event).is_some_and(|k| {
-                        e.kind != EventKind::ConflictRefused && m.notification_events.contains(&k)
-                    })
+                    || (e.from != e.to
+                        && e.to
+                            .and_then(state_event)
+                            .is_some_and(|k| m.notification_events.contains(&k)))
             })
             .map(|e| NotificationDraft {
                 intent_id: intent_id(&record, e.kind),

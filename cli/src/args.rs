@@ -1,0 +1,240 @@
+//! The command-line forms. They are a contract scripts depend on: add to
+//! them, never change them.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "baton",
+    version,
+    about = "Decides who may run a piece of work: leases, fences, and the truth about each task."
+)]
+pub struct Cli {
+    /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT[,...]/PREFIX or memory:.
+    #[arg(long, global = true, env = "BATON_STORE")]
+    pub store: Option<String>,
+    /// Output format (json by default; `demo` prints human by default).
+    #[arg(long, global = true, value_enum)]
+    pub format: Option<Format>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Human,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Claim a bare task (created if nobody declared it).
+    Claim {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    /// Extend the holder's lease.
+    Renew {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long, allow_negative_numbers = true)]
+        fence: u64,
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    /// Give the task back without charging a stall.
+    Release {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long, allow_negative_numbers = true)]
+        fence: u64,
+    },
+    /// Take over a task whose lease expired.
+    Recover {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    /// Mark a bare task done (holder only).
+    Complete {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long, allow_negative_numbers = true)]
+        fence: u64,
+    },
+    /// Mark a bare task failed (holder only).
+    Fail {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long, allow_negative_numbers = true)]
+        fence: u64,
+        /// A JSON object describing the failure.
+        #[arg(long)]
+        error: Option<String>,
+    },
+    /// Cancel: by the holder with its fence, or by an operator.
+    Cancel {
+        task: String,
+        #[arg(long, requires = "fence", conflicts_with = "operator")]
+        owner: Option<String>,
+        #[arg(long, requires = "owner", allow_negative_numbers = true)]
+        fence: Option<u64>,
+        #[arg(long, required_unless_present = "owner")]
+        operator: Option<String>,
+    },
+    /// The last grant, and whether it is live.
+    Holder { task: String },
+    /// Whether FENCE is the fence of a live grant (exit 1 when not).
+    Verify {
+        task: String,
+        #[arg(long, allow_negative_numbers = true)]
+        fence: u64,
+    },
+    /// Declared tasks: the registry.
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Persist expired leases and passed deadlines (with their notifications).
+    Sweep {
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// The notification outbox.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+    /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
+    Demo,
+}
+
+#[derive(Debug, Args)]
+pub struct Run {
+    #[arg(long)]
+    pub run: String,
+    #[arg(long)]
+    pub executor: String,
+    #[arg(long, allow_negative_numbers = true)]
+    pub fence: u64,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Paging {
+    /// Page size (default 100).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// The cursor a previous page ended with.
+    #[arg(long)]
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Declare a task from a JSON manifest (FILE, or standard input).
+    Declare {
+        file: Option<PathBuf>,
+    },
+    Register {
+        task: String,
+        #[arg(long)]
+        run: String,
+    },
+    Claim {
+        task: String,
+        #[arg(long)]
+        run: String,
+        #[arg(long)]
+        executor: String,
+        /// Default and maximum: the manifest's heartbeat_timeout_seconds.
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    Start {
+        task: String,
+        #[command(flatten)]
+        run: Run,
+    },
+    Heartbeat {
+        task: String,
+        #[command(flatten)]
+        run: Run,
+        /// The 1-based step now being worked on.
+        #[arg(long, allow_negative_numbers = true)]
+        step: u32,
+        #[arg(long)]
+        ttl: Option<String>,
+    },
+    Succeed {
+        task: String,
+        #[command(flatten)]
+        run: Run,
+        /// KEY=sha256:HEX, once per key.
+        #[arg(long)]
+        evidence: Vec<String>,
+    },
+    Fail {
+        task: String,
+        #[command(flatten)]
+        run: Run,
+        #[arg(long)]
+        error: String,
+    },
+    Retry {
+        task: String,
+        #[arg(long)]
+        run: String,
+    },
+    Redispatch {
+        task: String,
+        #[arg(long)]
+        operator: String,
+        #[arg(long, allow_negative_numbers = true)]
+        iteration: u64,
+    },
+    Finalize {
+        task: String,
+        #[arg(long)]
+        operator: String,
+        #[arg(long)]
+        error: Option<String>,
+    },
+    Show {
+        task: String,
+    },
+    Events {
+        task: String,
+        #[command(flatten)]
+        page: Paging,
+    },
+    /// Passes only for SUCCEEDED (exit 1 when blocking).
+    Gate {
+        task: String,
+    },
+    List {
+        /// Derived state: DECLARED, REGISTERED, CLAIMED, RUNNING, SUCCEEDED, FAILED, CANCELLED, NOT_STARTED, STALLED.
+        #[arg(long)]
+        state: Option<String>,
+        #[command(flatten)]
+        page: Paging,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    Pending {
+        #[command(flatten)]
+        page: Paging,
+    },
+    Ack {
+        #[arg(required = true)]
+        intent_ids: Vec<String>,
+    },
+}

@@ -1,0 +1,285 @@
+//! `baton demo`: eight workers race over 200 tasks on a fresh store; one
+//! worker stalls past its lease, loses the task to a recovery, and its late
+//! completion is refused; declared tasks succeed with evidence and pass the
+//! release gate. Prints a timeline and a summary.
+
+use crate::args::Format;
+use crate::output::{Out, Status};
+use crate::{DynAuthority, authority_for};
+use baton_core::{Error, Id, Manifest, Reply};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WORKERS: usize = 8;
+const TASKS: usize = 200;
+
+fn id(s: &str) -> Result<Id, Error> {
+    Id::parse("id", s)
+}
+
+struct Timeline {
+    start: Instant,
+    lines: Vec<String>,
+}
+
+impl Timeline {
+    fn note(&mut self, text: impl Into<String>) {
+        let ms = self.start.elapsed().as_millis();
+        self.lines.push(format!("{ms:>6} ms  {}", text.into()));
+    }
+}
+
+/// A worker's own order over the tasks (xorshift, seeded by the worker).
+fn shuffled(worker: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..TASKS).collect();
+    let mut x: u64 =
+        0x9E37_79B9_7F4A_7C15 ^ (worker as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let j = usize::try_from(x % (i as u64 + 1)).unwrap_or(0);
+        order.swap(i, j);
+    }
+    order
+}
+
+#[derive(Default)]
+struct Tally {
+    grants: Vec<(String, String, u64)>,
+    refusals: BTreeMap<String, u64>,
+}
+
+async fn worker(a: Arc<DynAuthority>, w: usize) -> Result<Tally, Error> {
+    let owner = id(&format!("worker-{w}"))?;
+    let mut tally = Tally::default();
+    for i in shuffled(w) {
+        let task = id(&format!("demo-{i:03}"))?;
+        match a.claim(&task, &owner, Some(30_000)).await? {
+            Reply::Refused(r) => *tally.refusals.entry(r.reason().to_owned()).or_default() += 1,
+            reply => {
+                let fence = reply.grant().map(|g| g.fence).unwrap_or(0);
+                tally
+                    .grants
+                    .push((task.to_string(), owner.to_string(), fence));
+                if let Reply::Refused(r) = a.complete(&task, &owner, fence).await? {
+                    return Err(Error::unavailable(format!(
+                        "demo: the holder could not complete {task}: {r}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(tally)
+}
+
+fn evidence_hash(seed: usize) -> String {
+    format!("sha256:{:064x}", (seed as u128 + 1) * 0x1234_5678_9abc_def1)
+}
+
+fn manifest(task: &str) -> Result<Manifest, Error> {
+    Manifest::from_value(&json!({
+        "task_id": task, "executor": "release-runner", "source_branch": "main",
+        "source_oid": "4f2c1e0", "target_version": "1.0.0",
+        "steps": ["build", "test"], "required_evidence": ["build.log"],
+        "heartbeat_timeout_seconds": 60,
+    }))
+}
+
+pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
+    // A fresh temporary store unless one was named; removed when the demo ends.
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Error::unavailable(format!("demo: no temporary directory: {e}")))?;
+    let url = match store {
+        Some(s) => s.to_owned(),
+        None => format!("sqlite:{}", tmp.path().join("demo.db").display()),
+    };
+    let a = Arc::new(authority_for(&url).await?);
+    let mut tl = Timeline {
+        start: Instant::now(),
+        lines: Vec::new(),
+    };
+    tl.note(format!("store {url}"));
+
+    // Act 1: eight workers race over the same 200 tasks, each in its own order.
+    tl.note(format!(
+        "{WORKERS} workers race to claim {TASKS} tasks; each completes what it wins"
+    ));
+    let handles: Vec<_> = (0..WORKERS)
+        .map(|w| tokio::spawn(worker(a.clone(), w)))
+        .collect();
+    let mut tally = Tally::default();
+    for h in handles {
+        let t = h
+            .await
+            .map_err(|e| Error::unavailable(format!("demo worker failed: {e}")))??;
+        tally.grants.extend(t.grants);
+        for (k, v) in t.refusals {
+            *tally.refusals.entry(k).or_default() += v;
+        }
+    }
+    let mut per_task: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut per_worker: BTreeMap<&str, u64> = BTreeMap::new();
+    for (task, owner, _) in &tally.grants {
+        *per_task.entry(task).or_default() += 1;
+        *per_worker.entry(owner).or_default() += 1;
+    }
+    let double_grants = per_task.values().filter(|&&n| n > 1).count();
+    let spread: Vec<String> = per_worker
+        .iter()
+        .map(|(w, n)| format!("{w}: {n}"))
+        .collect();
+    tl.note(format!(
+        "race over: {} grants for {} tasks ({})",
+        tally.grants.len(),
+        per_task.len(),
+        spread.join(", ")
+    ));
+
+    // Act 2: a zombie worker.
+    let (task, zombie, rescuer) = (
+        id("demo-zombie")?,
+        id("worker-zombie")?,
+        id("worker-rescuer")?,
+    );
+    let g1 = a
+        .claim(&task, &zombie, Some(400))
+        .await?
+        .grant()
+        .ok_or_else(|| Error::unavailable("demo: zombie claim refused"))?;
+    tl.note(format!(
+        "{zombie} claims {task}: fence {}, lease 400ms, then stalls",
+        g1.fence
+    ));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let g2 = a
+        .recover(&task, &rescuer, Some(30_000))
+        .await?
+        .grant()
+        .ok_or_else(|| Error::unavailable("demo: recovery refused"))?;
+    tl.note(format!(
+        "lease expired; {rescuer} recovers {task}: fence {} (attempt {})",
+        g2.fence, g2.attempt
+    ));
+    let late = a.complete(&task, &zombie, g1.fence).await?;
+    let late_reason = match &late {
+        Reply::Refused(r) => {
+            tl.note(format!(
+                "{zombie} wakes and completes with fence {}: refused, {} ({r})",
+                g1.fence,
+                r.reason()
+            ));
+            *tally.refusals.entry(r.reason().to_owned()).or_default() += 1;
+            r.reason().to_owned()
+        }
+        _ => "accepted".to_owned(),
+    };
+    a.complete(&task, &rescuer, g2.fence).await?;
+    tl.note(format!(
+        "{rescuer} completes {task} with fence {}",
+        g2.fence
+    ));
+    let stale_current = a
+        .verify(&task, g1.fence)
+        .await?
+        .map(|v| v.current)
+        .unwrap_or(true);
+
+    // Act 3: declared tasks, through the registry to the release gate.
+    let mut gates_passed = 0;
+    for i in 0..3 {
+        let name = format!("release-{i}");
+        let t = id(&name)?;
+        let (run, exec) = (id(&format!("run-{i}"))?, id("release-runner")?);
+        a.declare(manifest(&name)?).await?;
+        a.register(&t, &run).await?;
+        let g = a
+            .task_claim(&t, &run, &exec, None)
+            .await?
+            .grant()
+            .ok_or_else(|| Error::unavailable("demo: task claim refused"))?;
+        a.start(&t, &run, &exec, g.fence).await?;
+        let early = a.succeed(&t, &run, &exec, g.fence, BTreeMap::new()).await?;
+        a.heartbeat(&t, &run, &exec, g.fence, 2, None).await?;
+        let ev = BTreeMap::from([("build.log".to_owned(), evidence_hash(i))]);
+        a.succeed(&t, &run, &exec, g.fence, ev).await?;
+        let gate = a
+            .gate(&t)
+            .await?
+            .map_err(|r| Error::unavailable(format!("demo gate: {r}")))?;
+        if gate.passed {
+            gates_passed += 1;
+        }
+        if i == 0 {
+            if let Reply::Refused(r) = early {
+                tl.note(format!(
+                    "{name}: success before the last step is refused ({})",
+                    r.reason()
+                ));
+            }
+            tl.note(format!("{name}: declared, registered, claimed (fence {}), 2 steps, succeeded with evidence; gate passed: {}", g.fence, gate.passed));
+        }
+    }
+    tl.note(format!(
+        "{gates_passed} of 3 declared tasks pass the release gate"
+    ));
+
+    let ok = double_grants == 0
+        && per_task.len() == TASKS
+        && late_reason == "stale_fence"
+        && !stale_current
+        && gates_passed == 3;
+    let summary = json!({
+        "store": url,
+        "tasks": TASKS + 1 + 3,
+        "raced_tasks": TASKS,
+        "workers": WORKERS,
+        "grants": tally.grants.len() + 2 + 3,
+        "refusals": tally.refusals,
+        "double_grants": double_grants,
+        "stale_completion": late_reason,
+        "gates_passed": gates_passed,
+        "ok": ok,
+    });
+    let status = if ok { Status::Ok } else { Status::Refused };
+    if format == Some(Format::Json) {
+        return Ok(Out {
+            items: vec![summary],
+            next: None,
+            status,
+            printed: false,
+        });
+    }
+    let mut text = String::from("timeline\n");
+    for l in &tl.lines {
+        text.push_str(&format!("  {l}\n"));
+    }
+    text.push_str("\nsummary\n");
+    let refusals: Vec<String> = tally
+        .refusals
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    for (k, v) in [
+        (
+            "tasks",
+            format!("{} ({TASKS} raced, 1 recovered, 3 declared)", TASKS + 4),
+        ),
+        ("grants", (tally.grants.len() + 5).to_string()),
+        ("refusals", refusals.join(", ")),
+        ("double grants", double_grants.to_string()),
+        ("late completion", late_reason),
+        ("gate passed", format!("{gates_passed} of 3")),
+    ] {
+        text.push_str(&format!("  {k:<16} {v}\n"));
+    }
+    crate::output::write_stdout(&text);
+    Ok(Out {
+        items: vec![],
+        next: None,
+        status,
+        printed: true,
+    })
+}

@@ -1,0 +1,171 @@
+//! Store URLs and `authority_for`: the one place that knows URL schemes.
+
+use baton_core::{Authority, Error, MemoryStore, Store, SystemClock};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// An authority over whichever store a URL names.
+pub type DynAuthority = Authority<Arc<dyn Store>>;
+
+/// The store used when neither `--store` nor `BATON_STORE` names one.
+pub const DEFAULT_STORE: &str = "sqlite:baton.db";
+
+/// A parsed store URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    Sqlite {
+        path: String,
+        busy_timeout: Option<Duration>,
+    },
+    Sled {
+        path: String,
+        busy_timeout: Option<Duration>,
+    },
+    Etcd {
+        endpoints: Vec<String>,
+        prefix: String,
+    },
+    Memory,
+}
+
+impl StoreUrl {
+    /// Parses `sqlite:PATH[?busy_timeout=DUR]`, `sled:PATH[?busy_timeout=DUR]`,
+    /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory:`.
+    pub fn parse(url: &str) -> Result<StoreUrl, Error> {
+        let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+        if let Some(rest) = url.strip_prefix("etcd://") {
+            let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+            if endpoints.iter().any(|e| e.is_empty() || !e.contains(':')) {
+                return Err(bad(
+                    "etcd URLs are etcd://HOST:PORT[,HOST:PORT...][/PREFIX]",
+                ));
+            }
+            return Ok(StoreUrl::Etcd {
+                endpoints,
+                prefix: prefix.to_owned(),
+            });
+        }
+        let Some((scheme, rest)) = url.split_once(':') else {
+            return Err(bad(
+                "a store URL is sqlite:PATH, sled:PATH, etcd://HOSTS/PREFIX or memory:",
+            ));
+        };
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut busy_timeout = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("busy_timeout", v)) => {
+                    let d = humantime::parse_duration(v).map_err(|e| {
+                        bad(&format!(
+                            "busy_timeout must be a duration like 500ms or 5s: {e}"
+                        ))
+                    })?;
+                    busy_timeout = Some(d);
+                }
+                _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+            }
+        }
+        match scheme {
+            "sqlite" | "sled" if path.is_empty() => Err(bad("the URL names no path")),
+            "sqlite" => Ok(StoreUrl::Sqlite {
+                path: path.to_owned(),
+                busy_timeout,
+            }),
+            "sled" => Ok(StoreUrl::Sled {
+                path: path.to_owned(),
+                busy_timeout,
+            }),
+            "memory" => Ok(StoreUrl::Memory),
+            other => Err(bad(&format!(
+                "unknown store scheme {other:?}; use sqlite:, sled:, etcd:// or memory:"
+            ))),
+        }
+    }
+}
+
+fn compiled_out(feature: &str, scheme: &str) -> Error {
+    Error::unsupported(format!(
+        "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature})"
+    ))
+}
+
+/// Builds the store a URL names, wrapped in an authority on the system
+/// clock. The one seam embedders and the CLI share.
+pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
+    let store = store_for(url).await?;
+    Ok(Authority::new(store, Arc::new(SystemClock)))
+}
+
+/// Builds the store a URL names.
+pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
+    match StoreUrl::parse(url)? {
+        StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+        #[cfg(feature = "sqlite")]
+        StoreUrl::Sqlite { path, busy_timeout } => {
+            let mut opts = baton_store_sqlite::SqliteOptions::default();
+            if let Some(t) = busy_timeout {
+                opts.busy_timeout = t;
+            }
+            // Opening does blocking IO: keep it off the async worker threads.
+            let store = tokio::task::spawn_blocking(move || {
+                baton_store_sqlite::SqliteStore::open(path, opts)
+            })
+            .await
+            .map_err(|e| Error::unavailable(format!("opening the store failed: {e}")))??;
+            Ok(Arc::new(store))
+        }
+        #[cfg(not(feature = "sqlite"))]
+        StoreUrl::Sqlite { .. } => Err(compiled_out("sqlite", "sqlite:")),
+        StoreUrl::Sled { .. } => Err(compiled_out("sled", "sled:")),
+        StoreUrl::Etcd { .. } => Err(compiled_out("fabric", "etcd://")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:/tmp/x.db").unwrap(),
+            StoreUrl::Sqlite {
+                path: "/tmp/x.db".into(),
+                busy_timeout: None
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("sled:data?busy_timeout=500ms").unwrap(),
+            StoreUrl::Sled {
+                path: "data".into(),
+                busy_timeout: Some(Duration::from_millis(500))
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("etcd://a:1,b:2/pre").unwrap(),
+            StoreUrl::Etcd {
+                endpoints: vec!["a:1".into(), "b:2".into()],
+                prefix: "pre".into()
+            }
+        );
+        for bad in [
+            "ftp:x",
+            "nothing",
+            "sqlite:",
+            "sqlite:x?busy_timeout=soon",
+            "sqlite:x?colour=red",
+            "etcd://",
+        ] {
+            let e = StoreUrl::parse(bad).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("store"), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_compiled_out_backend_names_its_feature() {
+        let e = store_for("etcd://127.0.0.1:2379/x").await.unwrap_err();
+        assert_eq!(e.kind, baton_core::ErrorKind::Unsupported);
+        assert!(e.message.contains("`fabric` feature"), "{e}");
+    }
+}

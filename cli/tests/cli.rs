@@ -1,0 +1,796 @@
+//! The `baton` binary, driven as scripts and agents drive it: every
+//! command, every exit status, and bad input that changes nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use baton_core::{Authority, Id, SystemClock};
+use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug)]
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {self:?}"))
+    }
+    fn lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+    fn error(&self) -> Value {
+        let v: Value = serde_json::from_str(self.stderr.trim())
+            .unwrap_or_else(|e| panic!("stderr not JSON ({e}): {self:?}"));
+        v["error"].clone()
+    }
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("baton.db")
+    }
+    fn url(&self) -> String {
+        format!("sqlite:{}", self.db().display())
+    }
+    fn run(&self, args: &[&str]) -> Ran {
+        self.run_with(args, None)
+    }
+    /// Runs with no `--store` of the test's own.
+    fn run_bare(&self, args: &[&str]) -> Ran {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("BATON_STORE")
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap();
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+    fn run_with(&self, args: &[&str], stdin: Option<&str>) -> Ran {
+        let mut c = Command::new(BIN);
+        c.arg("--store")
+            .arg(self.url())
+            .args(args)
+            .env_remove("BATON_STORE");
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+    fn ok(&self, args: &[&str]) -> Value {
+        let r = self.run(args);
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        r.json()
+    }
+    /// Everything the store holds: tasks, every event, the outbox.
+    fn snapshot(&self) -> Value {
+        if !self.db().exists() {
+            return Value::Null;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let a = Authority::new(
+            SqliteStore::open(self.db(), SqliteOptions::default()).unwrap(),
+            Arc::new(SystemClock),
+        );
+        let tasks = rt.block_on(a.list(None, None, 10_000)).unwrap().items;
+        let events = rt.block_on(a.events(None, None, 10_000)).unwrap().items;
+        let pending = rt.block_on(a.pending(None, 10_000)).unwrap().items;
+        json!({"tasks": tasks, "events": events, "pending": pending})
+    }
+}
+
+fn write_manifest(dir: &Path, task: &str, extra: Value) -> PathBuf {
+    let mut m = json!({
+        "task_id": task, "executor": "ci", "source_branch": "main", "source_oid": "abc123",
+        "target_version": "2.0", "steps": ["build", "test"], "required_evidence": ["log"],
+        "heartbeat_timeout_seconds": 60,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        m[k] = v.clone();
+    }
+    let p = dir.join(format!("{task}.json"));
+    std::fs::write(&p, m.to_string()).unwrap();
+    p
+}
+
+fn hash(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+#[test]
+fn lease_commands_and_their_exit_statuses() {
+    let e = Env::new();
+    let g = e.ok(&["claim", "build-1", "--owner", "w1", "--ttl", "5m"]);
+    for field in [
+        "task", "owner", "attempt", "fence", "expiry", "state", "revision",
+    ] {
+        assert!(g.get(field).is_some(), "a grant has {field}: {g}");
+    }
+    assert_eq!(
+        (g["task"].as_str(), g["owner"].as_str(), g["state"].as_str()),
+        (Some("build-1"), Some("w1"), Some("CLAIMED"))
+    );
+    let expiry = g["expiry"].as_str().unwrap();
+    assert!(
+        expiry.ends_with('Z') && expiry.len() == "2026-01-01T00:00:00.000Z".len(),
+        "RFC 3339 UTC with ms: {expiry}"
+    );
+    let f1 = g["fence"].as_u64().unwrap().to_string();
+
+    let held = e.run(&["claim", "build-1", "--owner", "w2"]);
+    assert_eq!(held.code, 1);
+    let v = held.json();
+    assert_eq!(
+        (v["refused"].as_str(), v["holder"].as_str()),
+        (Some("held"), Some("w1"))
+    );
+    assert_eq!(
+        v["fence"]
+            .as_str()
+            .map(str::to_owned)
+            .or(v["fence"].as_u64().map(|f| f.to_string())),
+        Some(f1.clone())
+    );
+    assert!(v["message"].as_str().unwrap().contains("w1"));
+
+    let r = e.ok(&[
+        "renew", "build-1", "--owner", "w1", "--fence", &f1, "--ttl", "10m",
+    ]);
+    assert_eq!(r["fence"].as_u64().unwrap().to_string(), f1);
+    let h = e.ok(&["holder", "build-1"]);
+    assert_eq!(
+        (h["owner"].as_str(), h["live"].as_bool()),
+        (Some("w1"), Some(true))
+    );
+    let v = e.ok(&["verify", "build-1", "--fence", &f1]);
+    assert_eq!(
+        v,
+        json!({"current": true, "live": true, "state": "CLAIMED", "current_fence": f1.parse::<u64>().unwrap()})
+    );
+    let stale = e.run(&["verify", "build-1", "--fence", "999"]);
+    assert_eq!(
+        (stale.code, stale.json()["current"].as_bool()),
+        (1, Some(false))
+    );
+
+    let bad = e.run(&["renew", "build-1", "--owner", "w1", "--fence", "999"]);
+    assert_eq!(
+        (bad.code, bad.json()["refused"].as_str()),
+        (1, Some("stale_fence"))
+    );
+    assert_eq!(
+        bad.json()["current_fence"].as_u64().unwrap().to_string(),
+        f1
+    );
+
+    let done = e.ok(&["complete", "build-1", "--owner", "w1", "--fence", &f1]);
+    assert_eq!(
+        (done["state"].as_str(), done["idempotent"].as_bool()),
+        (Some("SUCCEEDED"), Some(false))
+    );
+    let again = e.ok(&["complete", "build-1", "--owner", "w1", "--fence", &f1]);
+    assert_eq!(again["idempotent"].as_bool(), Some(true));
+    let late = e.run(&[
+        "fail",
+        "build-1",
+        "--owner",
+        "w1",
+        "--fence",
+        &f1,
+        "--error",
+        r#"{"why":"late"}"#,
+    ]);
+    assert_eq!(
+        (late.code, late.json()["refused"].as_str()),
+        (1, Some("illegal_transition"))
+    );
+    let regrant = e.run(&["claim", "build-1", "--owner", "w2"]);
+    assert_eq!(
+        (regrant.code, regrant.json()["refused"].as_str()),
+        (1, Some("completed"))
+    );
+
+    // release, then another owner claims; recover of a live lease is refused.
+    let f2 = e.ok(&["claim", "build-2", "--owner", "w1"])["fence"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let rel = e.ok(&["release", "build-2", "--owner", "w1", "--fence", &f2]);
+    assert_eq!(rel["state"].as_str(), Some("REGISTERED"));
+    let f3 = e.ok(&["claim", "build-2", "--owner", "w2"])["fence"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let live = e.run(&["recover", "build-2", "--owner", "w3"]);
+    assert_eq!(
+        (live.code, live.json()["refused"].as_str()),
+        (1, Some("lease_live"))
+    );
+    let rec = e.ok(&["recover", "build-3", "--owner", "w3", "--ttl", "750ms"]);
+    assert_eq!(rec["owner"].as_str(), Some("w3"));
+    // fail with an error object, cancel by the holder, cancel by an operator.
+    let failed = e.ok(&[
+        "fail",
+        "build-2",
+        "--owner",
+        "w2",
+        "--fence",
+        &f3,
+        "--error",
+        r#"{"exit":3}"#,
+    ]);
+    assert_eq!(
+        (failed["state"].as_str(), &failed["error"]),
+        (Some("FAILED"), &json!({"exit": 3}))
+    );
+    let f4 = e.ok(&["claim", "build-4", "--owner", "w1"])["fence"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let c = e.ok(&["cancel", "build-4", "--owner", "w1", "--fence", &f4]);
+    assert_eq!(c["state"].as_str(), Some("CANCELLED"));
+    e.ok(&["claim", "build-5", "--owner", "w1"]);
+    let c = e.ok(&["cancel", "build-5", "--operator", "alice"]);
+    assert_eq!(c["state"].as_str(), Some("CANCELLED"));
+
+    // not found: exit 5
+    for args in [
+        vec!["holder", "nope"],
+        vec!["verify", "nope", "--fence", "1"],
+        vec!["renew", "nope", "--owner", "w", "--fence", "1"],
+        vec!["task", "show", "nope"],
+        vec!["task", "gate", "nope"],
+        vec!["task", "events", "nope"],
+    ] {
+        let r = e.run(&args);
+        assert_eq!(
+            (r.code, r.json()["refused"].as_str()),
+            (5, Some("not_found")),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn registry_commands_from_declare_to_gate() {
+    let e = Env::new();
+    let m = write_manifest(e.dir.path(), "rel", json!({}));
+    let d = e.ok(&["task", "declare", m.to_str().unwrap()]);
+    assert_eq!(d["state"].as_str(), Some("DECLARED"));
+    let text = std::fs::read_to_string(&m).unwrap();
+    let again = e.run_with(&["task", "declare"], Some(&text));
+    assert_eq!(
+        (again.code, again.json()["idempotent"].as_bool()),
+        (0, Some(true)),
+        "declare from standard input"
+    );
+    e.ok(&["task", "register", "rel", "--run", "r1"]);
+    let wrong = e.run(&["task", "claim", "rel", "--run", "r9", "--executor", "ci-1"]);
+    assert_eq!(
+        (wrong.code, wrong.json()["refused"].as_str()),
+        (1, Some("precondition_failed"))
+    );
+    let big = e.run(&[
+        "task",
+        "claim",
+        "rel",
+        "--run",
+        "r1",
+        "--executor",
+        "ci-1",
+        "--ttl",
+        "61s",
+    ]);
+    assert_eq!((big.code, big.error()["field"].as_str()), (2, Some("ttl")));
+    let g = e.ok(&["task", "claim", "rel", "--run", "r1", "--executor", "ci-1"]);
+    let f = g["fence"].as_u64().unwrap().to_string();
+    let run = ["--run", "r1", "--executor", "ci-1", "--fence", f.as_str()];
+    let s = e.ok(&[&["task", "start", "rel"][..], &run].concat());
+    assert_eq!(s["state"].as_str(), Some("RUNNING"));
+    let early = e.run(
+        &[
+            &["task", "succeed", "rel"][..],
+            &run,
+            &["--evidence", &format!("log={}", hash('a'))],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        (early.code, early.json()["refused"].as_str()),
+        (1, Some("steps_incomplete"))
+    );
+    let hb = e.ok(&[
+        &["task", "heartbeat", "rel"][..],
+        &run,
+        &["--step", "2", "--ttl", "30s"],
+    ]
+    .concat());
+    assert_eq!(hb["current_step"].as_u64(), Some(2));
+    let gate = e.run(&["task", "gate", "rel"]);
+    assert_eq!(
+        (gate.code, gate.json()["release_blocking"].as_bool()),
+        (1, Some(true))
+    );
+    let missing = e.run(&[&["task", "succeed", "rel"][..], &run].concat());
+    assert_eq!(
+        (missing.code, missing.json()["refused"].as_str()),
+        (1, Some("evidence_missing"))
+    );
+    assert_eq!(missing.json()["keys"], json!(["log"]));
+    let ok = e.ok(&[
+        &["task", "succeed", "rel"][..],
+        &run,
+        &[
+            "--evidence",
+            &format!("log={}", hash('a')),
+            "--evidence",
+            &format!("extra={}", hash('b')),
+        ],
+    ]
+    .concat());
+    assert_eq!(ok["state"].as_str(), Some("SUCCEEDED"));
+    let gate = e.ok(&["task", "gate", "rel"]);
+    assert_eq!(
+        (gate["passed"].as_bool(), gate["evidence"]["log"].as_str()),
+        (Some(true), Some(hash('a').as_str()))
+    );
+    let show = e.ok(&["task", "show", "rel"]);
+    assert_eq!(show["run_id"].as_str(), Some("r1"));
+    let events = e.run(&["task", "events", "rel"]);
+    let kinds: Vec<String> = events
+        .lines()
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "DECLARED",
+            "REGISTERED",
+            "CLAIMED",
+            "STARTED",
+            "HEARTBEAT",
+            "SUCCEEDED"
+        ]
+    );
+    let listed = e.run(&["task", "list", "--state", "succeeded"]);
+    assert_eq!(listed.lines().len(), 1);
+
+    // The outbox: STARTED and SUCCEEDED, until acknowledged.
+    let pending = e.run(&["outbox", "pending"]).lines();
+    let kinds: Vec<&str> = pending
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["STARTED", "SUCCEEDED"]);
+    let first = pending[0]["intent_id"].as_str().unwrap();
+    let acked = e.ok(&["outbox", "ack", first]);
+    assert_eq!(acked["acknowledged"].as_u64(), Some(1));
+    assert_eq!(
+        e.ok(&["outbox", "ack", first])["acknowledged"].as_u64(),
+        Some(0),
+        "acknowledging is idempotent"
+    );
+    assert_eq!(e.run(&["outbox", "pending"]).lines().len(), 1);
+
+    // task fail, retry refused outside NOT_STARTED, redispatch and finalize by an operator.
+    let m2 = write_manifest(e.dir.path(), "rel-2", json!({"required_evidence": []}));
+    e.ok(&["task", "declare", m2.to_str().unwrap()]);
+    e.ok(&["task", "register", "rel-2", "--run", "r1"]);
+    let f2 = e.ok(&[
+        "task",
+        "claim",
+        "rel-2",
+        "--run",
+        "r1",
+        "--executor",
+        "ci-2",
+    ])["fence"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let tf = e.ok(&[
+        "task",
+        "fail",
+        "rel-2",
+        "--run",
+        "r1",
+        "--executor",
+        "ci-2",
+        "--fence",
+        &f2,
+        "--error",
+        r#"{"step":"build"}"#,
+    ]);
+    assert_eq!(tf["state"].as_str(), Some("FAILED"));
+    let retry = e.run(&["task", "retry", "rel-2", "--run", "r2"]);
+    assert_eq!(
+        (retry.code, retry.json()["refused"].as_str()),
+        (1, Some("illegal_transition"))
+    );
+    let rd = e.ok(&[
+        "task",
+        "redispatch",
+        "rel-2",
+        "--operator",
+        "alice",
+        "--iteration",
+        "2",
+    ]);
+    assert_eq!(
+        (rd["state"].as_str(), rd["iteration"].as_u64()),
+        (Some("REGISTERED"), Some(2))
+    );
+    let same = e.run(&[
+        "task",
+        "redispatch",
+        "rel-2",
+        "--operator",
+        "alice",
+        "--iteration",
+        "2",
+    ]);
+    assert_eq!(same.code, 1);
+    let fin = e.ok(&[
+        "task",
+        "finalize",
+        "rel-2",
+        "--operator",
+        "alice",
+        "--error",
+        r#"{"why":"budget"}"#,
+    ]);
+    assert_eq!(fin["state"].as_str(), Some("FAILED"));
+    let sw = e.run(&["sweep", "--dry-run"]);
+    assert_eq!((sw.code, sw.stdout.as_str()), (0, ""));
+    assert_eq!(e.run(&["sweep"]).code, 0);
+}
+
+#[test]
+fn lists_are_paged_and_human_output_is_a_table() {
+    let e = Env::new();
+    for i in 0..5 {
+        e.ok(&["claim", &format!("page-{i}"), "--owner", "w"]);
+    }
+    let first = e.run(&["task", "list", "--limit", "2"]).lines();
+    assert_eq!(first.len(), 3, "two tasks and the cursor");
+    let cursor = first[2]["next"].as_str().unwrap().to_owned();
+    let second = e
+        .run(&["task", "list", "--limit", "2", "--after", &cursor])
+        .lines();
+    assert_eq!(second[0]["task"].as_str(), Some("page-2"));
+    let all = e.run(&["task", "list", "--state", "CLAIMED"]).lines();
+    assert_eq!(all.len(), 5);
+    let f = e.ok(&["holder", "page-0"])["fence"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    e.ok(&["renew", "page-0", "--owner", "w", "--fence", &f]);
+    let ev = e.run(&["task", "events", "page-0", "--limit", "1"]).lines();
+    assert_eq!((ev.len(), ev[0]["kind"].as_str()), (2, Some("CLAIMED")));
+    let ev2 = e
+        .run(&[
+            "task",
+            "events",
+            "page-0",
+            "--after",
+            ev[1]["next"].as_str().unwrap(),
+        ])
+        .lines();
+    assert_eq!(ev2[0]["kind"].as_str(), Some("RENEWED"));
+    let human = e.run(&["--format", "human", "holder", "page-0"]);
+    assert_eq!(human.code, 0);
+    assert!(
+        human
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("owner") && l.trim_end().ends_with(" w")),
+        "{}",
+        human.stdout
+    );
+    let table = e.run(&["--format", "human", "task", "list"]);
+    assert!(
+        table.stdout.lines().next().unwrap().contains("state"),
+        "{}",
+        table.stdout
+    );
+    assert_eq!(table.stdout.lines().count(), 6);
+}
+
+#[test]
+fn bad_input_is_exit_2_names_the_field_and_changes_nothing() {
+    let e = Env::new();
+    e.ok(&["claim", "seed", "--owner", "w"]);
+    let m = write_manifest(e.dir.path(), "m", json!({"colour": "red"}));
+    let before = e.snapshot();
+    let long = "x".repeat(300);
+    let ev = format!("--evidence=log{}", hash('a'));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["claim", "", "--owner", "w"], "task"),
+        (vec!["claim", &long, "--owner", "w"], "task"),
+        (vec!["claim", "a\u{1}b", "--owner", "w"], "task"),
+        (vec!["claim", "t", "--owner", ""], "owner"),
+        (
+            vec!["renew", "seed", "--owner", "w", "--fence", "-1"],
+            "fence",
+        ),
+        (
+            vec!["renew", "seed", "--owner", "w", "--fence", "abc"],
+            "fence",
+        ),
+        (
+            vec!["complete", "seed", "--owner", "w", "--fence", "0"],
+            "fence",
+        ),
+        (
+            vec![
+                "task",
+                "heartbeat",
+                "seed",
+                "--run",
+                "r",
+                "--executor",
+                "w",
+                "--fence",
+                "1",
+                "--step",
+                "-1",
+            ],
+            "step",
+        ),
+        (vec!["claim", "t", "--owner", "w", "--ttl", "0s"], "ttl"),
+        (vec!["claim", "t", "--owner", "w", "--ttl", "8d"], "ttl"),
+        (
+            vec!["claim", "t", "--owner", "w", "--ttl", "5 fortnights"],
+            "ttl",
+        ),
+        (vec!["claim", "t", "--owner", "w", "--ttl", "30"], "ttl"),
+        (vec!["task", "declare", m.to_str().unwrap()], "colour"),
+        (
+            vec![
+                "fail",
+                "seed",
+                "--owner",
+                "w",
+                "--fence",
+                "1",
+                "--error",
+                "{not json",
+            ],
+            "error",
+        ),
+        (
+            vec![
+                "fail", "seed", "--owner", "w", "--fence", "1", "--error", "[1,2]",
+            ],
+            "error",
+        ),
+        (
+            vec![
+                "task",
+                "succeed",
+                "seed",
+                "--run",
+                "r",
+                "--executor",
+                "w",
+                "--fence",
+                "1",
+                &ev,
+            ],
+            "evidence",
+        ),
+        (
+            vec![
+                "task",
+                "succeed",
+                "seed",
+                "--run",
+                "r",
+                "--executor",
+                "w",
+                "--fence",
+                "1",
+                "--evidence",
+                "log=md5:abc",
+            ],
+            "evidence.log",
+        ),
+        (vec!["task", "list", "--state", "SLEEPING"], "state"),
+        (vec!["task", "list", "--limit", "0"], "limit"),
+    ];
+    for (args, field) in cases {
+        let r = e.run(&args);
+        assert_eq!(r.code, 2, "{args:?}: {r:?}");
+        assert_eq!(r.stdout, "", "{args:?}");
+        let err = r.error();
+        assert_eq!(
+            (err["kind"].as_str(), err["field"].as_str()),
+            (Some("invalid"), Some(field)),
+            "{args:?}: {r:?}"
+        );
+        assert!(!err["message"].as_str().unwrap().is_empty());
+    }
+    let r = e.run_bare(&["--store", "ftp://x", "holder", "seed"]);
+    assert_eq!((r.code, r.error()["field"].as_str()), (2, Some("store")));
+    let usage = e.run(&["claim", "t"]);
+    assert_eq!(
+        (usage.code, usage.error()["field"].as_str()),
+        (2, Some("owner")),
+        "a missing argument is named"
+    );
+    assert_eq!(e.run(&["frobnicate"]).code, 2);
+    assert_eq!(e.snapshot(), before, "bad input changed the store");
+}
+
+#[test]
+fn unavailable_stores_are_exit_3_and_grant_nothing() {
+    let e = Env::new();
+    let missing = format!("sqlite:{}/no/such/dir/baton.db", e.dir.path().display());
+    let r = e.run_bare(&["--store", &missing, "claim", "t", "--owner", "w"]);
+    assert_eq!(
+        (r.code, r.error()["kind"].as_str()),
+        (3, Some("unavailable"))
+    );
+    assert_eq!(r.stdout, "");
+    let junk = e.dir.path().join("junk.db");
+    std::fs::write(
+        &junk,
+        b"not a database at all, just some bytes that are long enough to matter".repeat(50),
+    )
+    .unwrap();
+    let r = e.run_bare(&[
+        "--store",
+        &format!("sqlite:{}", junk.display()),
+        "claim",
+        "t",
+        "--owner",
+        "w",
+    ]);
+    assert_eq!((r.code, r.error()["kind"].as_str()), (3, Some("corrupt")));
+    let r = e.run_bare(&["--store", "sled:/tmp/x", "holder", "t"]);
+    assert_eq!(
+        (r.code, r.error()["kind"].as_str()),
+        (3, Some("unsupported"))
+    );
+    assert!(
+        r.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains("`sled` feature")
+    );
+}
+
+#[test]
+fn the_store_comes_from_the_flag_the_environment_or_the_default() {
+    let e = Env::new();
+    let env_db = e.dir.path().join("env.db");
+    let out = Command::new(BIN)
+        .args(["claim", "t", "--owner", "w"])
+        .env("BATON_STORE", format!("sqlite:{}", env_db.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(env_db.exists(), "BATON_STORE names the store");
+    let out = Command::new(BIN)
+        .args(["claim", "t", "--owner", "w"])
+        .env_remove("BATON_STORE")
+        .current_dir(e.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        e.dir.path().join("baton.db").exists(),
+        "the default is sqlite:baton.db in the current directory"
+    );
+}
+
+#[test]
+fn a_closed_output_pipe_is_a_normal_exit() {
+    let e = Env::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = Authority::new(
+        SqliteStore::open(e.db(), SqliteOptions::default()).unwrap(),
+        Arc::new(SystemClock),
+    );
+    for i in 0..2000 {
+        rt.block_on(a.claim(
+            &Id::parse("t", &format!("pipe-{i:05}")).unwrap(),
+            &Id::parse("o", "w").unwrap(),
+            None,
+        ))
+        .unwrap();
+    }
+    drop(a);
+    let script = format!(
+        "set -o pipefail; '{BIN}' --store '{}' task list --limit 2000 | head -c 100 >/dev/null",
+        e.url()
+    );
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn the_demo_runs_and_finds_no_double_grant() {
+    let out = Command::new(BIN)
+        .arg("demo")
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("double grants    0"), "{text}");
+    assert!(text.contains("stale_fence"), "{text}");
+    let out = Command::new(BIN)
+        .args(["demo", "--format", "json"])
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            v["double_grants"].as_u64(),
+            v["ok"].as_bool(),
+            v["gates_passed"].as_u64()
+        ),
+        (Some(0), Some(true), Some(3))
+    );
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for arg in ["--help", "--version"] {
+        let out = Command::new(BIN).arg(arg).output().unwrap();
+        assert!(out.status.success(), "{arg}");
+        assert!(!out.stdout.is_empty());
+    }
+}
