@@ -117,6 +117,19 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         }
         #[cfg(not(feature = "sqlite"))]
         StoreUrl::Sqlite { .. } => Err(compiled_out("sqlite", "sqlite:")),
+        #[cfg(feature = "sled")]
+        StoreUrl::Sled { path, busy_timeout } => {
+            let mut opts = baton_store_sled::SledOptions::default();
+            if let Some(t) = busy_timeout {
+                opts.busy_timeout = t;
+            }
+            let store =
+                tokio::task::spawn_blocking(move || baton_store_sled::SledStore::open(path, opts))
+                    .await
+                    .map_err(|e| Error::unavailable(format!("opening the store failed: {e}")))??;
+            Ok(Arc::new(store))
+        }
+        #[cfg(not(feature = "sled"))]
         StoreUrl::Sled { .. } => Err(compiled_out("sled", "sled:")),
         StoreUrl::Etcd { .. } => Err(compiled_out("fabric", "etcd://")),
     }

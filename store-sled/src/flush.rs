@@ -1,0 +1,94 @@
+//! Group flush: one fsync serves every commit that finished before it began.
+
+use std::sync::{Condvar, Mutex};
+
+#[derive(Debug, Default)]
+struct State {
+    /// Transactions finished (committed or aborted) so far.
+    finished: u64,
+    /// Transactions begun but not finished.
+    in_flight: u64,
+    /// Every transaction numbered up to here is durable.
+    durable: u64,
+    flushing: bool,
+}
+
+/// Tracks what is durable and runs as few flushes as callers need.
+#[derive(Debug, Default)]
+pub struct GroupFlush {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+/// A lock that cannot be taken because a holder panicked: report, don't guess.
+pub struct Poisoned;
+
+impl GroupFlush {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, Poisoned> {
+        self.state.lock().map_err(|_| Poisoned)
+    }
+
+    /// Call before a transaction begins.
+    pub fn begin(&self) -> Result<(), Poisoned> {
+        self.lock()?.in_flight += 1;
+        Ok(())
+    }
+
+    /// Call when it has finished; returns the count that covers it.
+    pub fn finish(&self) -> Result<u64, Poisoned> {
+        let mut s = self.lock()?;
+        s.in_flight -= 1;
+        s.finished += 1;
+        Ok(s.finished)
+    }
+
+    /// What an answer that has just read the store must wait for: every
+    /// transaction finished so far and every one still in flight (which
+    /// may already be visible to the read).
+    pub fn horizon(&self) -> Result<u64, Poisoned> {
+        let s = self.lock()?;
+        Ok(s.finished + s.in_flight)
+    }
+
+    /// Returns once transaction `upto` is durable, flushing if nobody else is.
+    pub fn wait_durable<E>(
+        &self,
+        upto: u64,
+        flush: impl Fn() -> Result<(), E>,
+    ) -> Result<(), FlushError<E>> {
+        let mut s = self.lock().map_err(|_| FlushError::Poisoned)?;
+        loop {
+            if s.durable >= upto {
+                return Ok(());
+            }
+            if s.flushing || s.finished < upto {
+                // Someone else's flush is running, or `upto` is still in flight.
+                s = self.changed.wait(s).map_err(|_| FlushError::Poisoned)?;
+                continue;
+            }
+            // A flush that starts now covers every transaction finished so far.
+            let target = s.finished;
+            s.flushing = true;
+            drop(s);
+            let result = flush();
+            s = self.lock().map_err(|_| FlushError::Poisoned)?;
+            s.flushing = false;
+            if result.is_ok() {
+                s.durable = s.durable.max(target);
+            }
+            self.changed.notify_all();
+            result.map_err(FlushError::Flush)?;
+        }
+    }
+
+    /// Wakes waiters after a transaction finished (an in-flight one may be awaited).
+    pub fn notify(&self) {
+        self.changed.notify_all();
+    }
+}
+
+#[derive(Debug)]
+pub enum FlushError<E> {
+    Poisoned,
+    Flush(E),
+}

@@ -1,0 +1,598 @@
+//! The sled store: trees, one transaction per decision, and the one
+//! function that maps sled's errors to baton's.
+
+use crate::flush::{FlushError, GroupFlush, Poisoned};
+use async_trait::async_trait;
+use baton_core::model::{EventDraft, NotificationDraft};
+use baton_core::store::{Clause, Due};
+use baton_core::{
+    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Operation, Result,
+    Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+};
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+use sled::{Transactional, Tree};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The layout version this build writes.
+const SCHEMA_VERSION: u64 = 1;
+const MAGIC: &[u8] = b"baton";
+
+/// How a store is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SledOptions {
+    /// How long to wait for another process to let go of the directory.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SledOptions {
+    fn default() -> Self {
+        SledOptions {
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A baton store in one sled directory. Clones share the same database.
+#[derive(Clone)]
+pub struct SledStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    db: sled::Db,
+    trees: Trees,
+    flush: GroupFlush,
+}
+
+/// Every tree a decision may touch, in the order transactions take them.
+#[derive(Clone)]
+struct Trees {
+    /// task id → record JSON
+    tasks: Tree,
+    /// state NUL task id → due_at (i64 BE, or empty)
+    by_state: Tree,
+    /// seq BE → event JSON (with its count)
+    events: Tree,
+    /// task id NUL seq BE → ()
+    events_by_task: Tree,
+    /// task id NUL conflict key → seq BE
+    conflicts: Tree,
+    /// seq BE → pending notification JSON
+    outbox: Tree,
+    /// intent id → outbox seq BE (pending only)
+    intents: Tree,
+    /// counters: fence, event_seq, outbox_seq; the magic and schema version
+    meta: Tree,
+}
+
+impl fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// An error raised inside a transaction closure.
+#[derive(Debug)]
+enum Abort {
+    Corrupt(String),
+}
+
+type TxResult<T> = std::result::Result<T, ConflictableTransactionError<Abort>>;
+
+fn be(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+fn read_u64(v: Option<sled::IVec>) -> std::result::Result<u64, Abort> {
+    match v {
+        None => Ok(0),
+        Some(b) => {
+            let arr: [u8; 8] = b
+                .as_ref()
+                .try_into()
+                .map_err(|_| Abort::Corrupt("a counter is not 8 bytes".into()))?;
+            Ok(u64::from_be_bytes(arr))
+        }
+    }
+}
+
+fn key2(a: &str, b: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(a.len() + 1 + b.len());
+    k.extend_from_slice(a.as_bytes());
+    k.push(0);
+    k.extend_from_slice(b);
+    k
+}
+
+/// The one place sled's errors become baton's.
+fn map_err(path: &Path, e: sled::Error) -> Error {
+    let p = path.display();
+    match e {
+        sled::Error::Io(io) => {
+            let text = io.to_string();
+            if io.kind() == std::io::ErrorKind::WouldBlock
+                || text.contains("could not acquire lock")
+            {
+                Error::unavailable(format!(
+                    "{p}: another process holds the store (sled locks its directory): {text}"
+                ))
+            } else {
+                Error::unavailable(format!("{p}: I/O error: {text}"))
+            }
+        }
+        sled::Error::Corruption { at, .. } => {
+            Error::corrupt(format!("{p}: sled found corrupt data at {at:?}"))
+        }
+        sled::Error::CollectionNotFound(_) => Error::corrupt(format!("{p}: a tree is missing")),
+        sled::Error::Unsupported(m) => Error::unsupported(format!("{p}: {m}")),
+        sled::Error::ReportableBug(m) => Error::unavailable(format!("{p}: sled failed: {m}")),
+    }
+}
+
+impl SledStore {
+    /// Opens (creating if needed) the store in directory `path`, waiting up
+    /// to the busy timeout for another process to let go of it.
+    pub fn open(path: impl AsRef<Path>, options: SledOptions) -> Result<SledStore> {
+        let path = path.as_ref().to_path_buf();
+        let started = Instant::now();
+        let db = loop {
+            let attempt = std::panic::catch_unwind(|| sled::Config::new().path(&path).open());
+            match attempt {
+                Ok(Ok(db)) => break db,
+                Ok(Err(e)) => {
+                    let err = map_err(&path, e);
+                    let locked = err.message.contains("another process holds the store");
+                    if locked && started.elapsed() < options.busy_timeout {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    if locked {
+                        return Err(Error::unavailable(format!(
+                            "{}: another process holds the store (waited {:?}, the busy timeout)",
+                            path.display(),
+                            options.busy_timeout
+                        )));
+                    }
+                    return Err(err);
+                }
+                Err(_) => {
+                    return Err(Error::corrupt(format!(
+                        "{}: sled could not read the store (it panicked while opening)",
+                        path.display()
+                    )));
+                }
+            }
+        };
+        let err = |e| map_err(&path, e);
+        let t = |name: &str| db.open_tree(name).map_err(err);
+        let trees = Trees {
+            tasks: t("tasks")?,
+            by_state: t("by_state")?,
+            events: t("events")?,
+            events_by_task: t("events_by_task")?,
+            conflicts: t("conflicts")?,
+            outbox: t("outbox")?,
+            intents: t("intents")?,
+            meta: t("meta")?,
+        };
+        check_layout(&path, &db, &trees)?;
+        Ok(SledStore {
+            inner: Arc::new(Inner {
+                path,
+                db,
+                trees,
+                flush: GroupFlush::default(),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| Error::unavailable(format!("sled worker thread failed: {e}")))?
+    }
+}
+
+/// Marks a new store as baton's; refuses a foreign or newer one.
+fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
+    let err = |e| map_err(path, e);
+    let magic = trees.meta.get("magic").map_err(err)?;
+    match magic {
+        Some(m) if m.as_ref() == MAGIC => {
+            let version = read_u64(trees.meta.get("schema").map_err(err)?)
+                .map_err(|Abort::Corrupt(m)| Error::corrupt(format!("{}: {m}", path.display())))?;
+            if version > SCHEMA_VERSION {
+                return Err(Error::unsupported(format!(
+                    "{}: layout version {version} was written by a newer baton; this build reads up to {SCHEMA_VERSION}",
+                    path.display()
+                )));
+            }
+            Ok(())
+        }
+        Some(_) => Err(Error::corrupt(format!(
+            "{}: a sled database, but not a baton store",
+            path.display()
+        ))),
+        None => {
+            let foreign =
+                db.tree_names().len() > 9 || !trees.tasks.is_empty() || !trees.events.is_empty();
+            if foreign || !db.is_empty() {
+                return Err(Error::corrupt(format!(
+                    "{}: a sled database, but not a baton store",
+                    path.display()
+                )));
+            }
+            trees.meta.insert("magic", MAGIC).map_err(err)?;
+            trees
+                .meta
+                .insert("schema", &be(SCHEMA_VERSION))
+                .map_err(err)?;
+            db.flush().map_err(err)?;
+            Ok(())
+        }
+    }
+}
+
+impl Inner {
+    fn err(&self, e: sled::Error) -> Error {
+        map_err(&self.path, e)
+    }
+
+    fn poisoned(&self) -> Error {
+        Error::unavailable(format!(
+            "{}: the flush coordinator was poisoned by a panic",
+            self.path.display()
+        ))
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self, bytes: &[u8]) -> Result<T> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            Error::corrupt(format!(
+                "{}: a stored value does not decode: {e}",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// Waits until everything a read may have seen is durable.
+    fn settle_reads(&self) -> Result<()> {
+        let upto = self.flush.horizon().map_err(|Poisoned| self.poisoned())?;
+        self.durable(upto)
+    }
+
+    fn durable(&self, upto: u64) -> Result<()> {
+        self.flush
+            .wait_durable(upto, || self.db.flush().map(|_| ()))
+            .map_err(|e| match e {
+                FlushError::Poisoned => self.poisoned(),
+                FlushError::Flush(e) => self.err(e),
+            })
+    }
+
+    fn apply(&self, op: &Operation) -> Result<Decision> {
+        self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+        let result = self.transact(op);
+        let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
+        self.flush.notify();
+        let decision = result?;
+        // Answer only once what the decision wrote (or read) is durable.
+        let upto = self
+            .flush
+            .horizon()
+            .map_err(|Poisoned| self.poisoned())?
+            .max(finished);
+        self.durable(upto)?;
+        Ok(decision)
+    }
+
+    fn transact(&self, op: &Operation) -> Result<Decision> {
+        let t = &self.trees;
+        let trees = (
+            &t.tasks,
+            &t.by_state,
+            &t.events,
+            &t.events_by_task,
+            &t.conflicts,
+            &t.outbox,
+            &t.intents,
+            &t.meta,
+        );
+        let outcome = trees.transaction(
+            |(tasks, by_state, events, events_by_task, conflicts, outbox, intents, meta)| {
+                let current: Option<TaskRecord> = match tasks.get(op.task.as_str().as_bytes())? {
+                    Some(b) => Some(
+                        serde_json::from_slice(&b)
+                            .map_err(|e| abort(format!("a record does not decode: {e}")))?,
+                    ),
+                    None => None,
+                };
+                let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
+                let mut d = decide(op, current.as_ref(), live);
+                if !d.writes() {
+                    return Ok(d);
+                }
+                if d.mints_fence() {
+                    let fence = read_u64(meta.get("fence")?)
+                        .map_err(ConflictableTransactionError::Abort)?
+                        + 1;
+                    meta.insert("fence", &be(fence))?;
+                    d.assign_fence(fence);
+                }
+                if let Some(r) = d.record_to_write() {
+                    if let Some(old) = &current {
+                        by_state.remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
+                    }
+                    let due = r
+                        .due_at()
+                        .map(|t| t.as_millis().to_be_bytes().to_vec())
+                        .unwrap_or_default();
+                    by_state.insert(key2(r.state.as_str(), r.task.as_str().as_bytes()), due)?;
+                    tasks.insert(r.task.as_str().as_bytes(), encode(r)?)?;
+                }
+                for e in d.events() {
+                    append_event(e, events, events_by_task, conflicts, meta)?;
+                }
+                for n in d.notifications() {
+                    let seq = read_u64(meta.get("outbox_seq")?)
+                        .map_err(ConflictableTransactionError::Abort)?
+                        + 1;
+                    meta.insert("outbox_seq", &be(seq))?;
+                    outbox.insert(&be(seq), encode(n)?)?;
+                    intents.insert(n.intent_id.as_bytes(), &be(seq))?;
+                }
+                Ok(d)
+            },
+        );
+        outcome.map_err(|e| match e {
+            TransactionError::Abort(Abort::Corrupt(m)) => {
+                Error::corrupt(format!("{}: {m}", self.path.display()))
+            }
+            TransactionError::Storage(e) => self.err(e),
+        })
+    }
+
+    fn list(&self, q: &ListQuery) -> Result<Vec<Snapshot>> {
+        let after = q.after.as_ref().map_or("", |a| a.as_str());
+        let mut rows: Vec<(Vec<u8>, TaskRecord)> = Vec::new();
+        let mut push = |key: &[u8]| -> Result<()> {
+            if let Some(b) = self.trees.tasks.get(key).map_err(|e| self.err(e))? {
+                rows.push((key.to_vec(), self.decode(&b)?));
+            }
+            Ok(())
+        };
+        match &q.clauses {
+            None => {
+                let start = std::ops::Bound::Excluded(after.as_bytes().to_vec());
+                for item in self
+                    .trees
+                    .tasks
+                    .range((start, std::ops::Bound::Unbounded))
+                    .take(q.limit)
+                {
+                    let (k, _) = item.map_err(|e| self.err(e))?;
+                    push(&k)?;
+                }
+            }
+            Some(clauses) => {
+                for Clause { state, due } in clauses {
+                    let prefix = key2(state.as_str(), b"");
+                    let start = key2(state.as_str(), after.as_bytes());
+                    let mut taken = 0;
+                    for item in self
+                        .trees
+                        .by_state
+                        .range((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
+                    {
+                        let (k, v) = item.map_err(|e| self.err(e))?;
+                        if !k.starts_with(&prefix) || taken >= q.limit {
+                            break;
+                        }
+                        let due_at = <[u8; 8]>::try_from(v.as_ref()).ok().map(i64::from_be_bytes);
+                        let passed = due_at.is_some_and(|d| d <= q.now.as_millis());
+                        let keep = match due {
+                            Due::Any => true,
+                            Due::NotYet => !passed,
+                            Due::Passed => passed,
+                        };
+                        if keep {
+                            push(&k[prefix.len()..])?;
+                            taken += 1;
+                        }
+                    }
+                }
+            }
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.dedup_by(|a, b| a.0 == b.0);
+        rows.truncate(q.limit);
+        self.settle_reads()?;
+        Ok(rows
+            .into_iter()
+            .map(|(_, r)| Snapshot::at(r, q.now))
+            .collect())
+    }
+
+    fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let mut keys: Vec<sled::IVec> = Vec::new();
+        match task {
+            None => {
+                for item in self
+                    .trees
+                    .events
+                    .range(be(after.saturating_add(1))..)
+                    .take(limit)
+                {
+                    keys.push(item.map_err(|e| self.err(e))?.0);
+                }
+            }
+            Some(t) => {
+                let prefix = key2(t.as_str(), b"");
+                for item in self
+                    .trees
+                    .events_by_task
+                    .range(key2(t.as_str(), &be(after.saturating_add(1)))..)
+                {
+                    let (k, _) = item.map_err(|e| self.err(e))?;
+                    if !k.starts_with(&prefix) || keys.len() >= limit {
+                        break;
+                    }
+                    keys.push(k.subslice(prefix.len(), k.len() - prefix.len()));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            if let Some(b) = self.trees.events.get(&k).map_err(|e| self.err(e))? {
+                out.push(self.decode::<Event>(&b)?);
+            }
+        }
+        self.settle_reads()?;
+        Ok(out)
+    }
+
+    fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let mut out = Vec::new();
+        for item in self
+            .trees
+            .outbox
+            .range(be(after.saturating_add(1))..)
+            .take(limit)
+        {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let seq = read_u64(Some(k)).map_err(|Abort::Corrupt(m)| Error::corrupt(m))?;
+            let draft: NotificationDraft = self.decode(&v)?;
+            out.push(Notification::from_draft(seq, draft));
+        }
+        self.settle_reads()?;
+        Ok(out)
+    }
+
+    fn ack(&self, ids: &[String]) -> Result<u64> {
+        self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+        let t = &self.trees;
+        let result = (&t.outbox, &t.intents).transaction(|(outbox, intents)| {
+            let mut acked = 0u64;
+            for id in ids {
+                if let Some(seq) = intents.remove(id.as_bytes())? {
+                    outbox.remove(seq)?;
+                    acked += 1;
+                }
+            }
+            Ok::<_, ConflictableTransactionError<Abort>>(acked)
+        });
+        let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
+        self.flush.notify();
+        let acked = result.map_err(|e| match e {
+            TransactionError::Abort(Abort::Corrupt(m)) => Error::corrupt(m),
+            TransactionError::Storage(e) => self.err(e),
+        })?;
+        self.durable(finished)?;
+        Ok(acked)
+    }
+
+    fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        let got = self
+            .trees
+            .tasks
+            .get(task.as_str().as_bytes())
+            .map_err(|e| self.err(e))?;
+        let snap = got
+            .map(|b| self.decode(&b).map(|r| Snapshot::at(r, now)))
+            .transpose()?;
+        self.settle_reads()?;
+        Ok(snap)
+    }
+}
+
+fn abort(m: String) -> ConflictableTransactionError<Abort> {
+    ConflictableTransactionError::Abort(Abort::Corrupt(m))
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> TxResult<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| abort(format!("cannot encode a value: {e}")))
+}
+
+fn append_event(
+    e: &EventDraft,
+    events: &TransactionalTree,
+    events_by_task: &TransactionalTree,
+    conflicts: &TransactionalTree,
+    meta: &TransactionalTree,
+) -> TxResult<()> {
+    if let Some(key) = &e.conflict_key {
+        let ck = key2(e.task.as_str(), key.as_bytes());
+        if let Some(seq) = conflicts.get(&ck)?
+            && let Some(b) = events.get(&seq)?
+        {
+            let mut ev: Event = serde_json::from_slice(&b)
+                .map_err(|err| abort(format!("an event does not decode: {err}")))?;
+            ev.count += 1;
+            events.insert(seq, encode(&ev)?)?;
+            return Ok(());
+        }
+    }
+    let seq = read_u64(meta.get("event_seq")?).map_err(ConflictableTransactionError::Abort)? + 1;
+    meta.insert("event_seq", &be(seq))?;
+    events.insert(&be(seq), encode(&Event::from_draft(seq, e.clone()))?)?;
+    events_by_task.insert(key2(e.task.as_str(), &be(seq)), &[])?;
+    if let Some(key) = &e.conflict_key {
+        conflicts.insert(key2(e.task.as_str(), key.as_bytes()), &be(seq))?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SledStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            clock: ClockKind::Injected,
+            durable: true,
+            multi_process: false,
+            min_ttl_ms: 1,
+        }
+    }
+
+    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        let task = task.clone();
+        self.run(move |inner| inner.read(&task, now)).await
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        self.run(move |inner| inner.apply(&op)).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        let query = query.clone();
+        self.run(move |inner| inner.list(&query)).await
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let task = task.cloned();
+        self.run(move |inner| inner.events(task.as_ref(), after, limit))
+            .await
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        self.run(move |inner| inner.pending(after, limit)).await
+    }
+
+    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+        let ids = intent_ids.to_vec();
+        self.run(move |inner| inner.ack(&ids)).await
+    }
+}

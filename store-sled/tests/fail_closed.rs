@@ -1,0 +1,105 @@
+//! A corrupt, foreign, newer or unreadable store answers `Unavailable`,
+//! `Corrupt` or `Unsupported` with the path and the cause; nothing panics.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use baton_core::{Authority, ErrorKind, Id, SystemClock};
+use baton_store_sled::{SledOptions, SledStore};
+use std::path::Path;
+use std::sync::Arc;
+
+fn id(s: &str) -> Id {
+    Id::parse("id", s).unwrap()
+}
+
+fn try_claim(path: &Path) -> baton_core::Result<baton_core::Reply> {
+    let store = SledStore::open(path, SledOptions::default())?;
+    let a = Authority::new(store, Arc::new(SystemClock));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(a.claim(&id("t"), &id("w"), None))
+}
+
+#[test]
+fn a_path_that_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    std::fs::write(&path, b"a file, not a directory").unwrap();
+    let e = try_claim(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains(&path.display().to_string()), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"a file, not a directory");
+}
+
+#[test]
+fn a_foreign_sled_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let db = sled::open(&path).unwrap();
+    db.insert("user:1", "alice").unwrap();
+    db.flush().unwrap();
+    drop(db);
+    let e = try_claim(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(
+        e.message.contains("not a baton store") && e.message.contains(&path.display().to_string()),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_layout_written_by_a_newer_baton() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    assert!(try_claim(&path).unwrap().grant().is_some());
+    let db = sled::open(&path).unwrap();
+    db.open_tree("meta")
+        .unwrap()
+        .insert("schema", &9u64.to_be_bytes())
+        .unwrap();
+    db.flush().unwrap();
+    drop(db);
+    let e = try_claim(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    assert!(e.message.contains("newer baton"), "{e}");
+}
+
+#[test]
+fn corrupt_data_fails_closed_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    {
+        let a = Authority::new(
+            SledStore::open(&path, SledOptions::default()).unwrap(),
+            Arc::new(SystemClock),
+        );
+        for i in 0..300 {
+            rt.block_on(a.claim(&id(&format!("t-{i}")), &id("w"), None))
+                .unwrap();
+        }
+    }
+    // Overwrite the middle of the data file with garbage.
+    let data = path.join("db");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let mid = bytes.len() / 3;
+    let end = (mid + 4096).min(bytes.len());
+    for b in &mut bytes[mid..end] {
+        *b = 0xA5;
+    }
+    std::fs::write(&data, &bytes).unwrap();
+    // Whatever sled makes of it, the answer is an error or a consistent store, never a panic.
+    let outcome = std::panic::catch_unwind(|| try_claim(&path));
+    let result = outcome.expect("no panic reaches the caller");
+    if let Err(e) = result {
+        assert!(
+            matches!(e.kind, ErrorKind::Corrupt | ErrorKind::Unavailable),
+            "{e}"
+        );
+        assert!(e.message.contains(&path.display().to_string()), "{e}");
+    }
+}
