@@ -16,10 +16,12 @@ pub enum StoreUrl {
     Sqlite {
         path: String,
         busy_timeout: Option<Duration>,
+        group_commit: bool,
     },
     Sled {
         path: String,
         busy_timeout: Option<Duration>,
+        group_commit: bool,
     },
     Etcd {
         endpoints: Vec<String>,
@@ -53,6 +55,7 @@ impl StoreUrl {
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut busy_timeout = None;
+        let mut group_commit = true;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("busy_timeout", v)) => {
@@ -63,6 +66,9 @@ impl StoreUrl {
                     })?;
                     busy_timeout = Some(d);
                 }
+                Some(("group_commit", "on")) => group_commit = true,
+                Some(("group_commit", "off")) => group_commit = false,
+                Some(("group_commit", _)) => return Err(bad("group_commit is on or off")),
                 _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
             }
         }
@@ -71,10 +77,12 @@ impl StoreUrl {
             "sqlite" => Ok(StoreUrl::Sqlite {
                 path: path.to_owned(),
                 busy_timeout,
+                group_commit,
             }),
             "sled" => Ok(StoreUrl::Sled {
                 path: path.to_owned(),
                 busy_timeout,
+                group_commit,
             }),
             "memory" => Ok(StoreUrl::Memory),
             other => Err(bad(&format!(
@@ -102,8 +110,15 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
     match StoreUrl::parse(url)? {
         StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
         #[cfg(feature = "sqlite")]
-        StoreUrl::Sqlite { path, busy_timeout } => {
-            let mut opts = baton_store_sqlite::SqliteOptions::default();
+        StoreUrl::Sqlite {
+            path,
+            busy_timeout,
+            group_commit,
+        } => {
+            let mut opts = baton_store_sqlite::SqliteOptions {
+                group_commit,
+                ..Default::default()
+            };
             if let Some(t) = busy_timeout {
                 opts.busy_timeout = t;
             }
@@ -118,8 +133,15 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         #[cfg(not(feature = "sqlite"))]
         StoreUrl::Sqlite { .. } => Err(compiled_out("sqlite", "sqlite:")),
         #[cfg(feature = "sled")]
-        StoreUrl::Sled { path, busy_timeout } => {
-            let mut opts = baton_store_sled::SledOptions::default();
+        StoreUrl::Sled {
+            path,
+            busy_timeout,
+            group_commit,
+        } => {
+            let mut opts = baton_store_sled::SledOptions {
+                group_commit,
+                ..Default::default()
+            };
             if let Some(t) = busy_timeout {
                 opts.busy_timeout = t;
             }
@@ -145,14 +167,16 @@ mod tests {
             StoreUrl::parse("sqlite:/tmp/x.db").unwrap(),
             StoreUrl::Sqlite {
                 path: "/tmp/x.db".into(),
-                busy_timeout: None
+                busy_timeout: None,
+                group_commit: true
             }
         );
         assert_eq!(
             StoreUrl::parse("sled:data?busy_timeout=500ms").unwrap(),
             StoreUrl::Sled {
                 path: "data".into(),
-                busy_timeout: Some(Duration::from_millis(500))
+                busy_timeout: Some(Duration::from_millis(500)),
+                group_commit: true
             }
         );
         assert_eq!(
@@ -168,6 +192,7 @@ mod tests {
             "sqlite:",
             "sqlite:x?busy_timeout=soon",
             "sqlite:x?colour=red",
+            "sqlite:x?group_commit=maybe",
             "etcd://",
         ] {
             let e = StoreUrl::parse(bad).unwrap_err();

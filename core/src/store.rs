@@ -200,6 +200,12 @@ pub trait Store: Send + Sync + Debug {
     /// Unacknowledged notifications with `seq > after`, in order, at most `limit`.
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>>;
 
+    /// How many durable commits (fsyncs) this store handle has made, if it
+    /// counts them: benchmarks divide grants by it.
+    fn commits(&self) -> Option<u64> {
+        None
+    }
+
     /// Acknowledges notifications by intent id; returns how many were newly
     /// acknowledged.
     ///
@@ -214,6 +220,9 @@ macro_rules! forward_store {
         impl<S: Store + ?Sized> Store for $ty {
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
+            }
+            fn commits(&self) -> Option<u64> {
+                (**self).commits()
             }
             async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
                 (**self).read(task, now).await

@@ -18,12 +18,27 @@ struct State {
 pub struct GroupFlush {
     state: Mutex<State>,
     changed: Condvar,
+    /// Off: every caller runs a flush of its own, one after another.
+    shared: bool,
+    flushes: std::sync::atomic::AtomicU64,
 }
 
 /// A lock that cannot be taken because a holder panicked: report, don't guess.
 pub struct Poisoned;
 
 impl GroupFlush {
+    pub fn new(shared: bool) -> Self {
+        GroupFlush {
+            shared,
+            ..Default::default()
+        }
+    }
+
+    /// How many flushes have completed.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>, Poisoned> {
         self.state.lock().map_err(|_| Poisoned)
     }
@@ -50,15 +65,19 @@ impl GroupFlush {
         Ok(s.finished + s.in_flight)
     }
 
-    /// Returns once transaction `upto` is durable, flushing if nobody else is.
+    /// Returns once transaction `upto` is durable, flushing if nobody else
+    /// is. `own_write`: the caller committed `upto` itself; with sharing off
+    /// it then always runs a flush of its own.
     pub fn wait_durable<E>(
         &self,
         upto: u64,
+        own_write: bool,
         flush: impl Fn() -> Result<(), E>,
     ) -> Result<(), FlushError<E>> {
         let mut s = self.lock().map_err(|_| FlushError::Poisoned)?;
+        let mut must_flush = own_write && !self.shared;
         loop {
-            if s.durable >= upto {
+            if s.durable >= upto && !must_flush {
                 return Ok(());
             }
             if s.flushing || s.finished < upto {
@@ -75,6 +94,9 @@ impl GroupFlush {
             s.flushing = false;
             if result.is_ok() {
                 s.durable = s.durable.max(target);
+                self.flushes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                must_flush = false;
             }
             self.changed.notify_all();
             result.map_err(FlushError::Flush)?;

@@ -25,12 +25,16 @@ const MAGIC: &[u8] = b"baton";
 pub struct SledOptions {
     /// How long to wait for another process to let go of the directory.
     pub busy_timeout: Duration,
+    /// Let one flush serve every change committed before it (on by default);
+    /// off, every change waits for a flush of its own.
+    pub group_commit: bool,
 }
 
 impl Default for SledOptions {
     fn default() -> Self {
         SledOptions {
             busy_timeout: Duration::from_secs(5),
+            group_commit: true,
         }
     }
 }
@@ -187,7 +191,7 @@ impl SledStore {
                 path,
                 db,
                 trees,
-                flush: GroupFlush::default(),
+                flush: GroupFlush::new(options.group_commit),
             }),
         })
     }
@@ -272,12 +276,12 @@ impl Inner {
     /// Waits until everything a read may have seen is durable.
     fn settle_reads(&self) -> Result<()> {
         let upto = self.flush.horizon().map_err(|Poisoned| self.poisoned())?;
-        self.durable(upto)
+        self.durable(upto, false)
     }
 
-    fn durable(&self, upto: u64) -> Result<()> {
+    fn durable(&self, upto: u64, own_write: bool) -> Result<()> {
         self.flush
-            .wait_durable(upto, || self.db.flush().map(|_| ()))
+            .wait_durable(upto, own_write, || self.db.flush().map(|_| ()))
             .map_err(|e| match e {
                 FlushError::Poisoned => self.poisoned(),
                 FlushError::Flush(e) => self.err(e),
@@ -296,7 +300,7 @@ impl Inner {
             .horizon()
             .map_err(|Poisoned| self.poisoned())?
             .max(finished);
-        self.durable(upto)?;
+        self.durable(upto, decision.writes())?;
         Ok(decision)
     }
 
@@ -501,7 +505,7 @@ impl Inner {
             TransactionError::Abort(Abort::Corrupt(m)) => Error::corrupt(m),
             TransactionError::Storage(e) => self.err(e),
         })?;
-        self.durable(finished)?;
+        self.durable(finished, acked > 0)?;
         Ok(acked)
     }
 
@@ -574,6 +578,10 @@ impl Store for SledStore {
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
         self.run(move |inner| inner.apply(&op)).await
+    }
+
+    fn commits(&self) -> Option<u64> {
+        Some(self.inner.flush.flushes())
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

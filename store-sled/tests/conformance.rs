@@ -5,8 +5,11 @@ use async_trait::async_trait;
 use baton_core::conformance::Harness;
 use baton_store_sled::{SledOptions, SledStore};
 
+/// `group_commit`: whether one flush serves every change before it.
 #[derive(Debug, Default, Clone, Copy)]
-struct SledHarness;
+struct SledHarness {
+    group_commit: bool,
+}
 
 #[async_trait]
 impl Harness for SledHarness {
@@ -18,8 +21,22 @@ impl Harness for SledHarness {
     }
 
     async fn open(&self, place: &tempfile::TempDir) -> baton_core::Result<SledStore> {
-        SledStore::open(place.path().join("store"), SledOptions::default())
+        SledStore::open(
+            place.path().join("store"),
+            SledOptions {
+                group_commit: self.group_commit,
+                ..Default::default()
+            },
+        )
     }
 }
 
-baton_core::conformance_tests!(SledHarness);
+mod group_commit {
+    baton_core::conformance_tests!(super::SledHarness { group_commit: true });
+}
+
+mod one_flush_per_change {
+    baton_core::conformance_tests!(super::SledHarness {
+        group_commit: false
+    });
+}

@@ -18,6 +18,7 @@ fn id(s: &str) -> Id {
 fn open(path: &std::path::Path) -> Authority<SledStore> {
     let opts = SledOptions {
         busy_timeout: std::time::Duration::from_secs(30),
+        ..Default::default()
     };
     Authority::new(SledStore::open(path, opts).unwrap(), Arc::new(SystemClock))
 }

@@ -22,14 +22,27 @@ pub struct SqliteOptions {
     /// How long to wait for another process's write lock before answering
     /// `Unavailable`.
     pub busy_timeout: Duration,
+    /// Run the decisions of callers who write at the same time inside one
+    /// transaction, so one fsync serves them all (on by default).
+    pub group_commit: bool,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
             busy_timeout: Duration::from_secs(5),
+            group_commit: true,
         }
     }
+}
+
+/// The most decisions one group commit carries.
+const MAX_BATCH: usize = 256;
+
+/// A caller waiting for its decision to be committed by whoever holds the writer.
+struct Queued {
+    op: Operation,
+    answer: std::sync::mpsc::Sender<Result<Decision>>,
 }
 
 /// A baton store in one SQLite file. Clones share the same connections.
@@ -45,6 +58,9 @@ struct Inner {
     file_id: (u64, u64),
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
+    group_commit: bool,
+    queue: Mutex<Vec<Queued>>,
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -75,6 +91,9 @@ impl SqliteStore {
                 file_id,
                 writer: Mutex::new(writer),
                 reader: Mutex::new(reader),
+                group_commit: options.group_commit,
+                queue: Mutex::new(Vec::new()),
+                commits: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -254,6 +273,8 @@ impl Inner {
         if changed {
             self.check_identity()?;
             tx.commit().map_err(|e| self.err(e))?;
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         // Dropping an uncommitted transaction rolls it back: nothing was written.
         Ok(out)
@@ -267,20 +288,103 @@ impl Inner {
         f(&tx)
     }
 
-    fn apply(&self, op: &Operation) -> Result<Decision> {
-        self.write(|tx| {
-            let current = load(tx, &op.task).map_err(|e| self.err(e))?;
-            let current = current
-                .map(|json| self.decode::<TaskRecord>(&json))
-                .transpose()?;
-            let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
-            let mut d = decide(op, current.as_ref(), live);
-            if !d.writes() {
-                return Ok((d, false));
+    fn apply(&self, op: Operation) -> Result<Decision> {
+        if !self.group_commit {
+            return self.apply_one(&op);
+        }
+        let (answer, reply) = std::sync::mpsc::channel();
+        self.lock_queue()?.push(Queued { op, answer });
+        // At most two rounds: whoever held the writer before us either took our
+        // operation (and answered it before letting go) or left it queued for us.
+        for _ in 0..=MAX_BATCH {
+            if let Ok(result) = reply.try_recv() {
+                return result;
             }
-            self.write_decision(tx, &mut d)?;
-            Ok((d, true))
+            let mut conn = self.lock(&self.writer)?;
+            if let Ok(result) = reply.try_recv() {
+                return result;
+            }
+            let batch: Vec<Queued> = {
+                let mut q = self.lock_queue()?;
+                let n = q.len().min(MAX_BATCH);
+                q.drain(..n).collect()
+            };
+            self.commit_batch(&mut conn, batch);
+        }
+        Err(Error::unavailable(format!(
+            "{}: a group commit never answered",
+            self.path.display()
+        )))
+    }
+
+    fn lock_queue(&self) -> Result<MutexGuard<'_, Vec<Queued>>> {
+        self.queue.lock().map_err(|_| {
+            Error::unavailable(format!(
+                "{}: the commit queue was poisoned",
+                self.path.display()
+            ))
         })
+    }
+
+    /// Decides every queued operation in order inside one transaction and
+    /// commits once; answers every caller only after the commit is durable.
+    /// If anything fails, nothing is applied and every caller gets the error.
+    fn commit_batch(&self, conn: &mut Connection, batch: Vec<Queued>) {
+        let outcome = (|| -> Result<Vec<Decision>> {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            self.check_identity()?;
+            let mut decisions = Vec::with_capacity(batch.len());
+            let mut changed = false;
+            for q in &batch {
+                let (d, wrote) = self.decide_in(&tx, &q.op)?;
+                changed |= wrote;
+                decisions.push(d);
+            }
+            if changed {
+                self.check_identity()?;
+                tx.commit().map_err(|e| self.err(e))?;
+                self.commits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(decisions)
+        })();
+        match outcome {
+            Ok(decisions) => {
+                for (q, d) in batch.into_iter().zip(decisions) {
+                    let _ = q.answer.send(Ok(d));
+                }
+            }
+            Err(e) => {
+                for q in batch {
+                    let _ = q.answer.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn apply_one(&self, op: &Operation) -> Result<Decision> {
+        self.write(|tx| self.decide_in(tx, op))
+    }
+
+    /// Reads the task, decides, and writes the decision inside `tx`.
+    fn decide_in(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        op: &Operation,
+    ) -> Result<(Decision, bool)> {
+        let current = load(tx, &op.task).map_err(|e| self.err(e))?;
+        let current = current
+            .map(|json| self.decode::<TaskRecord>(&json))
+            .transpose()?;
+        let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
+        let mut d = decide(op, current.as_ref(), live);
+        if !d.writes() {
+            return Ok((d, false));
+        }
+        self.write_decision(tx, &mut d)?;
+        Ok((d, true))
     }
 
     fn write_decision(&self, tx: &rusqlite::Transaction<'_>, d: &mut Decision) -> Result<()> {
@@ -562,7 +666,15 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        self.run(move |inner| inner.apply(&op)).await
+        self.run(move |inner| inner.apply(op)).await
+    }
+
+    fn commits(&self) -> Option<u64> {
+        Some(
+            self.inner
+                .commits
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

@@ -5,8 +5,11 @@ use async_trait::async_trait;
 use baton_core::conformance::Harness;
 use baton_store_sqlite::{SqliteOptions, SqliteStore};
 
+/// `group_commit`: whether concurrent writers share one transaction.
 #[derive(Debug, Default, Clone, Copy)]
-struct SqliteHarness;
+struct SqliteHarness {
+    group_commit: bool,
+}
 
 #[async_trait]
 impl Harness for SqliteHarness {
@@ -18,8 +21,20 @@ impl Harness for SqliteHarness {
     }
 
     async fn open(&self, place: &tempfile::TempDir) -> baton_core::Result<SqliteStore> {
-        SqliteStore::open(place.path().join("baton.db"), SqliteOptions::default())
+        let opts = SqliteOptions {
+            group_commit: self.group_commit,
+            ..Default::default()
+        };
+        SqliteStore::open(place.path().join("baton.db"), opts)
     }
 }
 
-baton_core::conformance_tests!(SqliteHarness);
+mod group_commit {
+    baton_core::conformance_tests!(super::SqliteHarness { group_commit: true });
+}
+
+mod one_commit_per_decision {
+    baton_core::conformance_tests!(super::SqliteHarness {
+        group_commit: false
+    });
+}

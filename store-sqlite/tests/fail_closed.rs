@@ -25,7 +25,13 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn open(path: &Path, busy: Duration) -> baton_core::Result<Authority<SqliteStore>> {
-    let store = SqliteStore::open(path, SqliteOptions { busy_timeout: busy })?;
+    let store = SqliteStore::open(
+        path,
+        SqliteOptions {
+            busy_timeout: busy,
+            ..Default::default()
+        },
+    )?;
     Ok(Authority::new(store, Arc::new(SystemClock)))
 }
 

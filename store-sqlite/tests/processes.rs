@@ -17,6 +17,7 @@ const PROCESSES: usize = 8;
 fn authority(path: &str) -> Authority<SqliteStore> {
     let opts = SqliteOptions {
         busy_timeout: Duration::from_secs(60),
+        ..Default::default()
     };
     Authority::new(
         SqliteStore::open(path, opts).expect("open the store"),
