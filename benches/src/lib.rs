@@ -1,1 +1,96 @@
-//! Not written yet: see the open issues.
+//! Shared setup for the criterion benchmarks: stores of each backend,
+//! seeded through the public API (group commit makes large seeds quick)
+//! and cached under `target/bench-data` between runs.
+
+use baton_core::{Authority, Id, ManualClock, MemoryStore, Preconditions, Store, Timestamp};
+use baton_store_sled::{SledOptions, SledStore};
+use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An authority over any store, on a manual clock that never moves (leases stay live).
+pub type Bench = Authority<Arc<dyn Store>>;
+
+pub fn id(s: &str) -> Id {
+    Id::parse("id", s).unwrap_or_else(|e| panic!("bench id {s:?}: {e}"))
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::new(Timestamp::from_millis(1_767_225_600_000)))
+}
+
+/// The backends measured side by side.
+pub const BACKENDS: [&str; 3] = ["memory", "sqlite", "sled"];
+
+/// A fresh, empty store of `backend`, kept alive by the returned directory.
+pub fn fresh(backend: &str) -> (Bench, Option<tempfile::TempDir>) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary directory: {e}"));
+    let a = open(backend, dir.path().join("store"));
+    (a, Some(dir))
+}
+
+fn open(backend: &str, path: PathBuf) -> Bench {
+    let store: Arc<dyn Store> = match backend {
+        "memory" => Arc::new(MemoryStore::new()),
+        "sqlite" => Arc::new(
+            SqliteStore::open(path, SqliteOptions::default()).unwrap_or_else(|e| panic!("{e}")),
+        ),
+        "sled" => Arc::new(
+            SledStore::open(path, SledOptions::default()).unwrap_or_else(|e| panic!("{e}")),
+        ),
+        other => panic!("unknown backend {other}"),
+    };
+    Authority::new(store, clock())
+}
+
+/// A store of `backend` holding `tasks` claimed tasks with `events_per_task`
+/// events each, built once and cached in `target/bench-data`.
+pub fn seeded(
+    rt: &tokio::runtime::Runtime,
+    backend: &str,
+    tasks: usize,
+    events_per_task: usize,
+) -> Bench {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench-data");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("{backend}-{tasks}-{events_per_task}"));
+    let done = path.with_extension("done");
+    if backend != "memory" && done.exists() {
+        return open(backend, path);
+    }
+    let _ = std::fs::remove_dir_all(&path);
+    let _ = std::fs::remove_file(&path);
+    let a = Arc::new(open(backend, path));
+    eprintln!(
+        "seeding {backend} with {tasks} tasks and {} events (once)...",
+        tasks * events_per_task
+    );
+    rt.block_on(async {
+        let lanes = 256;
+        let mut handles = Vec::new();
+        for lane in 0..lanes {
+            let a = a.clone();
+            handles.push(tokio::spawn(async move {
+                for i in (lane..tasks).step_by(lanes) {
+                    let task = id(&format!("seed-{i:08}"));
+                    let owner = id("seeder");
+                    let _ = a.claim(&task, &owner, Some(3_600_000)).await;
+                    for e in 1..events_per_task {
+                        let meta = BTreeMap::from([("n".to_owned(), json!(e))]);
+                        let _ = a.annotate(&task, &owner, meta, Preconditions::none()).await;
+                    }
+                }
+            }));
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+    });
+    let _ = std::fs::write(&done, b"");
+    match Arc::try_unwrap(a) {
+        Ok(a) => a,
+        Err(_) => panic!("seeding left a handle open"),
+    }
+}

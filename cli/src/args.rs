@@ -114,6 +114,70 @@ pub enum Command {
     Outbox(OutboxCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     Demo,
+    /// The contention harness: W workers race for T tasks and complete what they win.
+    Bench(BenchArgs),
+    /// One worker of `bench --processes` (started by the harness).
+    #[command(hide = true)]
+    BenchWorker(BenchWorkerArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Order {
+    /// Every worker tries every task, each in its own random order.
+    Shuffled,
+    /// Every worker tries every task in the same order: the lock-step worst case.
+    Same,
+    /// Each worker gets its own share of the tasks: a queue without contention.
+    Disjoint,
+}
+
+impl Order {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Order::Shuffled => "shuffled",
+            Order::Same => "same",
+            Order::Disjoint => "disjoint",
+        }
+    }
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub tasks: usize,
+    /// Run each worker as its own OS process.
+    #[arg(long)]
+    pub processes: bool,
+    #[arg(long, value_enum, default_value_t = Order::Shuffled)]
+    pub order: Order,
+    /// Also run the same benchmark on these stores, in the same run (repeatable).
+    #[arg(long)]
+    pub compare: Vec<String>,
+    /// Run workers = 1, 2, 4, 8, 16, 64 and write a markdown table and an SVG chart.
+    #[arg(long)]
+    pub series: bool,
+    /// Where --series writes bench.md and bench.svg.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct BenchWorkerArgs {
+    #[arg(long)]
+    pub worker: usize,
+    #[arg(long)]
+    pub workers: usize,
+    #[arg(long)]
+    pub tasks: usize,
+    #[arg(long, value_enum)]
+    pub order: Order,
+    #[arg(long)]
+    pub prefix: String,
+    /// Start when this file exists.
+    #[arg(long)]
+    pub go: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@
 //! have applied: read before retrying), 5 not found.
 
 pub mod args;
+pub mod bench;
 mod demo;
 mod output;
 mod url;
@@ -236,6 +237,11 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         .clone()
         .unwrap_or_else(|| DEFAULT_STORE.to_owned());
     StoreUrl::parse(&store)?;
+    match &cli.command {
+        Command::Bench(b) => return bench::run(&store, b, cli.format).await,
+        Command::BenchWorker(w) => return bench::run_worker(&store, w).await,
+        _ => {}
+    }
     let plan = plan(&cli.command)?;
     let a = authority_for(&store).await?;
     plan.execute(&a).await
@@ -396,7 +402,12 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => P::Ack(intent_ids.clone()),
-        Command::Demo => return Err(Error::invalid("command", "demo is run before planning")),
+        Command::Demo | Command::Bench(_) | Command::BenchWorker(_) => {
+            return Err(Error::invalid(
+                "command",
+                "demo and bench are run before planning",
+            ));
+        }
     })
 }
 

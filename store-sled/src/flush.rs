@@ -13,6 +13,9 @@ struct State {
     flushing: bool,
 }
 
+/// How many 100 µs waits a flush gives in-flight transactions to join it.
+const LINGER_STEPS: u32 = 10;
+
 /// Tracks what is durable and runs as few flushes as callers need.
 #[derive(Debug, Default)]
 pub struct GroupFlush {
@@ -83,6 +86,20 @@ impl GroupFlush {
             if s.flushing || s.finished < upto {
                 // Someone else's flush is running, or `upto` is still in flight.
                 s = self.changed.wait(s).map_err(|_| FlushError::Poisoned)?;
+                continue;
+            }
+            // Transactions already under way finish in microseconds; a flush
+            // is milliseconds. Give them a moment (bounded) to ride along.
+            let mut lingered = 0;
+            while s.in_flight > 0 && lingered < LINGER_STEPS {
+                let (guard, _) = self
+                    .changed
+                    .wait_timeout(s, std::time::Duration::from_micros(100))
+                    .map_err(|_| FlushError::Poisoned)?;
+                s = guard;
+                lingered += 1;
+            }
+            if s.flushing {
                 continue;
             }
             // A flush that starts now covers every transaction finished so far.

@@ -39,16 +39,38 @@ impl Default for SqliteOptions {
 /// The most decisions one group commit carries.
 const MAX_BATCH: usize = 256;
 
-/// A caller waiting for its decision to be committed by whoever holds the writer.
+/// A caller waiting for the committer to decide and commit its operation.
 struct Queued {
     op: Operation,
-    answer: std::sync::mpsc::Sender<Result<Decision>>,
+    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
+}
+
+/// The group-commit thread's inbox; dropping the last store handle stops
+/// the thread, and the drop waits for it so the file is closed on return.
+struct Committer {
+    inbox: Mutex<Option<std::sync::mpsc::Sender<Queued>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        if let Ok(mut inbox) = self.inbox.lock() {
+            inbox.take();
+        }
+        if let Ok(mut t) = self.thread.lock()
+            && let Some(t) = t.take()
+        {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A baton store in one SQLite file. Clones share the same connections.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
+    /// `None` when group commit is off.
+    committer: Option<Arc<Committer>>,
 }
 
 struct Inner {
@@ -58,8 +80,6 @@ struct Inner {
     file_id: (u64, u64),
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
-    group_commit: bool,
-    queue: Mutex<Vec<Queued>>,
     commits: std::sync::atomic::AtomicU64,
 }
 
@@ -85,17 +105,19 @@ impl SqliteStore {
         let file_id = file_id(&path)?;
         let reader = open_connection(&path, &options)?;
         use_wal(&reader, &path)?;
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                path,
-                file_id,
-                writer: Mutex::new(writer),
-                reader: Mutex::new(reader),
-                group_commit: options.group_commit,
-                queue: Mutex::new(Vec::new()),
-                commits: std::sync::atomic::AtomicU64::new(0),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            path,
+            file_id,
+            writer: Mutex::new(writer),
+            reader: Mutex::new(reader),
+            commits: std::sync::atomic::AtomicU64::new(0),
+        });
+        let committer = if options.group_commit {
+            Some(start_committer(inner.clone())?)
+        } else {
+            None
+        };
+        Ok(SqliteStore { inner, committer })
     }
 
     pub fn path(&self) -> &Path {
@@ -217,6 +239,38 @@ fn check_schema(path: &Path, version: i64, app_id: i64, tables: i64) -> Result<(
     Ok(())
 }
 
+/// Starts the thread that commits queued operations in batches: whatever
+/// queued while one batch was being written and fsynced goes in the next.
+fn start_committer(inner: Arc<Inner>) -> Result<Arc<Committer>> {
+    let (inbox, queue) = std::sync::mpsc::channel::<Queued>();
+    let thread = std::thread::Builder::new()
+        .name("baton-sqlite-commit".into())
+        .spawn(move || {
+            while let Ok(first) = queue.recv() {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match queue.try_recv() {
+                        Ok(q) => batch.push(q),
+                        Err(_) => break,
+                    }
+                }
+                match inner.lock(&inner.writer) {
+                    Ok(mut conn) => inner.commit_batch(&mut conn, batch),
+                    Err(e) => {
+                        for q in batch {
+                            let _ = q.answer.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::unavailable(format!("cannot start the commit thread: {e}")))?;
+    Ok(Arc::new(Committer {
+        inbox: Mutex::new(Some(inbox)),
+        thread: Mutex::new(Some(thread)),
+    }))
+}
+
 fn file_id(path: &Path) -> Result<(u64, u64)> {
     let m = std::fs::metadata(path).map_err(|e| {
         Error::unavailable(format!(
@@ -286,44 +340,6 @@ impl Inner {
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         self.check_identity()?;
         f(&tx)
-    }
-
-    fn apply(&self, op: Operation) -> Result<Decision> {
-        if !self.group_commit {
-            return self.apply_one(&op);
-        }
-        let (answer, reply) = std::sync::mpsc::channel();
-        self.lock_queue()?.push(Queued { op, answer });
-        // At most two rounds: whoever held the writer before us either took our
-        // operation (and answered it before letting go) or left it queued for us.
-        for _ in 0..=MAX_BATCH {
-            if let Ok(result) = reply.try_recv() {
-                return result;
-            }
-            let mut conn = self.lock(&self.writer)?;
-            if let Ok(result) = reply.try_recv() {
-                return result;
-            }
-            let batch: Vec<Queued> = {
-                let mut q = self.lock_queue()?;
-                let n = q.len().min(MAX_BATCH);
-                q.drain(..n).collect()
-            };
-            self.commit_batch(&mut conn, batch);
-        }
-        Err(Error::unavailable(format!(
-            "{}: a group commit never answered",
-            self.path.display()
-        )))
-    }
-
-    fn lock_queue(&self) -> Result<MutexGuard<'_, Vec<Queued>>> {
-        self.queue.lock().map_err(|_| {
-            Error::unavailable(format!(
-                "{}: the commit queue was poisoned",
-                self.path.display()
-            ))
-        })
     }
 
     /// Decides every queued operation in order inside one transaction and
@@ -666,7 +682,29 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        self.run(move |inner| inner.apply(op)).await
+        let Some(committer) = &self.committer else {
+            return self.run(move |inner| inner.apply_one(&op)).await;
+        };
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        let sent = match committer.inbox.lock() {
+            Ok(inbox) => inbox
+                .as_ref()
+                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
+            Err(_) => false,
+        };
+        if !sent {
+            return Err(Error::unavailable(format!(
+                "{}: the commit thread has stopped",
+                self.inner.path.display()
+            )));
+        }
+        // The committer answers only after the commit holding this decision is durable.
+        reply.await.map_err(|_| {
+            Error::unavailable(format!(
+                "{}: the commit thread stopped before answering",
+                self.inner.path.display()
+            ))
+        })?
     }
 
     fn commits(&self) -> Option<u64> {

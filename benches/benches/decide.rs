@@ -1,0 +1,115 @@
+//! The pure decision function: what every request costs before any IO.
+
+use baton_benches::id;
+use baton_core::conformance::fixtures::manifest;
+use baton_core::{Operation, Preconditions, Request, Timestamp, Verdict, decide};
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+
+fn op(request: Request, now_ms: u64) -> Operation {
+    Operation {
+        task: id("t"),
+        request,
+        pre: Preconditions::none(),
+        now: Timestamp::from_millis(1_767_225_600_000).plus_ms(now_ms),
+    }
+}
+
+fn commit(d: baton_core::Decision) -> baton_core::TaskRecord {
+    match d.verdict {
+        Verdict::Commit(c) => c.record,
+        other => panic!("setup did not commit: {other:?}"),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let claim = op(
+        Request::Claim {
+            owner: id("w"),
+            ttl_ms: Some(60_000),
+        },
+        0,
+    );
+    c.bench_function("decide/claim a new task", |b| {
+        b.iter(|| decide(black_box(&claim), None, false))
+    });
+    let held = commit(decide(&claim, None, false));
+    let other = op(
+        Request::Claim {
+            owner: id("x"),
+            ttl_ms: Some(60_000),
+        },
+        1,
+    );
+    c.bench_function("decide/claim a held task (refused)", |b| {
+        b.iter(|| decide(black_box(&other), Some(&held), true))
+    });
+    let renew = op(
+        Request::Renew {
+            owner: id("w"),
+            fence: 0,
+            ttl_ms: None,
+        },
+        1,
+    );
+    c.bench_function("decide/renew (stale fence, conflict event)", |b| {
+        b.iter(|| decide(black_box(&renew), Some(&held), true))
+    });
+    // A declared task at RUNNING with 3 steps.
+    let m = manifest("t", 3, &["log"], 60, 1);
+    let mut r = commit(decide(
+        &op(Request::Declare { manifest: m }, 0),
+        None,
+        false,
+    ));
+    r = commit(decide(
+        &op(Request::Register { run_id: id("run") }, 1),
+        Some(&r),
+        false,
+    ));
+    r = commit(decide(
+        &op(
+            Request::TaskClaim {
+                run_id: id("run"),
+                executor: id("x"),
+                ttl_ms: None,
+            },
+            2,
+        ),
+        Some(&r),
+        false,
+    ));
+    let f = r.current_fence().unwrap_or(0);
+    r = commit(decide(
+        &op(
+            Request::Start {
+                run_id: id("run"),
+                executor: id("x"),
+                fence: f,
+            },
+            3,
+        ),
+        Some(&r),
+        true,
+    ));
+    let hb = op(
+        Request::Heartbeat {
+            run_id: id("run"),
+            executor: id("x"),
+            fence: f,
+            step: 2,
+            ttl_ms: None,
+        },
+        4,
+    );
+    c.bench_function("decide/heartbeat", |b| {
+        b.iter(|| decide(black_box(&hb), Some(&r), true))
+    });
+    let expired = op(Request::Settle, 3_600_000);
+    c.bench_function("decide/settle an expired lease", |b| {
+        b.iter(|| decide(black_box(&expired), Some(&r), false))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

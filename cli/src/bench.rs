@@ -1,0 +1,584 @@
+//! `baton bench`: the claim-contention harness. W workers race for T tasks
+//! (in one process, or as W OS processes) and complete what they win; the
+//! harness then checks that every task was granted exactly once and that no
+//! write under a wrong fence was accepted, and reports throughput, commits
+//! and claim latency.
+
+use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
+use crate::output::{Out, Status};
+use crate::{DynAuthority, authority_for};
+use baton_core::{Error, Id, Reply};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The worker counts of `--series`.
+pub const SERIES: [usize; 6] = [1, 2, 4, 8, 16, 64];
+
+/// What one worker did.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub attempts: u64,
+    /// (task index, fence) for every grant this worker got.
+    pub grants: Vec<(usize, u64)>,
+    /// Claim latencies in microseconds.
+    pub latencies_us: Vec<u64>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub commits: Option<u64>,
+}
+
+/// One run's result: the fields scripts read.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub store: String,
+    pub workers: usize,
+    pub tasks: usize,
+    pub processes: bool,
+    pub order: &'static str,
+    pub attempts: u64,
+    pub grants: u64,
+    pub commits: Option<u64>,
+    pub errors: u64,
+    pub seconds: f64,
+    pub attempts_per_s: f64,
+    pub grants_per_s: f64,
+    pub commits_per_s: Option<f64>,
+    pub grants_per_commit: Option<f64>,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub double_grants: u64,
+    pub stale_accepted: u64,
+    pub ungranted: u64,
+}
+
+fn task_name(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i:07}")
+}
+
+fn id(s: &str) -> Result<Id, Error> {
+    Id::parse("id", s)
+}
+
+/// The task indices worker `w` tries, in its order.
+pub fn order_for(order: Order, w: usize, workers: usize, tasks: usize) -> Vec<usize> {
+    match order {
+        Order::Same => (0..tasks).collect(),
+        Order::Disjoint => (w..tasks).step_by(workers.max(1)).collect(),
+        Order::Shuffled => {
+            let mut v: Vec<usize> = (0..tasks).collect();
+            let mut x: u64 =
+                0x2545_F491_4F6C_DD1D ^ (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for i in (1..v.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let j = usize::try_from(x % (i as u64 + 1)).unwrap_or(0);
+                v.swap(i, j);
+            }
+            v
+        }
+    }
+}
+
+async fn worker(
+    a: Arc<DynAuthority>,
+    w: usize,
+    workers: usize,
+    tasks: usize,
+    order: Order,
+    prefix: String,
+    bar: ProgressBar,
+) -> WorkerReport {
+    let mut rep = WorkerReport::default();
+    let Ok(owner) = id(&format!("bench-worker-{w}")) else {
+        return rep;
+    };
+    for i in order_for(order, w, workers, tasks) {
+        let Ok(task) = id(&task_name(&prefix, i)) else {
+            continue;
+        };
+        let t0 = Instant::now();
+        let r = a.claim(&task, &owner, Some(600_000)).await;
+        rep.latencies_us
+            .push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
+        rep.attempts += 1;
+        bar.inc(1);
+        match r {
+            Ok(Reply::Committed(rec)) | Ok(Reply::Acknowledged(rec)) => {
+                let fence = rec.current_fence().unwrap_or(0);
+                rep.grants.push((i, fence));
+                match a.complete(&task, &owner, fence).await {
+                    Ok(Reply::Committed(_)) => {}
+                    Ok(other) => note(
+                        &mut rep,
+                        format!("the winner could not complete {task}: {other:?}"),
+                    ),
+                    Err(e) => note(&mut rep, e.to_string()),
+                }
+            }
+            Ok(Reply::Refused(_)) => {}
+            Err(e) => note(&mut rep, e.to_string()),
+        }
+    }
+    rep
+}
+
+fn note(rep: &mut WorkerReport, e: String) {
+    rep.errors += 1;
+    rep.first_error.get_or_insert(e);
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+fn bar(total: u64, label: String) -> ProgressBar {
+    let b = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {per_sec}") {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b.set_prefix(label);
+    b
+}
+
+/// Runs one configuration on one store.
+pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<BenchResult, Error> {
+    // Tasks named for this run, so a store can be benchmarked again and again.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let prefix = format!("bench-{}-{nanos}-w{workers}", std::process::id());
+    let expected = match args.order {
+        Order::Disjoint => args.tasks as u64,
+        _ => (args.tasks * workers) as u64,
+    };
+    let progress = bar(expected, format!("{store} x{workers}"));
+    let a = Arc::new(authority_for(store).await?);
+    if args.processes && !a.store().capabilities().multi_process {
+        return Err(Error::invalid(
+            "store",
+            "--processes needs a store several processes can open at once (sqlite:, etcd://)",
+        ));
+    }
+    let (reports, seconds) = if args.processes {
+        run_processes(store, args, workers, &prefix, &progress).await?
+    } else {
+        let before = a.store().commits();
+        let start = Instant::now();
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                tokio::spawn(worker(
+                    a.clone(),
+                    w,
+                    workers,
+                    args.tasks,
+                    args.order,
+                    prefix.clone(),
+                    progress.clone(),
+                ))
+            })
+            .collect();
+        let mut reports = Vec::new();
+        for h in handles {
+            reports.push(
+                h.await
+                    .map_err(|e| Error::unavailable(format!("bench worker failed: {e}")))?,
+            );
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let after = a.store().commits();
+        if let (Some(b), Some(a), Some(first)) = (before, after, reports.first_mut()) {
+            first.commits = Some(a - b);
+        }
+        (reports, seconds)
+    };
+    progress.finish_and_clear();
+    let (double_grants, stale_accepted, ungranted) =
+        verify(&a, args.tasks, &prefix, &reports).await?;
+    let attempts: u64 = reports.iter().map(|r| r.attempts).sum();
+    let grants: u64 = reports.iter().map(|r| r.grants.len() as u64).sum();
+    let errors: u64 = reports.iter().map(|r| r.errors).sum();
+    if let Some(e) = reports.iter().find_map(|r| r.first_error.clone()) {
+        eprintln!("bench: {errors} operations failed; the first: {e}");
+    }
+    let commits: Option<u64> = reports
+        .iter()
+        .map(|r| r.commits)
+        .try_fold(0u64, |acc, c| c.map(|c| acc + c))
+        .filter(|_| !reports.is_empty());
+    let commits = if args.processes {
+        commits
+    } else {
+        reports.first().and_then(|r| r.commits)
+    };
+    let mut lat: Vec<u64> = reports
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
+    lat.sort_unstable();
+    let secs = seconds.max(1e-9);
+    Ok(BenchResult {
+        store: store.to_owned(),
+        workers,
+        tasks: args.tasks,
+        processes: args.processes,
+        order: args.order.as_str(),
+        attempts,
+        grants,
+        commits,
+        errors,
+        seconds,
+        attempts_per_s: attempts as f64 / secs,
+        grants_per_s: grants as f64 / secs,
+        commits_per_s: commits.map(|c| c as f64 / secs),
+        grants_per_commit: commits.filter(|&c| c > 0).map(|c| grants as f64 / c as f64),
+        p50_ms: percentile(&lat, 50.0),
+        p99_ms: percentile(&lat, 99.0),
+        max_ms: lat.last().map_or(0.0, |&m| m as f64 / 1000.0),
+        double_grants,
+        stale_accepted,
+        ungranted,
+    })
+}
+
+/// Every task granted exactly once; no write under a wrong fence accepted.
+async fn verify(
+    a: &DynAuthority,
+    tasks: usize,
+    prefix: &str,
+    reports: &[WorkerReport],
+) -> Result<(u64, u64, u64), Error> {
+    let mut per_task: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for r in reports {
+        for (i, f) in &r.grants {
+            per_task.entry(*i).or_default().push(*f);
+        }
+    }
+    let double = per_task.values().filter(|v| v.len() > 1).count() as u64;
+    let ungranted = (tasks - per_task.len().min(tasks)) as u64;
+    let intruder = id("bench-stale-writer")?;
+    let mut stale = 0;
+    for (i, fences) in &per_task {
+        let task = id(&task_name(prefix, *i))?;
+        let holder = a.holder(&task).await?.ok().flatten();
+        if holder.map(|h| h.grant.fence) != fences.first().copied() {
+            stale += 1; // the stored grant is not the one its winner was told
+        }
+        for wrong in [fences[0].saturating_sub(1).max(1), fences[0] + 1_000_000] {
+            if let Reply::Committed(_) | Reply::Acknowledged(_) =
+                a.complete(&task, &intruder, wrong).await?
+            {
+                stale += 1;
+            }
+        }
+    }
+    Ok((double, stale, ungranted))
+}
+
+async fn run_processes(
+    store: &str,
+    args: &BenchArgs,
+    workers: usize,
+    prefix: &str,
+    progress: &ProgressBar,
+) -> Result<(Vec<WorkerReport>, f64), Error> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::unavailable(format!("cannot find the baton binary: {e}")))?;
+    let dir = tempfile::tempdir()
+        .map_err(|e| Error::unavailable(format!("no temporary directory: {e}")))?;
+    let go = dir.path().join("go");
+    let mut children = Vec::new();
+    for w in 0..workers {
+        let child = tokio::process::Command::new(&exe)
+            .arg("--store")
+            .arg(store)
+            .args([
+                "bench-worker",
+                "--worker",
+                &w.to_string(),
+                "--workers",
+                &workers.to_string(),
+            ])
+            .args([
+                "--tasks",
+                &args.tasks.to_string(),
+                "--order",
+                args.order.as_str(),
+                "--prefix",
+                prefix,
+            ])
+            .arg("--go")
+            .arg(&go)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::unavailable(format!("cannot start a bench worker: {e}")))?;
+        children.push(child);
+    }
+    // Let every process open the store before the race starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&go, b"")
+        .map_err(|e| Error::unavailable(format!("cannot signal the workers: {e}")))?;
+    let start = Instant::now();
+    let mut reports = Vec::new();
+    for child in children {
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| Error::unavailable(format!("a bench worker failed: {e}")))?;
+        let rep: WorkerReport = serde_json::from_slice(&out.stdout).map_err(|e| {
+            Error::unavailable(format!(
+                "a bench worker reported nothing usable ({e}); exit {:?}",
+                out.status.code()
+            ))
+        })?;
+        progress.inc(rep.attempts);
+        reports.push(rep);
+    }
+    Ok((reports, start.elapsed().as_secs_f64()))
+}
+
+/// The hidden `bench-worker` subcommand: one worker, its report as JSON.
+pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> {
+    let a = Arc::new(authority_for(store).await?);
+    for _ in 0..60_000 {
+        if w.go.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let before = a.store().commits();
+    let mut rep = worker(
+        a.clone(),
+        w.worker,
+        w.workers,
+        w.tasks,
+        w.order,
+        w.prefix.clone(),
+        ProgressBar::hidden(),
+    )
+    .await;
+    rep.commits = match (before, a.store().commits()) {
+        (Some(b), Some(after)) => Some(after - b),
+        _ => None,
+    };
+    Ok(Out::one(serde_json::to_value(&rep).unwrap_or_default()))
+}
+
+/// The `bench` subcommand.
+pub async fn run(store: &str, args: &BenchArgs, format: Option<Format>) -> Result<Out, Error> {
+    let mut stores = vec![store.to_owned()];
+    stores.extend(args.compare.iter().cloned());
+    for s in &stores {
+        crate::StoreUrl::parse(s)?;
+    }
+    let counts: Vec<usize> = if args.series {
+        SERIES.to_vec()
+    } else {
+        vec![args.workers]
+    };
+    if counts.contains(&0) || args.tasks == 0 {
+        return Err(Error::invalid(
+            "workers",
+            "workers and tasks must be at least 1",
+        ));
+    }
+    let mut results = Vec::new();
+    for s in &stores {
+        for &w in &counts {
+            results.push(run_one(s, args, w).await?);
+        }
+    }
+    let ok = results
+        .iter()
+        .all(|r| r.double_grants == 0 && r.stale_accepted == 0 && r.ungranted == 0);
+    if args.series {
+        write_series(&args.out, &results)?;
+    }
+    let status = if ok { Status::Ok } else { Status::Refused };
+    if format == Some(Format::Human) {
+        crate::output::write_stdout(&markdown(&results));
+        return Ok(Out {
+            items: vec![],
+            next: None,
+            status,
+            printed: true,
+        });
+    }
+    let items = results.iter().map(|r| json!(r)).collect();
+    Ok(Out {
+        items,
+        next: None,
+        status,
+        printed: false,
+    })
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "-".to_owned(), |x| format!("{x:.digits$}"))
+}
+
+/// The results as a markdown table, with ratios to the first store's row of the same size.
+pub fn markdown(results: &[BenchResult]) -> String {
+    let mut s = String::from(
+        "| store | workers | procs | order | attempts/s | grants/s | commits/s | grants/commit | p50 ms | p99 ms | max ms | max/p99 | grants/s vs first store | double | stale |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        let base = results
+            .iter()
+            .find(|b| b.workers == r.workers)
+            .map_or(r.grants_per_s, |b| b.grants_per_s);
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2}x | {} | {} |\n",
+            r.store,
+            r.workers,
+            if r.processes { "yes" } else { "no" },
+            r.order,
+            r.attempts_per_s,
+            r.grants_per_s,
+            opt(r.commits_per_s, 0),
+            opt(r.grants_per_commit, 1),
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            if r.p99_ms > 0.0 { r.max_ms / r.p99_ms } else { 0.0 },
+            r.grants_per_s / base.max(1e-9),
+            r.double_grants,
+            r.stale_accepted,
+        ));
+    }
+    s
+}
+
+/// Writes bench.md and bench.svg (grants/s and p99 by workers, one line per store).
+fn write_series(dir: &std::path::Path, results: &[BenchResult]) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::invalid("out", format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::write(dir.join("bench.md"), markdown(results))
+        .map_err(|e| Error::invalid("out", format!("cannot write bench.md: {e}")))?;
+    std::fs::write(dir.join("bench.svg"), svg(results))
+        .map_err(|e| Error::invalid("out", format!("cannot write bench.svg: {e}")))?;
+    Ok(())
+}
+
+/// Two small line charts side by side: grants/s and p99 ms against workers (log scale).
+fn svg(results: &[BenchResult]) -> String {
+    const COLOURS: [&str; 6] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+    ];
+    let mut stores: Vec<&str> = Vec::new();
+    for r in results {
+        if !stores.contains(&r.store.as_str()) {
+            stores.push(&r.store);
+        }
+    }
+    let (w, h, pad) = (420.0, 300.0, 50.0);
+    let x_of = |workers: usize| pad + (workers as f64).log2() / 6.0 * (w - 2.0 * pad);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+        2.0 * w,
+        h + 20.0 * stores.len() as f64 + 10.0
+    );
+    for (panel, (title, pick)) in [("grants/s", 0usize), ("p99 claim latency (ms)", 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let value = |r: &BenchResult| if pick == 0 { r.grants_per_s } else { r.p99_ms };
+        let max = results.iter().map(value).fold(0.0_f64, f64::max).max(1e-9);
+        let ox = panel as f64 * w;
+        out.push_str(&format!(
+            "<text x=\"{}\" y=\"20\">{title}</text>\n",
+            ox + pad
+        ));
+        out.push_str(&format!(
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/><line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"black\"/>\n",
+            ox + pad,
+            h - pad,
+            ox + w - pad,
+            pad
+        ));
+        out.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\">{max:.1}</text>\n",
+            ox + 2.0,
+            pad + 4.0
+        ));
+        for n in SERIES {
+            out.push_str(&format!(
+                "<text x=\"{:.1}\" y=\"{}\">{n}</text>\n",
+                ox + x_of(n) - 4.0,
+                h - pad + 15.0
+            ));
+        }
+        for (si, s) in stores.iter().enumerate() {
+            let pts: Vec<String> = results
+                .iter()
+                .filter(|r| r.store == *s)
+                .map(|r| {
+                    format!(
+                        "{:.1},{:.1}",
+                        ox + x_of(r.workers),
+                        h - pad - value(r) / max * (h - 2.0 * pad)
+                    )
+                })
+                .collect();
+            let c = COLOURS[si % COLOURS.len()];
+            out.push_str(&format!(
+                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                pts.join(" ")
+            ));
+        }
+    }
+    for (si, s) in stores.iter().enumerate() {
+        let c = COLOURS[si % COLOURS.len()];
+        let y = h + 10.0 + 20.0 * si as f64;
+        out.push_str(&format!(
+            "<rect x=\"{pad}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{c}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+            y - 10.0,
+            pad + 18.0,
+            y,
+            s.replace('&', "&amp;").replace('<', "&lt;")
+        ));
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_cover_the_tasks() {
+        let mut all: Vec<usize> = (0..4)
+            .flat_map(|w| order_for(Order::Disjoint, w, 4, 10))
+            .collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            (0..10).collect::<Vec<_>>(),
+            "disjoint shares partition the tasks"
+        );
+        let mut s = order_for(Order::Shuffled, 3, 4, 50);
+        assert_ne!(s, (0..50).collect::<Vec<_>>());
+        s.sort_unstable();
+        assert_eq!(s, (0..50).collect::<Vec<_>>());
+        assert_eq!(order_for(Order::Same, 1, 4, 5), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u64> = (1..=100).map(|x| x * 1000).collect();
+        assert_eq!(percentile(&v, 50.0), 51.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&[], 99.0), 0.0);
+    }
+}

@@ -1,0 +1,170 @@
+//! The contention harness, driven through the binary on small runs: its
+//! checks and its report, in one process, across processes, and as a series.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use serde_json::Value;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+fn bench(store: &str, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(BIN)
+        .args(["--store", store, "bench"])
+        .args(args)
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn check(r: &Value, workers: u64, tasks: u64) {
+    for f in [
+        "workers",
+        "tasks",
+        "processes",
+        "order",
+        "attempts_per_s",
+        "grants_per_s",
+        "grants_per_commit",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "double_grants",
+        "stale_accepted",
+    ] {
+        assert!(r.get(f).is_some(), "{f} missing: {r}");
+    }
+    assert_eq!(
+        (r["workers"].as_u64(), r["tasks"].as_u64()),
+        (Some(workers), Some(tasks))
+    );
+    assert_eq!(
+        r["grants"].as_u64(),
+        Some(tasks),
+        "every task granted once: {r}"
+    );
+    assert_eq!(
+        (r["double_grants"].as_u64(), r["stale_accepted"].as_u64()),
+        (Some(0), Some(0)),
+        "{r}"
+    );
+    assert!(r["p50_ms"].as_f64().unwrap() <= r["p99_ms"].as_f64().unwrap());
+    assert!(r["p99_ms"].as_f64().unwrap() <= r["max_ms"].as_f64().unwrap());
+}
+
+#[test]
+fn in_one_process_with_every_order_and_a_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = format!("sqlite:{}", dir.path().join("a.db").display());
+    let b = format!(
+        "sqlite:{}?group_commit=off",
+        dir.path().join("b.db").display()
+    );
+    for order in ["shuffled", "same", "disjoint"] {
+        let rows = bench(
+            &a,
+            &[
+                "--workers",
+                "4",
+                "--tasks",
+                "40",
+                "--order",
+                order,
+                "--compare",
+                &b,
+                "--compare",
+                "memory:",
+            ],
+        );
+        assert_eq!(rows.len(), 3);
+        for r in &rows {
+            check(r, 4, 40);
+            assert_eq!(r["order"].as_str(), Some(order));
+        }
+        let attempts = rows[0]["attempts"].as_u64().unwrap();
+        assert_eq!(attempts, if order == "disjoint" { 40 } else { 160 });
+        assert!(rows[0]["commits"].as_u64().unwrap() > 0);
+        assert!(
+            rows[2]["commits"].is_null(),
+            "the memory store has no commits to count"
+        );
+    }
+}
+
+#[test]
+fn as_separate_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = format!("sqlite:{}", dir.path().join("a.db").display());
+    let rows = bench(
+        &a,
+        &[
+            "--workers",
+            "3",
+            "--tasks",
+            "30",
+            "--processes",
+            "--order",
+            "same",
+        ],
+    );
+    check(&rows[0], 3, 30);
+    assert_eq!(rows[0]["processes"].as_bool(), Some(true));
+    let out = Command::new(BIN)
+        .args([
+            "--store",
+            "memory:",
+            "bench",
+            "--processes",
+            "--workers",
+            "2",
+            "--tasks",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a store one process owns cannot be raced by processes"
+    );
+}
+
+#[test]
+fn a_series_writes_a_table_and_a_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = format!("sqlite:{}", dir.path().join("a.db").display());
+    let out = dir.path().join("out");
+    let rows = bench(
+        &a,
+        &[
+            "--tasks",
+            "8",
+            "--series",
+            "--out",
+            out.to_str().unwrap(),
+            "--compare",
+            "memory:",
+        ],
+    );
+    assert_eq!(rows.len(), 12);
+    let workers: Vec<u64> = rows[..6]
+        .iter()
+        .map(|r| r["workers"].as_u64().unwrap())
+        .collect();
+    assert_eq!(workers, [1, 2, 4, 8, 16, 64]);
+    let md = std::fs::read_to_string(out.join("bench.md")).unwrap();
+    assert_eq!(md.lines().filter(|l| l.starts_with("| `")).count(), 12);
+    let svg = std::fs::read_to_string(out.join("bench.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.matches("<polyline").count() == 4,
+        "{svg}"
+    );
+}
