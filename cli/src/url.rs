@@ -26,6 +26,10 @@ pub enum StoreUrl {
     Etcd {
         endpoints: Vec<String>,
         prefix: String,
+        /// etcd's smallest lease TTL (default 2s).
+        min_ttl: Option<Duration>,
+        /// The deadline of every call to the cluster (default 3s).
+        timeout: Option<Duration>,
     },
     Memory,
 }
@@ -36,7 +40,21 @@ impl StoreUrl {
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
         let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
         if let Some(rest) = url.strip_prefix("etcd://") {
+            let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
             let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut min_ttl = None;
+            let mut timeout = None;
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                let dur = |v: &str| {
+                    humantime::parse_duration(v)
+                        .map_err(|e| bad(&format!("{pair:?} needs a duration like 2s: {e}")))
+                };
+                match pair.split_once('=') {
+                    Some(("min_ttl", v)) => min_ttl = Some(dur(v)?),
+                    Some(("timeout", v)) => timeout = Some(dur(v)?),
+                    _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+                }
+            }
             let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
             if endpoints.iter().any(|e| e.is_empty() || !e.contains(':')) {
                 return Err(bad(
@@ -46,6 +64,8 @@ impl StoreUrl {
             return Ok(StoreUrl::Etcd {
                 endpoints,
                 prefix: prefix.to_owned(),
+                min_ttl,
+                timeout,
             });
         }
         let Some((scheme, rest)) = url.split_once(':') else {
@@ -92,6 +112,10 @@ impl StoreUrl {
     }
 }
 
+#[cfg_attr(
+    all(feature = "sqlite", feature = "sled", feature = "fabric"),
+    allow(dead_code)
+)]
 fn compiled_out(feature: &str, scheme: &str) -> Error {
     Error::unsupported(format!(
         "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature})"
@@ -153,6 +177,25 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         }
         #[cfg(not(feature = "sled"))]
         StoreUrl::Sled { .. } => Err(compiled_out("sled", "sled:")),
+        #[cfg(feature = "fabric")]
+        StoreUrl::Etcd {
+            endpoints,
+            prefix,
+            min_ttl,
+            timeout,
+        } => {
+            let mut opts = baton_adapter_fabric::FabricOptions::new(endpoints, &prefix);
+            if let Some(t) = min_ttl {
+                opts.min_ttl_secs = t.as_secs().max(1);
+            }
+            if let Some(t) = timeout {
+                opts.timeout = t;
+            }
+            Ok(Arc::new(
+                baton_adapter_fabric::FabricStore::connect(opts).await?,
+            ))
+        }
+        #[cfg(not(feature = "fabric"))]
         StoreUrl::Etcd { .. } => Err(compiled_out("fabric", "etcd://")),
     }
 }
@@ -183,7 +226,9 @@ mod tests {
             StoreUrl::parse("etcd://a:1,b:2/pre").unwrap(),
             StoreUrl::Etcd {
                 endpoints: vec!["a:1".into(), "b:2".into()],
-                prefix: "pre".into()
+                prefix: "pre".into(),
+                min_ttl: None,
+                timeout: None
             }
         );
         for bad in [
@@ -200,6 +245,7 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "fabric"))]
     #[tokio::test]
     async fn a_compiled_out_backend_names_its_feature() {
         let e = store_for("etcd://127.0.0.1:2379/x").await.unwrap_err();

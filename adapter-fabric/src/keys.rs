@@ -1,0 +1,106 @@
+//! Key layout under a store's prefix. Task ids are hex-encoded so that no
+//! task's keys are a prefix of another's ('/' may appear in ids).
+
+pub fn hex(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for b in s.as_bytes() {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+pub fn unhex(s: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        let p = prefix.trim_matches('/');
+        Keys {
+            prefix: if p.is_empty() {
+                "baton/".to_owned()
+            } else {
+                format!("{p}/")
+            },
+        }
+    }
+
+    /// The task record (never lease-bound).
+    pub fn task(&self, task: &str) -> String {
+        format!("{}t/{}", self.prefix, hex(task))
+    }
+
+    pub fn tasks(&self) -> String {
+        format!("{}t/", self.prefix)
+    }
+
+    /// The holder key: exists exactly while the current grant is live.
+    pub fn holder(&self, task: &str) -> String {
+        format!("{}h/{}", self.prefix, hex(task))
+    }
+
+    pub fn holders(&self) -> String {
+        format!("{}h/", self.prefix)
+    }
+
+    /// An event of `task`, by the record revision that wrote it and its index.
+    pub fn event(&self, task: &str, revision: u64, idx: usize) -> String {
+        format!("{}e/{}/{revision:016x}{idx:04x}", self.prefix, hex(task))
+    }
+
+    /// The one CONFLICT_REFUSED event counted for (task, conflict key).
+    pub fn conflict(&self, task: &str, key: &str) -> String {
+        format!("{}e/{}/c{}", self.prefix, hex(task), hex(key))
+    }
+
+    pub fn events_of(&self, task: &str) -> String {
+        format!("{}e/{}/", self.prefix, hex(task))
+    }
+
+    pub fn events(&self) -> String {
+        format!("{}e/", self.prefix)
+    }
+
+    pub fn outbox(&self, intent: &str) -> String {
+        format!("{}o/{intent}", self.prefix)
+    }
+
+    pub fn outboxes(&self) -> String {
+        format!("{}o/", self.prefix)
+    }
+}
+
+/// The end of a prefix range (etcd's "with_prefix").
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_separates_tasks() {
+        assert_eq!(unhex(&hex("a/b ü")).as_deref(), Some("a/b ü"));
+        let k = Keys::new("/p/");
+        assert!(!k.events_of("a").starts_with(&k.events_of("a/b")));
+        assert!(!k.events_of("a/b").starts_with(&k.events_of("a")));
+        assert_eq!(prefix_end("ab"), b"ac".to_vec());
+    }
+}

@@ -1,0 +1,670 @@
+//! The etcd store: one guarded transaction per decision.
+
+use crate::keys::{Keys, prefix_end, unhex};
+use async_trait::async_trait;
+use baton_core::model::{NotificationDraft, PENDING_FENCE};
+use baton_core::{
+    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Operation, Request,
+    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How to reach the cluster, and the limits the adapter keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FabricOptions {
+    pub endpoints: Vec<String>,
+    /// Every key of this store lives under it, so stores can share a cluster.
+    pub prefix: String,
+    /// etcd's smallest lease TTL: 1.5 x the election timeout, rounded up (2 s by default).
+    pub min_ttl_secs: u64,
+    /// The deadline of every call to the cluster.
+    pub timeout: Duration,
+    /// How many times a decision is retried when a concurrent change beat it.
+    pub max_attempts: usize,
+}
+
+impl FabricOptions {
+    pub fn new(endpoints: Vec<String>, prefix: &str) -> Self {
+        FabricOptions {
+            endpoints,
+            prefix: prefix.to_owned(),
+            min_ttl_secs: 2,
+            timeout: Duration::from_secs(3),
+            max_attempts: 64,
+        }
+    }
+}
+
+/// A baton store on an etcd cluster. Clones share one client.
+#[derive(Clone)]
+pub struct FabricStore {
+    client: Client,
+    keys: Keys,
+    opts: FabricOptions,
+    commits: std::sync::Arc<AtomicU64>,
+}
+
+impl fmt::Debug for FabricStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FabricStore")
+            .field("endpoints", &self.opts.endpoints)
+            .field("prefix", &self.opts.prefix)
+            .finish()
+    }
+}
+
+/// A record as stored: with the id of the request that wrote it, so a
+/// writer whose reply was lost can tell whether its write landed.
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    record: TaskRecord,
+    request: String,
+}
+
+/// An event or a notification as stored, with its index in its transaction
+/// (the sequence number is create_revision * 256 + index).
+#[derive(Serialize, Deserialize)]
+struct Stored<T> {
+    item: T,
+    idx: u64,
+}
+
+/// The most events or notifications one transaction writes (the seq scheme's limit).
+const PER_TXN: u64 = 256;
+
+/// What a read of one task found: the record with its revision, and the holder key.
+struct Found {
+    record: Option<(TaskRecord, i64)>,
+    holder: Option<KeyValue>,
+}
+
+/// Whether an error proves the request never reached a leader (so nothing
+/// was applied): no leader, or no connection at all.
+fn never_applied(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let m = s.message();
+            m.contains("no leader")
+                || m.contains("connect error")
+                || m.contains("error trying to connect")
+                || m.contains("Connection refused")
+        }
+        etcd_client::Error::TransportError(_) => true,
+        _ => false,
+    }
+}
+
+impl FabricStore {
+    /// Connects to the cluster (failing closed within the timeout).
+    pub async fn connect(opts: FabricOptions) -> Result<FabricStore> {
+        if opts.endpoints.is_empty() {
+            return Err(Error::invalid(
+                "store",
+                "an etcd URL needs at least one HOST:PORT",
+            ));
+        }
+        let connect = ConnectOptions::new()
+            .with_timeout(opts.timeout)
+            .with_connect_timeout(opts.timeout)
+            .with_require_leader(true)
+            .with_keep_alive(Duration::from_secs(2), opts.timeout);
+        let fut = Client::connect(opts.endpoints.clone(), Some(connect));
+        let client = match tokio::time::timeout(opts.timeout, fut).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(Error::unavailable(format!(
+                    "etcd {:?}: cannot connect: {e}",
+                    opts.endpoints
+                )));
+            }
+            Err(_) => {
+                return Err(Error::unavailable(format!(
+                    "etcd {:?}: no answer within {:?}",
+                    opts.endpoints, opts.timeout
+                )));
+            }
+        };
+        Ok(FabricStore {
+            client,
+            keys: Keys::new(&opts.prefix),
+            opts,
+            commits: Default::default(),
+        })
+    }
+
+    fn unavailable(&self, what: &str, e: impl fmt::Display) -> Error {
+        Error::unavailable(format!("etcd {:?}: {what}: {e}", self.opts.endpoints))
+    }
+
+    /// Runs one call with the deadline; retries calls that change nothing
+    /// (a member that died keeps receiving some requests for a while).
+    async fn safe<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
+        let mut last = format!("no answer within {:?}", self.opts.timeout);
+        for attempt in 0..10u64 {
+            match tokio::time::timeout_at(deadline, f(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => break,
+            }
+            tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
+        }
+        Err(self.unavailable(what, last))
+    }
+
+    /// Reads a task's record and holder key at one revision.
+    async fn find(&self, task: &str) -> Result<Found> {
+        let (tk, hk) = (self.keys.task(task), self.keys.holder(task));
+        let resp = self
+            .safe("read", |mut c| {
+                let txn = Txn::new()
+                    .and_then([TxnOp::get(tk.clone(), None), TxnOp::get(hk.clone(), None)]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        let mut kvs = resp.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        let record_kv = kvs.next().flatten();
+        let holder = kvs.next().flatten();
+        let record = match record_kv {
+            Some(kv) => Some((self.decode_record(&kv)?, kv.mod_revision())),
+            None => None,
+        };
+        Ok(Found { record, holder })
+    }
+
+    fn decode_record(&self, kv: &KeyValue) -> Result<TaskRecord> {
+        let env: Envelope = serde_json::from_slice(kv.value()).map_err(|e| {
+            Error::corrupt(format!(
+                "etcd prefix {:?}: a record does not decode: {e}",
+                self.opts.prefix
+            ))
+        })?;
+        let mut r = env.record;
+        // A grant's fence is the revision that wrote it; the record says "pending" until its next write.
+        if let Some(l) = r.lease.as_mut()
+            && l.fence == PENDING_FENCE
+        {
+            l.fence = u64::try_from(kv.mod_revision()).unwrap_or(0);
+        }
+        Ok(r)
+    }
+
+    fn ttl_secs(&self, ms: u64) -> u64 {
+        ms.div_ceil(1000).max(self.opts.min_ttl_secs)
+    }
+
+    /// Rounds a requested TTL up to what an etcd lease can honour, so the
+    /// grant reports the effective expiry.
+    fn round_ttl(&self, mut op: Operation) -> Operation {
+        let round = |t: &mut Option<u64>| {
+            if let Some(ms) = t.as_mut() {
+                *ms = self.ttl_secs(*ms) * 1000;
+            }
+        };
+        match &mut op.request {
+            Request::Claim { ttl_ms, .. }
+            | Request::Renew { ttl_ms, .. }
+            | Request::Recover { ttl_ms, .. }
+            | Request::TaskClaim { ttl_ms, .. }
+            | Request::Heartbeat { ttl_ms, .. } => round(ttl_ms),
+            _ => {}
+        }
+        op
+    }
+
+    async fn grant_lease(&self, secs: u64) -> Result<i64> {
+        let ttl = i64::try_from(secs).unwrap_or(i64::MAX);
+        let resp = self
+            .safe("lease grant", |mut c| async move {
+                c.lease_grant(ttl, None).await
+            })
+            .await?;
+        Ok(resp.id())
+    }
+
+    async fn apply_op(&self, op: Operation) -> Result<Decision> {
+        let op = self.round_ttl(op);
+        let task = op.task.as_str().to_owned();
+        let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
+        for _ in 0..self.opts.max_attempts {
+            let found = self.find(&task).await?;
+            let record = found.record.as_ref().map(|(r, _)| r);
+            let live = found.holder.is_some() && record.is_some_and(|r| r.state.is_held());
+            let mut d = decide(&op, record, live);
+            if !d.writes() {
+                return Ok(d);
+            }
+            let request_id = uuid::Uuid::new_v4().to_string();
+            let mut compares = vec![match &found.record {
+                Some((_, rev)) => Compare::mod_revision(tk.clone(), CompareOp::Equal, *rev),
+                None => Compare::create_revision(tk.clone(), CompareOp::Equal, 0),
+            }];
+            compares.push(match &found.holder {
+                Some(h) => Compare::mod_revision(hk.clone(), CompareOp::Equal, h.mod_revision()),
+                None => Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
+            });
+            let mut ops = Vec::new();
+            let mut lease_id = None;
+            if let Some(after) = d.record_to_write() {
+                let env = Envelope {
+                    record: after.clone(),
+                    request: request_id.clone(),
+                };
+                ops.push(TxnOp::put(tk.clone(), encode(&env)?, None));
+                let expiry_changed = record.and_then(|r| r.lease.as_ref().map(|l| l.expires_at))
+                    != after.lease.as_ref().map(|l| l.expires_at);
+                if after.state.is_held()
+                    && (d.mints_fence() || expiry_changed || found.holder.is_none())
+                {
+                    // A new grant, or a renewal: a holder key on a lease of the new length.
+                    let ms = after
+                        .lease
+                        .as_ref()
+                        .map_or(0, |l| l.expires_at.as_millis() - op.now.as_millis());
+                    let id = self
+                        .grant_lease(self.ttl_secs(u64::try_from(ms).unwrap_or(0)))
+                        .await?;
+                    lease_id = Some(id);
+                    let owner = after
+                        .lease
+                        .as_ref()
+                        .map_or("", |l| l.owner.as_str())
+                        .to_owned();
+                    ops.push(TxnOp::put(
+                        hk.clone(),
+                        owner,
+                        Some(PutOptions::new().with_lease(id)),
+                    ));
+                } else if !after.state.is_held() && found.holder.is_some() {
+                    ops.push(TxnOp::delete(hk.clone(), None));
+                }
+            }
+            let revision = d.record_to_write().map_or(0, |r| r.revision);
+            let drafts: Vec<baton_core::model::EventDraft> = d.events().cloned().collect();
+            for (idx, e) in drafts.iter().enumerate() {
+                let idx = idx as u64;
+                if let Some(ck) = &e.conflict_key {
+                    let key = self.keys.conflict(&task, ck);
+                    let existing = {
+                        let k = key.clone();
+                        self.safe("read", |mut c| {
+                            let k = k.clone();
+                            async move { c.get(k, None).await }
+                        })
+                        .await?
+                    };
+                    match existing.kvs().first() {
+                        Some(kv) => {
+                            let mut stored: Stored<Event> = serde_json::from_slice(kv.value())
+                                .map_err(|err| {
+                                    Error::corrupt(format!(
+                                        "etcd prefix {:?}: an event does not decode: {err}",
+                                        self.opts.prefix
+                                    ))
+                                })?;
+                            stored.item.count += 1;
+                            compares.push(Compare::mod_revision(
+                                key.clone(),
+                                CompareOp::Equal,
+                                kv.mod_revision(),
+                            ));
+                            ops.push(TxnOp::put(key, encode(&stored)?, None));
+                        }
+                        None => {
+                            compares.push(Compare::create_revision(
+                                key.clone(),
+                                CompareOp::Equal,
+                                0,
+                            ));
+                            let stored = Stored {
+                                item: Event::from_draft(0, e.clone()),
+                                idx,
+                            };
+                            ops.push(TxnOp::put(key, encode(&stored)?, None));
+                        }
+                    }
+                } else {
+                    let stored = Stored {
+                        item: Event::from_draft(0, e.clone()),
+                        idx,
+                    };
+                    ops.push(TxnOp::put(
+                        self.keys.event(&task, revision, idx as usize),
+                        encode(&stored)?,
+                        None,
+                    ));
+                }
+            }
+            let notes: Vec<NotificationDraft> = d.notifications().cloned().collect();
+            for (idx, n) in notes.iter().enumerate() {
+                let stored = Stored {
+                    item: n.clone(),
+                    idx: idx as u64,
+                };
+                ops.push(TxnOp::put(
+                    self.keys.outbox(&n.intent_id),
+                    encode(&stored)?,
+                    None,
+                ));
+            }
+            let txn = Txn::new().when(compares).and_then(ops);
+            let sent = tokio::time::timeout(self.opts.timeout, self.client.clone().txn(txn)).await;
+            match sent {
+                Ok(Ok(resp)) if resp.succeeded() => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                    let rev = resp.header().map_or(0, |h| h.revision());
+                    d.assign_fence(u64::try_from(rev).unwrap_or(0));
+                    return Ok(d);
+                }
+                Ok(Ok(_)) => {
+                    // Someone changed what we read: let the unused lease go and decide again.
+                    if let Some(id) = lease_id {
+                        let mut c = self.client.clone();
+                        tokio::spawn(async move {
+                            let _ = c.lease_revoke(id).await;
+                        });
+                    }
+                    continue;
+                }
+                Ok(Err(e)) if never_applied(&e) => {
+                    // Refused before it reached a leader: nothing was applied, so
+                    // deciding again (likely through another member) is safe.
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(self.unavailable("write", e));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    return self
+                        .resolve(&task, &request_id, d, Some(e.to_string()))
+                        .await;
+                }
+                Err(_) => return self.resolve(&task, &request_id, d, None).await,
+            }
+        }
+        Err(Error::unavailable(format!(
+            "etcd prefix {:?}: {task}: {} attempts all lost to concurrent changes",
+            self.opts.prefix, self.opts.max_attempts
+        )))
+    }
+
+    /// A transaction's reply was lost: find out whether it landed.
+    async fn resolve(
+        &self,
+        task: &str,
+        request_id: &str,
+        mut d: Decision,
+        cause: Option<String>,
+    ) -> Result<Decision> {
+        let cause = cause.unwrap_or_else(|| format!("no answer within {:?}", self.opts.timeout));
+        let tk = self.keys.task(task);
+        let reread = self
+            .safe("read", |mut c| {
+                let tk = tk.clone();
+                async move { c.get(tk, None).await }
+            })
+            .await;
+        match reread {
+            Ok(resp) => match resp.kvs().first() {
+                Some(kv) => {
+                    let env: std::result::Result<Envelope, _> = serde_json::from_slice(kv.value());
+                    if env.is_ok_and(|e| e.request == request_id) {
+                        self.commits.fetch_add(1, Ordering::Relaxed);
+                        d.assign_fence(u64::try_from(kv.mod_revision()).unwrap_or(0));
+                        return Ok(d);
+                    }
+                    Err(Error::indeterminate(format!(
+                        "etcd: {task}: the write's reply was lost ({cause}) and it has not landed yet; it may still: read before retrying"
+                    )))
+                }
+                None => Err(Error::indeterminate(format!(
+                    "etcd: {task}: the write's reply was lost ({cause}); read before retrying"
+                ))),
+            },
+            Err(e) => Err(Error::indeterminate(format!(
+                "etcd: {task}: the write's reply was lost ({cause}) and the cluster cannot be read ({}); read before retrying",
+                e.message
+            ))),
+        }
+    }
+
+    /// Records of tasks after `after`, in id order, matching `states` (all
+    /// when `None`), at most `limit`, with the holder keys of that revision.
+    async fn scan(
+        &self,
+        after: Option<&TaskId>,
+        limit: usize,
+        states: Option<&BTreeSet<baton_core::State>>,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let end = prefix_end(&self.keys.tasks());
+        let mut start = match after {
+            Some(a) => {
+                let mut k = self.keys.task(a.as_str()).into_bytes();
+                k.push(0);
+                k
+            }
+            None => self.keys.tasks().into_bytes(),
+        };
+        let mut out: Vec<TaskRecord> = Vec::new();
+        let mut pinned: Option<i64> = None;
+        loop {
+            let (s, e) = (start.clone(), end.clone());
+            let resp = self
+                .safe("list", |mut c| {
+                    let mut o = GetOptions::new().with_range(e.clone()).with_limit(512);
+                    if let Some(r) = pinned {
+                        o = o.with_revision(r);
+                    }
+                    let s = s.clone();
+                    async move { c.get(s, Some(o)).await }
+                })
+                .await?;
+            pinned = pinned.or_else(|| resp.header().map(|h| h.revision()));
+            let kvs = resp.kvs();
+            for kv in kvs {
+                let r = self.decode_record(kv)?;
+                if states.is_none_or(|s| s.contains(&r.state)) {
+                    out.push(r);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            if out.len() >= limit || !resp.more() || kvs.is_empty() {
+                break;
+            }
+            if let Some(last) = kvs.last() {
+                start = last.key().to_vec();
+                start.push(0);
+            }
+        }
+        // Which of them hold a live grant, at the same revision.
+        let mut live = BTreeSet::new();
+        if let (Some(first), Some(last)) = (out.first(), out.last()) {
+            let from = self.keys.holder(first.task.as_str());
+            let mut to = self.keys.holder(last.task.as_str()).into_bytes();
+            to.push(0);
+            let resp = self
+                .safe("list", |mut c| {
+                    let mut o = GetOptions::new().with_range(to.clone()).with_keys_only();
+                    if let Some(r) = pinned {
+                        o = o.with_revision(r);
+                    }
+                    let from = from.clone();
+                    async move { c.get(from, Some(o)).await }
+                })
+                .await?;
+            let hp = self.keys.holders();
+            for kv in resp.kvs() {
+                if let Some(t) = std::str::from_utf8(kv.key())
+                    .ok()
+                    .and_then(|k| k.strip_prefix(&hp))
+                    .and_then(unhex)
+                {
+                    live.insert(t);
+                }
+            }
+        }
+        let _ = now;
+        Ok(out
+            .into_iter()
+            .map(|record| {
+                let lease_live = record.state.is_held() && live.contains(record.task.as_str());
+                Snapshot { record, lease_live }
+            })
+            .collect())
+    }
+
+    /// Items under `prefix` in creation order with seq > `after`.
+    async fn ordered<T: serde::de::DeserializeOwned>(
+        &self,
+        prefix: String,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, T, i64)>> {
+        let min_create = i64::try_from(after / PER_TXN).unwrap_or(i64::MAX);
+        let want = i64::try_from(limit)
+            .unwrap_or(i64::MAX)
+            .saturating_add(i64::try_from(PER_TXN).unwrap_or(0));
+        let resp = self
+            .safe("read", |mut c| {
+                let o = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_min_create_revision(min_create)
+                    .with_limit(want);
+                let p = prefix.clone();
+                async move { c.get(p, Some(o)).await }
+            })
+            .await?;
+        let mut out = Vec::new();
+        for kv in resp.kvs() {
+            let stored: Stored<T> = serde_json::from_slice(kv.value()).map_err(|e| {
+                Error::corrupt(format!(
+                    "etcd prefix {:?}: a stored item does not decode: {e}",
+                    self.opts.prefix
+                ))
+            })?;
+            let seq = u64::try_from(kv.create_revision()).unwrap_or(0) * PER_TXN + stored.idx;
+            if seq > after {
+                out.push((seq, stored.item, kv.create_revision()));
+            }
+        }
+        out.sort_by_key(|(seq, _, _)| *seq);
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| Error::corrupt(format!("cannot encode a value: {e}")))
+}
+
+#[async_trait]
+impl Store for FabricStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            clock: ClockKind::Engine,
+            durable: true,
+            multi_process: true,
+            min_ttl_ms: self.opts.min_ttl_secs * 1000,
+        }
+    }
+
+    fn commits(&self) -> Option<u64> {
+        Some(self.commits.load(Ordering::Relaxed))
+    }
+
+    async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
+        let found = self.find(task.as_str()).await?;
+        Ok(found.record.map(|(record, _)| {
+            let lease_live = found.holder.is_some() && record.state.is_held();
+            Snapshot { record, lease_live }
+        }))
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        self.apply_op(op).await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        // etcd has no secondary index: filter by stored state (a superset of the clauses).
+        let states: Option<BTreeSet<baton_core::State>> = query
+            .clauses
+            .as_ref()
+            .map(|cs| cs.iter().map(|c| c.state).collect());
+        self.scan(
+            query.after.as_ref(),
+            query.limit,
+            states.as_ref(),
+            query.now,
+        )
+        .await
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let prefix = match task {
+            Some(t) => self.keys.events_of(t.as_str()),
+            None => self.keys.events(),
+        };
+        let items: Vec<(u64, Event, i64)> = self.ordered(prefix, after, limit).await?;
+        Ok(items
+            .into_iter()
+            .map(|(seq, mut e, create)| {
+                e.seq = seq;
+                if e.fence == Some(PENDING_FENCE) {
+                    e.fence = u64::try_from(create).ok();
+                }
+                e
+            })
+            .collect())
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let items: Vec<(u64, NotificationDraft, i64)> =
+            self.ordered(self.keys.outboxes(), after, limit).await?;
+        Ok(items
+            .into_iter()
+            .map(|(seq, mut n, create)| {
+                if n.payload.get("fence") == Some(&serde_json::json!(PENDING_FENCE)) {
+                    n.payload["fence"] = serde_json::json!(create);
+                }
+                Notification::from_draft(seq, n)
+            })
+            .collect())
+    }
+
+    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+        let mut acked = 0;
+        for id in intent_ids {
+            let key = self.keys.outbox(id);
+            let resp = self
+                .safe("ack", |mut c| {
+                    let key = key.clone();
+                    async move { c.delete(key, None).await }
+                })
+                .await?;
+            acked += u64::try_from(resp.deleted()).unwrap_or(0);
+        }
+        Ok(acked)
+    }
+}

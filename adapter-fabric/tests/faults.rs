@@ -1,0 +1,205 @@
+//! Faults on a real 3-member cluster: the leader killed in the middle of a
+//! claim storm, a follower killed, two of three members killed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use baton_adapter_fabric::testing::EtcdCluster;
+use baton_adapter_fabric::{FabricOptions, FabricStore};
+use baton_core::{Authority, ErrorKind, Id, Reply, SystemClock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn id(s: &str) -> Id {
+    Id::parse("id", s).unwrap()
+}
+
+async fn authority(c: &EtcdCluster, prefix: &str, timeout: Duration) -> Authority<FabricStore> {
+    let mut o = FabricOptions::new(c.endpoints(), prefix);
+    o.timeout = timeout;
+    Authority::new(
+        FabricStore::connect(o).await.unwrap(),
+        Arc::new(SystemClock),
+    )
+}
+
+#[derive(Debug)]
+struct Answered {
+    task: String,
+    owner: String,
+    fence: u64,
+    /// When the claim that got this grant was sent.
+    sent: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leader_killed_mid_claim_storm_no_double_grant_nothing_lost_claims_resume() {
+    let mut cluster = EtcdCluster::start();
+    let prefix = "storm";
+    const TASKS: usize = 600;
+    let stop_at = Instant::now() + Duration::from_secs(12);
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let a = Arc::new(authority(&cluster, prefix, Duration::from_secs(2)).await);
+        workers.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut failures: BTreeMap<String, u64> = BTreeMap::new();
+            let owner = id(&format!("w{w}"));
+            let mut i = w * 41;
+            while Instant::now() < stop_at {
+                i = (i + 7) % TASKS;
+                let task = id(&format!("task-{i:04}"));
+                let sent = Instant::now();
+                match a.claim(&task, &owner, Some(600_000)).await {
+                    Ok(Reply::Committed(r)) => answered.push(Answered {
+                        task: task.to_string(),
+                        owner: owner.to_string(),
+                        fence: r.current_fence().unwrap(),
+                        sent,
+                    }),
+                    Ok(_) => {}
+                    Err(e) => *failures.entry(e.kind.as_str().to_owned()).or_default() += 1,
+                }
+            }
+            (answered, failures)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = cluster.leader().expect("a leader");
+    let killed_at = Instant::now();
+    cluster.kill(leader);
+    let mut answered = Vec::new();
+    let mut failures: BTreeMap<String, u64> = BTreeMap::new();
+    for w in workers {
+        let (a, f) = w.await.unwrap();
+        answered.extend(a);
+        for (k, v) in f {
+            *failures.entry(k).or_default() += v;
+        }
+    }
+    eprintln!(
+        "{} grants answered; failures during the election: {failures:?}",
+        answered.len()
+    );
+    // No task was ever granted to two owners, and no fence was handed out twice.
+    let mut by_task: BTreeMap<&str, Vec<&Answered>> = BTreeMap::new();
+    for g in &answered {
+        by_task.entry(&g.task).or_default().push(g);
+    }
+    for (task, grants) in &by_task {
+        let owners: std::collections::BTreeSet<&str> =
+            grants.iter().map(|g| g.owner.as_str()).collect();
+        assert_eq!(owners.len(), 1, "{task} granted to {owners:?}");
+    }
+    let mut fences: Vec<u64> = answered.iter().map(|g| g.fence).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), answered.len(), "a fence was handed out twice");
+    // Claims resumed after the election.
+    let sent_after: Vec<Duration> = answered
+        .iter()
+        .filter(|g| g.sent > killed_at)
+        .map(|g| g.sent - killed_at)
+        .collect();
+    assert!(
+        !sent_after.is_empty(),
+        "claims resumed after the leader was killed"
+    );
+    let count = sent_after.len();
+    eprintln!(
+        "{count} grants for claims sent after the kill; the first sent {:?} after it",
+        sent_after.iter().min()
+    );
+    // Every answered grant is still there, on the surviving members.
+    let a = authority(&cluster, prefix, Duration::from_secs(3)).await;
+    for (task, grants) in &by_task {
+        let last = grants.iter().map(|g| g.fence).max().unwrap();
+        let h = a.holder(&id(task)).await.unwrap().unwrap().unwrap();
+        assert_eq!(
+            h.grant.fence, last,
+            "{task}: the last answered grant is the stored one"
+        );
+    }
+    cluster.restart(leader);
+    cluster.wait_writable(Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_killed_service_continues() {
+    let mut cluster = EtcdCluster::start();
+    let leader = cluster.leader().expect("a leader");
+    let follower = (leader + 1) % 3;
+    cluster.kill(follower);
+    let a = authority(&cluster, "follower", Duration::from_secs(3)).await;
+    for i in 0..60 {
+        let task = id(&format!("t-{i}"));
+        let r = a
+            .claim(&task, &id("w"), Some(60_000))
+            .await
+            .unwrap_or_else(|e| panic!("claim {i}: {e}"));
+        let f = r.grant().unwrap().fence;
+        assert!(a.holder(&task).await.unwrap().unwrap().unwrap().live);
+        assert!(!a.complete(&task, &id("w"), f).await.unwrap().is_refused());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_three_killed_unavailable_quickly_nothing_granted_then_back() {
+    let mut cluster = EtcdCluster::start();
+    let a = authority(&cluster, "quorum", Duration::from_secs(1)).await;
+    let held = id("held");
+    let f = a
+        .claim(&held, &id("w"), Some(600_000))
+        .await
+        .unwrap()
+        .grant()
+        .unwrap()
+        .fence;
+    let leader = cluster.leader().expect("a leader");
+    let other = (leader + 1) % 3;
+    cluster.kill(leader);
+    cluster.kill(other);
+    // Let the survivor notice that it has no leader.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fresh = id("during-outage");
+    for round in 0..3 {
+        let started = Instant::now();
+        let results = [
+            a.claim(&fresh, &id("w2"), None).await.map(|_| ()),
+            a.renew(&held, &id("w"), f, None).await.map(|_| ()),
+            a.holder(&held).await.map(|_| ()),
+            a.list(None, None, 10).await.map(|_| ()),
+            a.events(None, None, 10).await.map(|_| ()),
+        ];
+        let took = started.elapsed();
+        for (i, r) in results.iter().enumerate() {
+            let e = r.as_ref().expect_err("no quorum, no answer");
+            assert_eq!(
+                e.kind,
+                ErrorKind::Unavailable,
+                "round {round}, operation {i}: {e}"
+            );
+        }
+        assert!(
+            took < Duration::from_secs(5 * 3),
+            "5 operations took {took:?}"
+        );
+    }
+    cluster.restart(leader);
+    cluster.restart(other);
+    cluster.wait_writable(Duration::from_secs(30));
+    let b = authority(&cluster, "quorum", Duration::from_secs(3)).await;
+    assert!(
+        b.get(&fresh).await.unwrap().is_none(),
+        "nothing was granted during the outage"
+    );
+    let h = b.holder(&held).await.unwrap().unwrap().unwrap();
+    assert_eq!(h.grant.fence, f, "the grant from before is still there");
+    assert!(
+        b.claim(&fresh, &id("w2"), None)
+            .await
+            .unwrap()
+            .grant()
+            .is_some(),
+        "service is back"
+    );
+}
