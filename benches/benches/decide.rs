@@ -15,7 +15,8 @@ fn op(request: Request, now_ms: u64) -> Operation {
     }
 }
 
-fn commit(d: baton_core::Decision) -> baton_core::TaskRecord {
+fn commit(mut d: baton_core::Decision) -> baton_core::TaskRecord {
+    d.assign_fence(5);
     match d.verdict {
         Verdict::Commit(c) => c.record,
         other => panic!("setup did not commit: {other:?}"),
@@ -47,7 +48,7 @@ fn bench(c: &mut Criterion) {
     let renew = op(
         Request::Renew {
             owner: id("w"),
-            fence: 0,
+            fence: 1,
             ttl_ms: None,
         },
         1,

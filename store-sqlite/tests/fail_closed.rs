@@ -323,3 +323,75 @@ fn a_read_only_file() {
     drop(_guard);
     assert_unchanged(&path, &before);
 }
+
+#[test]
+#[ignore = "a child process entry point, run by a_full_disk in a private mount namespace"]
+fn full_disk_child() {
+    let Ok(dir) = std::env::var("BATON_FULL_DISK_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let path = dir.join("baton.db");
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    // Leave almost nothing free on the 2 MiB filesystem.
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![7u8; 16 * 1024];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    drop(f);
+    let mut granted = Vec::new();
+    let mut failure = None;
+    for i in 0..5000 {
+        let task = id(&format!("full-{i:05}-{}", "x".repeat(200)));
+        match rt.block_on(a.claim(&task, &id("w"), None)) {
+            Ok(r) => granted.push((task, r.grant().unwrap().fence)),
+            Err(e) => {
+                failure = Some((task, e));
+                break;
+            }
+        }
+    }
+    let (task, e) = failure.expect("the disk filled up");
+    report(format!("error\t{}\t{}", e.kind.as_str(), e.message));
+    assert!(
+        rt.block_on(a.get(&task))
+            .map(|r| r.is_none())
+            .unwrap_or(true),
+        "the refused claim granted nothing"
+    );
+    // Remove the fault: the same store works again, and nothing answered was lost.
+    std::fs::remove_file(&filler).unwrap();
+    let again = rt.block_on(a.claim(&task, &id("w"), None)).unwrap();
+    assert!(again.grant().is_some());
+    for (t, fence) in &granted {
+        let h = rt.block_on(a.holder(t)).unwrap().unwrap().unwrap();
+        assert_eq!(h.grant.fence, *fence);
+    }
+    report(format!("recovered\t{}", granted.len()));
+}
+
+#[test]
+fn a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let script = format!(
+        "mount -t tmpfs -o size=2m tmpfs {d} && exec \"$0\" --ignored --exact full_disk_child --nocapture --test-threads=1"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--", "sh", "-c", &script])
+        .arg(std::env::current_exe().unwrap())
+        .env("BATON_FULL_DISK_DIR", dir.path())
+        .output()
+        .expect("unshare (util-linux) runs; the tests run as root");
+    let lines = reported(&out);
+    let fields: Vec<&str> = lines[0].split('\t').collect();
+    assert_eq!(fields[0], "error");
+    assert_eq!(fields[1], "unavailable", "{}", fields[2]);
+    assert!(
+        fields[2].contains("full") && fields[2].contains("baton.db"),
+        "{}",
+        fields[2]
+    );
+    assert!(lines[1].starts_with("recovered"), "{lines:?}");
+}
