@@ -75,37 +75,55 @@ where
 }
 
 fn usage_error(e: clap::Error) -> i32 {
-    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
-    if matches!(
-        e.kind(),
-        K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = e.print();
-        return if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
-            exit::INVALID
-        } else {
-            exit::OK
-        };
+    match clap_error(e) {
+        Ok(code) => code,
+        Err(err) => report_error(&err),
     }
+}
+
+/// A clap error as baton's (naming the field), or, for help and version,
+/// the exit status after printing them.
+fn clap_error(e: clap::Error) -> Result<i32, Error> {
+    use clap::error::ErrorKind as K;
+    if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand) {
+        let _ = e.print();
+        return Ok(if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand { exit::INVALID } else { exit::OK });
+    }
+    Err(invalid_usage(&e))
+}
+
+fn invalid_usage(e: &clap::Error) -> Error {
+    use clap::error::{ContextKind, ContextValue};
     let field = match e.get(ContextKind::InvalidArg) {
         Some(ContextValue::String(arg)) => Some(field_name(arg)),
         Some(ContextValue::Strings(args)) => args.first().map(|a| field_name(a)),
         _ => None,
     };
-    let message = e
-        .render()
-        .to_string()
-        .lines()
-        .next()
-        .unwrap_or("usage error")
-        .trim_start_matches("error: ")
-        .to_owned();
-    let err = Error {
-        kind: ErrorKind::Invalid,
-        message,
-        field,
+    let message = e.render().to_string().lines().next().unwrap_or("usage error").trim_start_matches("error: ").to_owned();
+    Error { kind: ErrorKind::Invalid, message, field }
+}
+
+/// Validates a command line (`argv[0]` included) exactly as [`run`] does,
+/// without opening a store or printing anything: the input rules alone.
+/// Help and version requests are valid.
+pub fn check<I, T>(argv: I) -> Result<(), Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind as K;
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) => return Ok(()),
+        Err(e) => return Err(invalid_usage(&e)),
     };
-    report_error(&err)
+    StoreUrl::parse(cli.store.as_deref().unwrap_or(DEFAULT_STORE))?;
+    match &cli.command {
+        Command::Demo | Command::Bench(_) | Command::BenchWorker(_) => Ok(()),
+        // Declaring reads a manifest (a file or standard input): not an argument rule.
+        Command::Task(TaskCommand::Declare { .. }) => Ok(()),
+        other => plan(other).map(|_| ()),
+    }
 }
 
 /// `--fence <FENCE>` and `<TASK>` name the fields `fence` and `task`.
@@ -549,5 +567,18 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+}
+
+/// The CLI fuzz target's property, shared with the tests that replay its
+/// corpus: NUL-separated bytes as a command line are checked without a
+/// panic, and anything refused is refused as invalid input.
+#[doc(hidden)]
+pub fn fuzz_args(data: &[u8]) {
+    use std::os::unix::ffi::OsStringExt;
+    let args = std::iter::once(std::ffi::OsString::from("baton"))
+        .chain(data.split(|b| *b == 0).map(|a| std::ffi::OsString::from_vec(a.to_vec())));
+    if let Err(e) = check(args) {
+        assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
     }
 }
