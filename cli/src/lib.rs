@@ -85,9 +85,16 @@ fn usage_error(e: clap::Error) -> i32 {
 /// the exit status after printing them.
 fn clap_error(e: clap::Error) -> Result<i32, Error> {
     use clap::error::ErrorKind as K;
-    if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand) {
+    if matches!(
+        e.kind(),
+        K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         let _ = e.print();
-        return Ok(if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand { exit::INVALID } else { exit::OK });
+        return Ok(if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
+            exit::INVALID
+        } else {
+            exit::OK
+        });
     }
     Err(invalid_usage(&e))
 }
@@ -99,8 +106,19 @@ fn invalid_usage(e: &clap::Error) -> Error {
         Some(ContextValue::Strings(args)) => args.first().map(|a| field_name(a)),
         _ => None,
     };
-    let message = e.render().to_string().lines().next().unwrap_or("usage error").trim_start_matches("error: ").to_owned();
-    Error { kind: ErrorKind::Invalid, message, field }
+    let message = e
+        .render()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or("usage error")
+        .trim_start_matches("error: ")
+        .to_owned();
+    Error {
+        kind: ErrorKind::Invalid,
+        message,
+        field,
+    }
 }
 
 /// Validates a command line (`argv[0]` included) exactly as [`run`] does,
@@ -537,6 +555,21 @@ impl Plan {
     }
 }
 
+/// The CLI fuzz target's property, shared with the tests that replay its
+/// corpus: NUL-separated bytes as a command line are checked without a
+/// panic, and anything refused is refused as invalid input.
+#[doc(hidden)]
+pub fn fuzz_args(data: &[u8]) {
+    use std::os::unix::ffi::OsStringExt;
+    let args = std::iter::once(std::ffi::OsString::from("baton")).chain(
+        data.split(|b| *b == 0)
+            .map(|a| std::ffi::OsString::from_vec(a.to_vec())),
+    );
+    if let Err(e) = check(args) {
+        assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,18 +600,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-}
-
-/// The CLI fuzz target's property, shared with the tests that replay its
-/// corpus: NUL-separated bytes as a command line are checked without a
-/// panic, and anything refused is refused as invalid input.
-#[doc(hidden)]
-pub fn fuzz_args(data: &[u8]) {
-    use std::os::unix::ffi::OsStringExt;
-    let args = std::iter::once(std::ffi::OsString::from("baton"))
-        .chain(data.split(|b| *b == 0).map(|a| std::ffi::OsString::from_vec(a.to_vec())));
-    if let Err(e) = check(args) {
-        assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
     }
 }

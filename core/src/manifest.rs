@@ -237,6 +237,29 @@ pub fn validate_evidence_hash(field: &str, hash: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The manifest fuzz target's property, shared with the tests that replay
+/// its corpus: parsing never panics, and what it accepts obeys the rules and
+/// parses back to itself.
+#[doc(hidden)]
+pub fn fuzz_manifest(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(m) = Manifest::from_json(text) else {
+        return;
+    };
+    assert!(!m.steps.is_empty() && m.steps.len() <= MAX_STEPS);
+    assert!(m.max_attempts >= 1 && m.start_deadline_seconds > 0 && m.heartbeat_timeout_seconds > 0);
+    let again = serde_json::to_string(&m)
+        .ok()
+        .and_then(|j| Manifest::from_json(&j).ok());
+    assert_eq!(
+        again.as_ref(),
+        Some(&m),
+        "a normalised manifest parses back to itself"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,17 +367,4 @@ mod tests {
         }
         assert!(validate_evidence_hash("e", &format!("sha256:{}", "a".repeat(63))).is_err());
     }
-}
-
-/// The manifest fuzz target's property, shared with the tests that replay
-/// its corpus: parsing never panics, and what it accepts obeys the rules and
-/// parses back to itself.
-#[doc(hidden)]
-pub fn fuzz_manifest(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(m) = Manifest::from_json(text) else { return };
-    assert!(!m.steps.is_empty() && m.steps.len() <= MAX_STEPS);
-    assert!(m.max_attempts >= 1 && m.start_deadline_seconds > 0 && m.heartbeat_timeout_seconds > 0);
-    let again = serde_json::to_string(&m).ok().and_then(|j| Manifest::from_json(&j).ok());
-    assert_eq!(again.as_ref(), Some(&m), "a normalised manifest parses back to itself");
 }

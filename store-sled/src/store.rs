@@ -59,6 +59,8 @@ struct Trees {
     tasks: Tree,
     /// state NUL task id → due_at (i64 BE, or empty)
     by_state: Tree,
+    /// state NUL due_at (u64 BE) task id → (): what is due, in time order
+    by_due: Tree,
     /// seq BE → event JSON (with its count)
     events: Tree,
     /// task id NUL seq BE → ()
@@ -178,6 +180,7 @@ impl SledStore {
         let trees = Trees {
             tasks: t("tasks")?,
             by_state: t("by_state")?,
+            by_due: t("by_due")?,
             events: t("events")?,
             events_by_task: t("events_by_task")?,
             conflicts: t("conflicts")?,
@@ -234,7 +237,7 @@ fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
         ))),
         None => {
             let foreign =
-                db.tree_names().len() > 9 || !trees.tasks.is_empty() || !trees.events.is_empty();
+                db.tree_names().len() > 10 || !trees.tasks.is_empty() || !trees.events.is_empty();
             if foreign || !db.is_empty() {
                 return Err(Error::corrupt(format!(
                     "{}: a sled database, but not a baton store",
@@ -309,6 +312,7 @@ impl Inner {
         let trees = (
             &t.tasks,
             &t.by_state,
+            &t.by_due,
             &t.events,
             &t.events_by_task,
             &t.conflicts,
@@ -317,7 +321,17 @@ impl Inner {
             &t.meta,
         );
         let outcome = trees.transaction(
-            |(tasks, by_state, events, events_by_task, conflicts, outbox, intents, meta)| {
+            |(
+                tasks,
+                by_state,
+                by_due,
+                events,
+                events_by_task,
+                conflicts,
+                outbox,
+                intents,
+                meta,
+            )| {
                 let current: Option<TaskRecord> = match tasks.get(op.task.as_str().as_bytes())? {
                     Some(b) => Some(
                         serde_json::from_slice(&b)
@@ -340,6 +354,12 @@ impl Inner {
                 if let Some(r) = d.record_to_write() {
                     if let Some(old) = &current {
                         by_state.remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
+                        if let Some(due) = old.due_at() {
+                            by_due.remove(due_key(old.state.as_str(), due, old.task.as_str()))?;
+                        }
+                    }
+                    if let Some(due) = r.due_at() {
+                        by_due.insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
                     }
                     let due = r
                         .due_at()
@@ -394,6 +414,24 @@ impl Inner {
             }
             Some(clauses) => {
                 for Clause { state, due } in clauses {
+                    if *due == Due::Passed {
+                        // What is due is found by time, never by scanning the state.
+                        let prefix = key2(state.as_str(), b"");
+                        let end = due_key(state.as_str(), q.now.plus_ms(1), "");
+                        let mut due_tasks: Vec<Vec<u8>> = Vec::new();
+                        for item in self.trees.by_due.range(prefix.clone()..end) {
+                            let (k, _) = item.map_err(|e| self.err(e))?;
+                            let task = k[prefix.len() + 8..].to_vec();
+                            if task.as_slice() > after.as_bytes() {
+                                due_tasks.push(task);
+                            }
+                        }
+                        due_tasks.sort();
+                        for task in due_tasks.into_iter().take(q.limit) {
+                            push(&task)?;
+                        }
+                        continue;
+                    }
                     let prefix = key2(state.as_str(), b"");
                     let start = key2(state.as_str(), after.as_bytes());
                     let mut taken = 0;
@@ -521,6 +559,14 @@ impl Inner {
         self.settle_reads()?;
         Ok(snap)
     }
+}
+
+/// A `by_due` key: state NUL due time (big-endian, so keys sort by time) task id.
+fn due_key(state: &str, due: Timestamp, task: &str) -> Vec<u8> {
+    let ms = u64::try_from(due.as_millis()).unwrap_or(0);
+    let mut k = key2(state, &ms.to_be_bytes());
+    k.extend_from_slice(task.as_bytes());
+    k
 }
 
 fn abort(m: String) -> ConflictableTransactionError<Abort> {
