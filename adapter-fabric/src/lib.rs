@@ -24,6 +24,11 @@
 //!   lost is resolved by re-reading the request id it stored; if that cannot
 //!   be settled, the answer is `Indeterminate`.
 //!
+//! etcd's limits: a request of at most 1.5 MiB and 128 operations per
+//! transaction. A decision writes at most a record (a manifest is at most
+//! 64 KiB, an error 16 KiB), a holder key, three events and two
+//! notifications, well inside both.
+//!
 //! Run etcd with `--auto-compaction-retention` (history is never compacted
 //! otherwise) and `--experimental-enable-lease-checkpoint` (without it a
 //! leader change resets every lease to its full TTL).
