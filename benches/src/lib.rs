@@ -21,8 +21,41 @@ fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(Timestamp::from_millis(1_767_225_600_000)))
 }
 
-/// The backends measured side by side.
-pub const BACKENDS: [&str; 3] = ["memory", "sqlite", "sled"];
+/// The backends measured side by side; etcd joins when `BATON_BENCH_ETCD`
+/// names a cluster (`scripts/etcd-cluster DIR` starts one).
+pub fn backends() -> Vec<&'static str> {
+    let mut b = vec!["memory", "sqlite", "sled"];
+    if etcd_url().is_some() {
+        b.push("etcd");
+    }
+    b
+}
+
+/// The etcd cluster to benchmark, as `etcd://HOST:PORT,...`.
+pub fn etcd_url() -> Option<String> {
+    std::env::var("BATON_BENCH_ETCD")
+        .ok()
+        .filter(|u| u.starts_with("etcd://"))
+}
+
+fn etcd(prefix: &str) -> Arc<dyn Store> {
+    let url = etcd_url().unwrap_or_else(|| panic!("BATON_BENCH_ETCD is not set"));
+    let hosts = url
+        .trim_start_matches("etcd://")
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    let endpoints = hosts.split(',').map(str::to_owned).collect();
+    let opts = baton_adapter_fabric::FabricOptions::new(endpoints, prefix);
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let store = rt
+        .block_on(baton_adapter_fabric::FabricStore::connect(opts))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The client's connections live on this runtime: keep it for the bench's life.
+    std::mem::forget(rt);
+    Arc::new(store)
+}
 
 /// A fresh, empty store of `backend`, kept alive by the returned directory.
 pub fn fresh(backend: &str) -> (Bench, Option<tempfile::TempDir>) {
@@ -40,6 +73,12 @@ fn open(backend: &str, path: PathBuf) -> Bench {
         "sled" => Arc::new(
             SledStore::open(path, SledOptions::default()).unwrap_or_else(|e| panic!("{e}")),
         ),
+        "etcd" => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            etcd(&format!("bench-{nanos}"))
+        }
         other => panic!("unknown backend {other}"),
     };
     Authority::new(store, clock())
@@ -57,7 +96,7 @@ pub fn seeded(
     let _ = std::fs::create_dir_all(&dir);
     let path = dir.join(format!("{backend}-{tasks}-{events_per_task}"));
     let done = path.with_extension("done");
-    if backend != "memory" && done.exists() {
+    if matches!(backend, "sqlite" | "sled") && done.exists() {
         return open(backend, path);
     }
     let _ = std::fs::remove_dir_all(&path);
