@@ -31,7 +31,10 @@ pub enum StoreUrl {
         /// The deadline of every call to the cluster (default 3s).
         timeout: Option<Duration>,
     },
-    Memory,
+    /// `fault`: every write fails so (for testing how callers handle it).
+    Memory {
+        fault: Option<baton_core::fault::Fault>,
+    },
 }
 
 impl StoreUrl {
@@ -76,6 +79,7 @@ impl StoreUrl {
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut busy_timeout = None;
         let mut group_commit = true;
+        let mut fault = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("busy_timeout", v)) => {
@@ -85,6 +89,12 @@ impl StoreUrl {
                         ))
                     })?;
                     busy_timeout = Some(d);
+                }
+                Some(("fault", "unavailable")) if scheme == "memory" => {
+                    fault = Some(baton_core::fault::Fault::UnavailableBefore);
+                }
+                Some(("fault", "indeterminate")) if scheme == "memory" => {
+                    fault = Some(baton_core::fault::Fault::IndeterminateAfter);
                 }
                 Some(("group_commit", "on")) => group_commit = true,
                 Some(("group_commit", "off")) => group_commit = false,
@@ -104,7 +114,7 @@ impl StoreUrl {
                 busy_timeout,
                 group_commit,
             }),
-            "memory" => Ok(StoreUrl::Memory),
+            "memory" => Ok(StoreUrl::Memory { fault }),
             other => Err(bad(&format!(
                 "unknown store scheme {other:?}; use sqlite:, sled:, etcd:// or memory:"
             ))),
@@ -132,7 +142,11 @@ pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
 /// Builds the store a URL names.
 pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
     match StoreUrl::parse(url)? {
-        StoreUrl::Memory => Ok(Arc::new(MemoryStore::new())),
+        StoreUrl::Memory { fault: None } => Ok(Arc::new(MemoryStore::new())),
+        StoreUrl::Memory { fault: Some(f) } => Ok(Arc::new(baton_core::fault::FaultStore::always(
+            MemoryStore::new(),
+            f,
+        ))),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite {
             path,

@@ -803,3 +803,39 @@ fn help_and_version_exit_0() {
         assert!(!out.stdout.is_empty());
     }
 }
+
+#[test]
+fn injected_faults_give_exit_3_and_exit_4() {
+    let e = Env::new();
+    // Unavailable: nothing was applied, do not start work.
+    let r = e.run_bare(&[
+        "--store",
+        "memory:?fault=unavailable",
+        "claim",
+        "t",
+        "--owner",
+        "w",
+    ]);
+    assert_eq!(
+        (r.code, r.error()["kind"].as_str(), r.stdout.as_str()),
+        (3, Some("unavailable"), "")
+    );
+    // Indeterminate: it may have applied; read before retrying.
+    let r = e.run_bare(&[
+        "--store",
+        "memory:?fault=indeterminate",
+        "claim",
+        "t",
+        "--owner",
+        "w",
+    ]);
+    assert_eq!(
+        (r.code, r.error()["kind"].as_str(), r.stdout.as_str()),
+        (4, Some("indeterminate"), "")
+    );
+    // Reads are not faulted, and the parameter exists only on memory: stores.
+    let r = e.run_bare(&["--store", "memory:?fault=indeterminate", "holder", "t"]);
+    assert_eq!(r.code, 5);
+    let r = e.run_bare(&["--store", "sqlite:x.db?fault=unavailable", "holder", "t"]);
+    assert_eq!((r.code, r.error()["field"].as_str()), (2, Some("store")));
+}

@@ -13,6 +13,7 @@
 pub mod authority;
 pub mod decide;
 pub mod error;
+pub mod fault;
 pub mod id;
 pub mod manifest;
 pub mod memory;

@@ -10,12 +10,11 @@
 //! (the CI run is short; see README.md for the long one).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use async_trait::async_trait;
 use baton_core::conformance::fixtures::manifest;
-use baton_core::store::{Capabilities, ListQuery, Snapshot};
+use baton_core::fault::{Fault, FaultStore};
 use baton_core::{
-    Actor, Decision, Error, Event, EventKind, Id, MemoryStore, Notification, Operation,
-    Preconditions, Request, Result, State, Store, TaskId, Timestamp, Verdict, decide,
+    Actor, Decision, Event, EventKind, Id, MemoryStore, Operation, Preconditions, Request, Result,
+    State, Store, TaskId, Timestamp, Verdict, decide,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -42,58 +41,6 @@ impl Rng {
 }
 
 // ---------------------------------------------------- the fault-injecting store
-
-/// What the wrapper does to the next write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
-    None,
-    /// Fails before applying anything.
-    UnavailableBefore,
-    /// Applies, then answers as if the reply was lost.
-    IndeterminateAfter,
-}
-
-/// Wraps any store and injects the fault it is told to.
-#[derive(Debug)]
-struct FaultyStore<S> {
-    inner: S,
-    next: Mutex<Fault>,
-}
-
-#[async_trait]
-impl<S: Store> Store for FaultyStore<S> {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        self.inner.read(task, now).await
-    }
-    async fn apply(&self, op: Operation) -> Result<Decision> {
-        let fault = std::mem::replace(&mut *self.next.lock().unwrap(), Fault::None);
-        match fault {
-            Fault::UnavailableBefore => {
-                Err(Error::unavailable("injected: the store did not answer"))
-            }
-            Fault::IndeterminateAfter => {
-                self.inner.apply(op).await?;
-                Err(Error::indeterminate("injected: the reply was lost"))
-            }
-            Fault::None => self.inner.apply(op).await,
-        }
-    }
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-        self.inner.list(query).await
-    }
-    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
-        self.inner.events(task, after, limit).await
-    }
-    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
-        self.inner.pending(after, limit).await
-    }
-    async fn ack(&self, ids: &[String]) -> Result<u64> {
-        self.inner.ack(ids).await
-    }
-}
 
 /// A deliberately broken store: it decides when a request is sent and, when
 /// the request arrives, writes that decision without checking that the
@@ -175,7 +122,7 @@ struct Ledger {
 }
 
 enum Backend {
-    Real(Arc<FaultyStore<MemoryStore>>),
+    Real(Arc<FaultStore<MemoryStore>>),
     Canary(Canary),
 }
 
@@ -211,10 +158,7 @@ impl Sim {
         let backend = if canary {
             Backend::Canary(Canary::default())
         } else {
-            Backend::Real(Arc::new(FaultyStore {
-                inner: MemoryStore::new(),
-                next: Mutex::new(Fault::None),
-            }))
+            Backend::Real(Arc::new(FaultStore::new(MemoryStore::new())))
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -444,13 +388,15 @@ impl Sim {
         let i = self.rng.below(self.network.len() as u64) as usize;
         let f = self.network.swap_remove(i);
         let fault = match self.rng.below(100) {
-            0..=4 => Fault::UnavailableBefore,
-            5..=9 => Fault::IndeterminateAfter,
-            _ => Fault::None,
+            0..=4 => Some(Fault::UnavailableBefore),
+            5..=9 => Some(Fault::IndeterminateAfter),
+            _ => None,
         };
         let result = match &self.backend {
             Backend::Real(s) => {
-                *s.next.lock().unwrap() = fault;
+                if let Some(f) = fault {
+                    s.inject_next(f);
+                }
                 self.rt.block_on(s.apply(f.op.clone()))
             }
             Backend::Canary(c) => Ok(c.commit(f.prepared.clone().unwrap())),

@@ -3,8 +3,10 @@
 //! fence handed out before.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+use baton_core::conformance::fixtures::manifest;
 use baton_core::{Authority, Id, SystemClock};
 use baton_store_sled::{SledOptions, SledStore};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -43,15 +45,42 @@ fn storm_child() {
                 let round = round.to_owned();
                 tokio::spawn(async move {
                     for i in 0.. {
-                        let task = id(&format!("r{round}-w{w}-{i:06}"));
+                        let name = format!("r{round}-w{w}-{i:06}");
+                        let task = id(&name);
+                        if i % 2 == 0 {
+                            let g = a
+                                .claim(&task, &id("w"), Some(3_600_000))
+                                .await
+                                .unwrap()
+                                .grant()
+                                .unwrap();
+                            // Reported only after the store answered: the grant is durable.
+                            println!("@@ G {} {}", task, g.fence);
+                            continue;
+                        }
+                        // A declared task through claim, start, heartbeat and succeed.
+                        let run = id("run");
+                        a.declare(manifest(&name, 2, &["log"], 3600, 1))
+                            .await
+                            .unwrap();
+                        a.register(&task, &run).await.unwrap();
                         let g = a
-                            .claim(&task, &id("w"), Some(3_600_000))
+                            .task_claim(&task, &run, &id("w"), None)
                             .await
                             .unwrap()
                             .grant()
                             .unwrap();
-                        // Reported only after the store answered: the grant is durable.
-                        println!("@@ {} {}", task, g.fence);
+                        println!("@@ G {} {}", task, g.fence);
+                        a.start(&task, &run, &id("w"), g.fence).await.unwrap();
+                        a.heartbeat(&task, &run, &id("w"), g.fence, 2, None)
+                            .await
+                            .unwrap();
+                        let ev = BTreeMap::from([(
+                            "log".to_owned(),
+                            format!("sha256:{}", "c".repeat(64)),
+                        )]);
+                        a.succeed(&task, &run, &id("w"), g.fence, ev).await.unwrap();
+                        println!("@@ S {} {}", task, g.fence);
                     }
                 })
             })
@@ -67,6 +96,7 @@ fn killed_mid_storm_loses_no_answered_grant_and_never_reuses_a_fence() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let mut answered: Vec<(String, u64)> = Vec::new();
+    let mut succeeded: Vec<(String, u64)> = Vec::new();
     for round in 0..4 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
@@ -87,9 +117,14 @@ fn killed_mid_storm_loses_no_answered_grant_and_never_reuses_a_fence() {
         while seen < want {
             let line = lines.next().expect("the child reports grants").unwrap();
             if let Some(i) = line.find("@@ ") {
-                let (task, fence) = line[i + 3..].split_once(' ').unwrap();
-                answered.push((task.to_owned(), fence.parse().unwrap()));
-                seen += 1;
+                let parts: Vec<&str> = line[i + 3..].split(' ').collect();
+                let entry = (parts[1].to_owned(), parts[2].parse().unwrap());
+                if parts[0] == "S" {
+                    succeeded.push(entry);
+                } else {
+                    answered.push(entry);
+                    seen += 1;
+                }
             }
         }
         child.kill().unwrap(); // SIGKILL, mid-storm
@@ -110,6 +145,14 @@ fn killed_mid_storm_loses_no_answered_grant_and_never_reuses_a_fence() {
                 "{task}: the answered grant is the stored one"
             );
         }
+        for (task, fence) in &succeeded {
+            let r = rt.block_on(a.get(&id(task))).unwrap().unwrap();
+            assert_eq!(
+                (r.state, r.current_fence()),
+                (baton_core::State::Succeeded, Some(*fence)),
+                "{task}: an answered success was lost"
+            );
+        }
         let max = answered.iter().map(|(_, f)| *f).max().unwrap();
         let g = rt
             .block_on(a.claim(&id(&format!("after-{round}")), &id("w"), None))
@@ -123,4 +166,8 @@ fn killed_mid_storm_loses_no_answered_grant_and_never_reuses_a_fence() {
         );
         answered.push((format!("after-{round}"), g.fence));
     }
+    assert!(
+        !succeeded.is_empty(),
+        "the storm completed declared tasks too"
+    );
 }

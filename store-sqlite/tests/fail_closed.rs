@@ -171,6 +171,15 @@ fn the_file_deleted_while_open() {
     assert_names(&e, &path, &[ErrorKind::Unavailable], "deleted");
     let e = rt.block_on(a.get(&id("before"))).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "reads fail closed too");
+    // The fault removed (the store reopened at its path), it works again.
+    drop(a);
+    let again = open(&path, Duration::from_secs(5)).unwrap();
+    assert!(
+        rt.block_on(again.claim(&id("after"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
 }
 
 #[test]
@@ -191,6 +200,13 @@ fn the_file_replaced_while_open() {
     // Nothing was granted into either file.
     let fresh = open(&path, Duration::from_secs(5)).unwrap();
     assert!(rt.block_on(fresh.get(&id("after"))).unwrap().is_none());
+    // Reopened on the file the path now names, it works again.
+    assert!(
+        rt.block_on(fresh.claim(&id("after"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
 }
 
 #[test]
@@ -291,6 +307,14 @@ fn a_read_only_directory() {
         "{msg}"
     );
     assert_unchanged(&path, &before);
+    // Outside the namespace the directory is writable: the store works again.
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    assert!(
+        rt().block_on(a.claim(&id("t-new"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
 }
 
 #[test]
@@ -322,6 +346,14 @@ fn a_read_only_file() {
     assert_names(&e, &path, &[ErrorKind::Unavailable], "read-only");
     drop(_guard);
     assert_unchanged(&path, &before);
+    // The attribute removed, the store works again.
+    let a = open(&path, Duration::from_secs(5)).unwrap();
+    assert!(
+        rt().block_on(a.claim(&id("t-new"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
 }
 
 #[test]

@@ -1,0 +1,102 @@
+//! Fault injection over any store: the simulation's faults, and a way for
+//! callers to test how they handle `Unavailable` and `Indeterminate`
+//! (`memory:?fault=unavailable` or `memory:?fault=indeterminate` in the CLI).
+
+use crate::decide::Decision;
+use crate::error::{Error, Result};
+use crate::id::TaskId;
+use crate::model::{Event, Notification};
+use crate::request::Operation;
+use crate::store::{Capabilities, ListQuery, Snapshot, Store};
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use std::sync::Mutex;
+
+/// What a write suffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The store fails before applying anything.
+    UnavailableBefore,
+    /// The write applies, then its answer is lost.
+    IndeterminateAfter,
+}
+
+/// Wraps a store; writes suffer the fault set for every write, or the one
+/// injected for the next write. Reads pass through.
+#[derive(Debug)]
+pub struct FaultStore<S> {
+    inner: S,
+    always: Option<Fault>,
+    next: Mutex<Option<Fault>>,
+}
+
+impl<S> FaultStore<S> {
+    /// No fault until one is injected.
+    pub fn new(inner: S) -> Self {
+        FaultStore {
+            inner,
+            always: None,
+            next: Mutex::new(None),
+        }
+    }
+
+    /// Every write suffers `fault`.
+    pub fn always(inner: S, fault: Fault) -> Self {
+        FaultStore {
+            inner,
+            always: Some(fault),
+            next: Mutex::new(None),
+        }
+    }
+
+    /// The next write suffers `fault`.
+    pub fn inject_next(&self, fault: Fault) {
+        if let Ok(mut n) = self.next.lock() {
+            *n = Some(fault);
+        }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for FaultStore<S> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        self.inner.read(task, now).await
+    }
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        let once = self.next.lock().ok().and_then(|mut n| n.take());
+        match once.or(self.always) {
+            Some(Fault::UnavailableBefore) => Err(Error::unavailable(
+                "injected fault: the store did not answer",
+            )),
+            Some(Fault::IndeterminateAfter) => {
+                self.inner.apply(op).await?;
+                Err(Error::indeterminate(
+                    "injected fault: the write applied but its answer was lost",
+                ))
+            }
+            None => self.inner.apply(op).await,
+        }
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        self.inner.list(query).await
+    }
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        self.inner.events(task, after, limit).await
+    }
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        self.inner.pending(after, limit).await
+    }
+    async fn ack(&self, ids: &[String]) -> Result<u64> {
+        self.inner.ack(ids).await
+    }
+    fn commits(&self) -> Option<u64> {
+        self.inner.commits()
+    }
+}
