@@ -43,6 +43,63 @@ impl Default for SledOptions {
 #[derive(Clone)]
 pub struct SledStore {
     inner: Arc<Inner>,
+    /// `None` when group commit is off.
+    committer: Option<Arc<Committer>>,
+}
+
+/// The most decisions one group commit carries.
+const MAX_BATCH: usize = 256;
+
+/// A caller waiting for the committer to decide and commit its operation.
+struct Queued {
+    op: Operation,
+    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
+}
+
+/// The group-commit thread's inbox; dropping the last store handle stops
+/// the thread, and the drop waits for it, so the directory lock is released
+/// by the time the drop returns.
+struct Committer {
+    inbox: std::sync::Mutex<Option<std::sync::mpsc::Sender<Queued>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        if let Ok(mut inbox) = self.inbox.lock() {
+            inbox.take();
+        }
+        if let Ok(mut t) = self.thread.lock()
+            && let Some(t) = t.take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the thread that decides queued operations a batch at a time:
+/// whatever queued while one batch was being written and flushed goes in the next.
+fn start_committer(inner: Arc<Inner>) -> Result<Arc<Committer>> {
+    let (inbox, queue) = std::sync::mpsc::channel::<Queued>();
+    let thread = std::thread::Builder::new()
+        .name("baton-sled-commit".into())
+        .spawn(move || {
+            while let Ok(first) = queue.recv() {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match queue.try_recv() {
+                        Ok(q) => batch.push(q),
+                        Err(_) => break,
+                    }
+                }
+                inner.commit_batch(batch);
+            }
+        })
+        .map_err(|e| Error::unavailable(format!("cannot start the commit thread: {e}")))?;
+    Ok(Arc::new(Committer {
+        inbox: std::sync::Mutex::new(Some(inbox)),
+        thread: std::sync::Mutex::new(Some(thread)),
+    }))
 }
 
 struct Inner {
@@ -189,14 +246,18 @@ impl SledStore {
             meta: t("meta")?,
         };
         check_layout(&path, &db, &trees)?;
-        Ok(SledStore {
-            inner: Arc::new(Inner {
-                path,
-                db,
-                trees,
-                flush: GroupFlush::new(options.group_commit),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            path,
+            db,
+            trees,
+            flush: GroupFlush::new(options.group_commit),
+        });
+        let committer = if options.group_commit {
+            Some(start_committer(inner.clone())?)
+        } else {
+            None
+        };
+        Ok(SledStore { inner, committer })
     }
 
     pub fn path(&self) -> &Path {
@@ -293,7 +354,10 @@ impl Inner {
 
     fn apply(&self, op: &Operation) -> Result<Decision> {
         self.flush.begin().map_err(|Poisoned| self.poisoned())?;
-        let result = self.transact(op);
+        let result = self.transact(std::slice::from_ref(op)).and_then(|mut ds| {
+            ds.pop()
+                .ok_or_else(|| Error::unavailable("sled: a transaction decided nothing"))
+        });
         let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
         self.flush.notify();
         let decision = result?;
@@ -307,7 +371,41 @@ impl Inner {
         Ok(decision)
     }
 
-    fn transact(&self, op: &Operation) -> Result<Decision> {
+    /// Commits a batch: one transaction, one flush, then every caller is
+    /// answered. If anything fails, every caller gets the error.
+    fn commit_batch(&self, batch: Vec<Queued>) {
+        let ops: Vec<Operation> = batch.iter().map(|q| q.op.clone()).collect();
+        let outcome = (|| -> Result<Vec<Decision>> {
+            self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+            let result = self.transact(&ops);
+            let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
+            self.flush.notify();
+            let decisions = result?;
+            let upto = self
+                .flush
+                .horizon()
+                .map_err(|Poisoned| self.poisoned())?
+                .max(finished);
+            self.durable(upto, decisions.iter().any(|d| d.writes()))?;
+            Ok(decisions)
+        })();
+        match outcome {
+            Ok(ds) => {
+                for (q, d) in batch.into_iter().zip(ds) {
+                    let _ = q.answer.send(Ok(d));
+                }
+            }
+            Err(e) => {
+                for q in batch {
+                    let _ = q.answer.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Decides `ops` in order inside one sled transaction: each sees the
+    /// writes of those before it.
+    fn transact(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
         let t = &self.trees;
         let trees = (
             &t.tasks,
@@ -332,54 +430,65 @@ impl Inner {
                 intents,
                 meta,
             )| {
-                let current: Option<TaskRecord> = match tasks.get(op.task.as_str().as_bytes())? {
-                    Some(b) => Some(
-                        serde_json::from_slice(&b)
-                            .map_err(|e| abort(format!("a record does not decode: {e}")))?,
-                    ),
-                    None => None,
-                };
-                let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
-                let mut d = decide(op, current.as_ref(), live);
-                if !d.writes() {
-                    return Ok(d);
-                }
-                if d.mints_fence() {
-                    let fence = read_u64(meta.get("fence")?)
-                        .map_err(ConflictableTransactionError::Abort)?
-                        + 1;
-                    meta.insert("fence", &be(fence))?;
-                    d.assign_fence(fence);
-                }
-                if let Some(r) = d.record_to_write() {
-                    if let Some(old) = &current {
-                        by_state.remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
-                        if let Some(due) = old.due_at() {
-                            by_due.remove(due_key(old.state.as_str(), due, old.task.as_str()))?;
+                let mut decisions = Vec::with_capacity(ops.len());
+                for op in ops {
+                    let current: Option<TaskRecord> =
+                        match tasks.get(op.task.as_str().as_bytes())? {
+                            Some(b) => Some(
+                                serde_json::from_slice(&b)
+                                    .map_err(|e| abort(format!("a record does not decode: {e}")))?,
+                            ),
+                            None => None,
+                        };
+                    let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
+                    let mut d = decide(op, current.as_ref(), live);
+                    if !d.writes() {
+                        decisions.push(d);
+                        continue;
+                    }
+                    if d.mints_fence() {
+                        let fence = read_u64(meta.get("fence")?)
+                            .map_err(ConflictableTransactionError::Abort)?
+                            + 1;
+                        meta.insert("fence", &be(fence))?;
+                        d.assign_fence(fence);
+                    }
+                    if let Some(r) = d.record_to_write() {
+                        if let Some(old) = &current {
+                            by_state
+                                .remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
+                            if let Some(due) = old.due_at() {
+                                by_due.remove(due_key(
+                                    old.state.as_str(),
+                                    due,
+                                    old.task.as_str(),
+                                ))?;
+                            }
                         }
+                        if let Some(due) = r.due_at() {
+                            by_due.insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
+                        }
+                        let due = r
+                            .due_at()
+                            .map(|t| t.as_millis().to_be_bytes().to_vec())
+                            .unwrap_or_default();
+                        by_state.insert(key2(r.state.as_str(), r.task.as_str().as_bytes()), due)?;
+                        tasks.insert(r.task.as_str().as_bytes(), encode(r)?)?;
                     }
-                    if let Some(due) = r.due_at() {
-                        by_due.insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
+                    for e in d.events() {
+                        append_event(e, events, events_by_task, conflicts, meta)?;
                     }
-                    let due = r
-                        .due_at()
-                        .map(|t| t.as_millis().to_be_bytes().to_vec())
-                        .unwrap_or_default();
-                    by_state.insert(key2(r.state.as_str(), r.task.as_str().as_bytes()), due)?;
-                    tasks.insert(r.task.as_str().as_bytes(), encode(r)?)?;
+                    for n in d.notifications() {
+                        let seq = read_u64(meta.get("outbox_seq")?)
+                            .map_err(ConflictableTransactionError::Abort)?
+                            + 1;
+                        meta.insert("outbox_seq", &be(seq))?;
+                        outbox.insert(&be(seq), encode(n)?)?;
+                        intents.insert(n.intent_id.as_bytes(), &be(seq))?;
+                    }
+                    decisions.push(d);
                 }
-                for e in d.events() {
-                    append_event(e, events, events_by_task, conflicts, meta)?;
-                }
-                for n in d.notifications() {
-                    let seq = read_u64(meta.get("outbox_seq")?)
-                        .map_err(ConflictableTransactionError::Abort)?
-                        + 1;
-                    meta.insert("outbox_seq", &be(seq))?;
-                    outbox.insert(&be(seq), encode(n)?)?;
-                    intents.insert(n.intent_id.as_bytes(), &be(seq))?;
-                }
-                Ok(d)
+                Ok(decisions)
             },
         );
         outcome.map_err(|e| match e {
@@ -623,7 +732,29 @@ impl Store for SledStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        self.run(move |inner| inner.apply(&op)).await
+        let Some(committer) = &self.committer else {
+            return self.run(move |inner| inner.apply(&op)).await;
+        };
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        let sent = match committer.inbox.lock() {
+            Ok(inbox) => inbox
+                .as_ref()
+                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
+            Err(_) => false,
+        };
+        if !sent {
+            return Err(Error::unavailable(format!(
+                "{}: the commit thread has stopped",
+                self.inner.path.display()
+            )));
+        }
+        // The committer answers only after the flush covering this decision.
+        reply.await.map_err(|_| {
+            Error::unavailable(format!(
+                "{}: the commit thread stopped before answering",
+                self.inner.path.display()
+            ))
+        })?
     }
 
     fn commits(&self) -> Option<u64> {
