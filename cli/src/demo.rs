@@ -31,21 +31,6 @@ impl Timeline {
     }
 }
 
-/// A worker's own order over the tasks (xorshift, seeded by the worker).
-fn shuffled(worker: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..TASKS).collect();
-    let mut x: u64 =
-        0x9E37_79B9_7F4A_7C15 ^ (worker as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    for i in (1..order.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let j = usize::try_from(x % (i as u64 + 1)).unwrap_or(0);
-        order.swap(i, j);
-    }
-    order
-}
-
 #[derive(Default)]
 struct Tally {
     grants: Vec<(String, String, u64)>,
@@ -55,7 +40,7 @@ struct Tally {
 async fn worker(a: Arc<DynAuthority>, w: usize) -> Result<Tally, Error> {
     let owner = id(&format!("worker-{w}"))?;
     let mut tally = Tally::default();
-    for i in shuffled(w) {
+    for i in crate::bench::order_for(crate::args::Order::Shuffled, w, WORKERS, TASKS) {
         let task = id(&format!("demo-{i:03}"))?;
         match a.claim(&task, &owner, Some(30_000)).await? {
             Reply::Refused(r) => *tally.refusals.entry(r.reason().to_owned()).or_default() += 1,
