@@ -281,12 +281,7 @@ fn decide_request(op: &Operation, rec: Option<&TaskRecord>, live: bool) -> Verdi
                 } else {
                     EventKind::Recovered
                 };
-                Verdict::Commit(create_bare(
-                    op,
-                    owner,
-                    ttl_ms.unwrap_or(DEFAULT_BARE_TTL_MS),
-                    kind,
-                ))
+                create_bare(op, owner, ttl_ms.unwrap_or(DEFAULT_BARE_TTL_MS), kind)
             }
             Request::Declare { manifest } => Verdict::Commit(create_declared(op, manifest)),
             _ => refuse(Refusal::NotFound),
@@ -340,9 +335,13 @@ fn decide_request(op: &Operation, rec: Option<&TaskRecord>, live: bool) -> Verdi
                 Ok(t) => t,
                 Err(e) => return Verdict::Invalid(e),
             };
+            let expires_at = match lease_end(now, ttl_ms) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Invalid(e),
+            };
             let mut r = next(rec, now);
             if let Some(l) = r.lease.as_mut() {
-                l.expires_at = now.plus_ms(ttl_ms);
+                l.expires_at = expires_at;
             }
             let e = draft(
                 &r,
@@ -352,7 +351,7 @@ fn decide_request(op: &Operation, rec: Option<&TaskRecord>, live: bool) -> Verdi
                 req.fence(),
                 now,
             )
-            .details(json!({"expires_at": now.plus_ms(ttl_ms)}));
+            .details(json!({"expires_at": expires_at}));
             commit(r, vec![e])
         }
         Request::Release { .. } => {
@@ -541,10 +540,14 @@ fn decide_request(op: &Operation, rec: Option<&TaskRecord>, live: bool) -> Verdi
                     ),
                 ));
             }
+            let expires_at = match lease_end(now, ttl_ms) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Invalid(e),
+            };
             let mut r = next(rec, now);
             r.current_step = *step;
             if let Some(l) = r.lease.as_mut() {
-                l.expires_at = now.plus_ms(ttl_ms);
+                l.expires_at = expires_at;
             }
             let e = draft(
                 &r,
@@ -554,7 +557,7 @@ fn decide_request(op: &Operation, rec: Option<&TaskRecord>, live: bool) -> Verdi
                 req.fence(),
                 now,
             )
-            .details(json!({"step": step, "expires_at": now.plus_ms(ttl_ms)}));
+            .details(json!({"step": step, "expires_at": expires_at}));
             commit(r, vec![e])
         }
         Request::Succeed {
@@ -708,6 +711,10 @@ fn claim_like(
     kind: EventKind,
 ) -> Verdict {
     let req = &op.request;
+    let expires_at = match lease_end(op.now, ttl_ms) {
+        Ok(t) => t,
+        Err(e) => return Verdict::Invalid(e),
+    };
     if live {
         let Some(l) = &rec.lease else {
             return illegal(rec, req);
@@ -725,7 +732,7 @@ fn claim_like(
             owner: owner.clone(),
             attempt: rec.attempt,
             fence: PENDING_FENCE,
-            expires_at: op.now.plus_ms(ttl_ms),
+            expires_at,
             claimed_at: op.now,
         });
         let e = draft(
@@ -736,7 +743,7 @@ fn claim_like(
             Some(PENDING_FENCE),
             op.now,
         )
-        .details(json!({"regrant": true, "previous_fence": l.fence}));
+        .details(json!({"regrant": true, "previous_fence": l.fence, "expires_at": expires_at}));
         return commit_grant(r, vec![e]);
     }
     match rec.state {
@@ -755,7 +762,7 @@ fn claim_like(
         owner: owner.clone(),
         attempt: r.attempt,
         fence: PENDING_FENCE,
-        expires_at: op.now.plus_ms(ttl_ms),
+        expires_at,
         claimed_at: op.now,
     });
     let previous = rec.lease.as_ref().map(|l| l.fence);
@@ -767,12 +774,16 @@ fn claim_like(
         Some(PENDING_FENCE),
         op.now,
     )
-    .details(json!({"previous_fence": previous, "expires_at": op.now.plus_ms(ttl_ms)}));
+    .details(json!({"previous_fence": previous, "expires_at": expires_at}));
     commit_grant(r, vec![e])
 }
 
-fn create_bare(op: &Operation, owner: &Id, ttl_ms: u64, kind: EventKind) -> Change {
+fn create_bare(op: &Operation, owner: &Id, ttl_ms: u64, kind: EventKind) -> Verdict {
     let now = op.now;
+    let expires_at = match lease_end(now, ttl_ms) {
+        Ok(t) => t,
+        Err(e) => return Verdict::Invalid(e),
+    };
     let r = TaskRecord {
         task: op.task.clone(),
         manifest: None,
@@ -785,7 +796,7 @@ fn create_bare(op: &Operation, owner: &Id, ttl_ms: u64, kind: EventKind) -> Chan
             owner: owner.clone(),
             attempt: 1,
             fence: PENDING_FENCE,
-            expires_at: now.plus_ms(ttl_ms),
+            expires_at,
             claimed_at: now,
         }),
         run_id: None,
@@ -802,8 +813,22 @@ fn create_bare(op: &Operation, owner: &Id, ttl_ms: u64, kind: EventKind) -> Chan
         updated_at: now,
     };
     let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
-        .details(json!({"expires_at": now.plus_ms(ttl_ms)}));
-    finish(r, vec![e], true)
+        .details(json!({"expires_at": expires_at}));
+    Verdict::Commit(finish(r, vec![e], true))
+}
+
+/// When a lease granted or renewed at `now` for `ttl_ms` ends: an expiry past
+/// what a timestamp can hold is bad input, never a wrapped or saturated time.
+fn lease_end(now: Timestamp, ttl_ms: u64) -> Result<Timestamp, Error> {
+    now.checked_plus_ms(ttl_ms).ok_or_else(|| {
+        Error::invalid(
+            "ttl",
+            format!(
+                "the lease would end past {} (now {now}, ttl {ttl_ms}ms)",
+                Timestamp::MAX
+            ),
+        )
+    })
 }
 
 fn create_declared(op: &Operation, manifest: &crate::manifest::Manifest) -> Change {

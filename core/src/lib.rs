@@ -11,6 +11,8 @@
 //! * `conformance` (feature): the suite every backend must pass.
 
 pub mod authority;
+#[cfg(feature = "committer")]
+pub mod commit;
 pub mod decide;
 pub mod error;
 pub mod fault;

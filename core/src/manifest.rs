@@ -14,6 +14,9 @@ pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
 pub const MAX_STEPS: usize = 1000;
 /// The most evidence keys a manifest may require or a success may carry.
 pub const MAX_EVIDENCE_KEYS: usize = 100;
+/// The longest `heartbeat_timeout_seconds` and `start_deadline_seconds`:
+/// 7 days, the same ceiling as a lease TTL.
+pub const MAX_DURATION_SECONDS: u64 = 7 * 24 * 3600;
 /// The only manifest version this build understands.
 pub const MANIFEST_VERSION: &str = "baton.task.v1";
 
@@ -156,8 +159,8 @@ impl Manifest {
             source_oid: required_string(obj, "source_oid")?,
             target_version: required_string(obj, "target_version")?,
             steps,
-            start_deadline_seconds: positive(obj, "start_deadline_seconds", 300)?,
-            heartbeat_timeout_seconds: positive(obj, "heartbeat_timeout_seconds", 180)?,
+            start_deadline_seconds: duration_seconds(obj, "start_deadline_seconds", 300)?,
+            heartbeat_timeout_seconds: duration_seconds(obj, "heartbeat_timeout_seconds", 180)?,
             required_evidence,
             notification_events,
             owner_notification_ref,
@@ -223,6 +226,18 @@ fn positive(obj: &Map<String, Value>, field: &str, default: u64) -> Result<u64, 
     }
 }
 
+/// A duration in whole seconds, from 1 to [`MAX_DURATION_SECONDS`].
+fn duration_seconds(obj: &Map<String, Value>, field: &str, default: u64) -> Result<u64, Error> {
+    let n = positive(obj, field, default)?;
+    if n > MAX_DURATION_SECONDS {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_DURATION_SECONDS} (7 days; got {n})"),
+        ));
+    }
+    Ok(n)
+}
+
 /// Checks an evidence hash: `sha256:` followed by 64 lowercase or uppercase hex digits.
 pub fn validate_evidence_hash(field: &str, hash: &str) -> Result<(), Error> {
     let hex = hash
@@ -250,6 +265,10 @@ pub fn fuzz_manifest(data: &[u8]) {
     };
     assert!(!m.steps.is_empty() && m.steps.len() <= MAX_STEPS);
     assert!(m.max_attempts >= 1 && m.start_deadline_seconds > 0 && m.heartbeat_timeout_seconds > 0);
+    assert!(
+        m.start_deadline_seconds <= MAX_DURATION_SECONDS
+            && m.heartbeat_timeout_seconds <= MAX_DURATION_SECONDS
+    );
     let again = serde_json::to_string(&m)
         .ok()
         .and_then(|j| Manifest::from_json(&j).ok());
@@ -314,6 +333,15 @@ mod tests {
             field_of(with("heartbeat_timeout_seconds", json!(-3))),
             "heartbeat_timeout_seconds"
         );
+        assert_eq!(
+            field_of(with("heartbeat_timeout_seconds", json!(300_000_000_000u64))),
+            "heartbeat_timeout_seconds"
+        );
+        assert_eq!(
+            field_of(with("start_deadline_seconds", json!(604_801))),
+            "start_deadline_seconds"
+        );
+        assert!(Manifest::from_value(&with("heartbeat_timeout_seconds", json!(604_800))).is_ok());
         assert_eq!(field_of(with("max_attempts", json!(0))), "max_attempts");
         assert_eq!(
             field_of(with("manifest_version", json!("v9"))),

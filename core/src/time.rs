@@ -13,7 +13,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Timestamp(pub i64);
 
+/// The latest time baton stores or prints: 9999-12-31T23:59:59.999Z, the
+/// last instant RFC 3339 can write with a four-digit year.
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
 impl Timestamp {
+    /// The latest representable time ([`MAX_TIMESTAMP_MS`]).
+    pub const MAX: Timestamp = Timestamp(MAX_TIMESTAMP_MS);
+
     pub fn from_millis(ms: i64) -> Self {
         Timestamp(ms)
     }
@@ -22,14 +29,23 @@ impl Timestamp {
         self.0
     }
 
-    /// `self + ms`, saturating instead of overflowing.
+    /// `self + ms`, saturating at [`Timestamp::MAX`] instead of overflowing.
+    /// For a time that is stored (an expiry), use [`Timestamp::checked_plus_ms`].
     pub fn plus_ms(self, ms: u64) -> Timestamp {
-        Timestamp(self.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+        self.checked_plus_ms(ms).unwrap_or(Timestamp::MAX)
     }
 
-    /// RFC 3339, UTC, milliseconds. Times before the epoch print as the epoch.
+    /// `self + ms`, or `None` past [`Timestamp::MAX`].
+    pub fn checked_plus_ms(self, ms: u64) -> Option<Timestamp> {
+        let ms = i64::try_from(ms).ok()?;
+        let t = self.0.checked_add(ms)?;
+        (t <= MAX_TIMESTAMP_MS).then_some(Timestamp(t))
+    }
+
+    /// RFC 3339, UTC, milliseconds. Times before the epoch print as the
+    /// epoch, and times past [`Timestamp::MAX`] as it: printing never fails.
     pub fn to_rfc3339(self) -> String {
-        let ms = u64::try_from(self.0).unwrap_or(0);
+        let ms = u64::try_from(self.0.min(MAX_TIMESTAMP_MS)).unwrap_or(0);
         let t = UNIX_EPOCH + Duration::from_millis(ms);
         humantime::format_rfc3339_millis(t).to_string()
     }
@@ -38,8 +54,10 @@ impl Timestamp {
         let t = humantime::parse_rfc3339_weak(s).map_err(|e| e.to_string())?;
         let d = t.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
         i64::try_from(d.as_millis())
+            .ok()
+            .filter(|ms| *ms <= MAX_TIMESTAMP_MS)
             .map(Timestamp)
-            .map_err(|e| e.to_string())
+            .ok_or_else(|| "is past 9999-12-31T23:59:59.999Z".to_owned())
     }
 }
 
@@ -124,6 +142,23 @@ mod tests {
         assert_eq!(Timestamp::parse_rfc3339(&t.to_rfc3339()), Ok(t));
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn arithmetic_past_year_9999_is_checked_and_printing_never_panics() {
+        let now = Timestamp(1_767_225_600_000);
+        assert_eq!(now.checked_plus_ms(300_000_000_000_000), None);
+        assert_eq!(now.checked_plus_ms(u64::MAX), None);
+        assert_eq!(Timestamp::MAX.checked_plus_ms(1), None);
+        assert_eq!(Timestamp::MAX.checked_plus_ms(0), Some(Timestamp::MAX));
+        assert_eq!(now.plus_ms(u64::MAX), Timestamp::MAX);
+        assert_eq!(Timestamp::MAX.to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp(i64::MAX).to_rfc3339(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp(i64::MIN).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            Timestamp::parse_rfc3339("9999-12-31T23:59:59.999Z"),
+            Ok(Timestamp::MAX)
+        );
     }
 
     #[test]

@@ -1133,6 +1133,20 @@ fn rows() -> Vec<Row> {
             Invalid("ttl"),
         ),
         row(
+            "a lease that would end past 9999-12-31",
+            None,
+            claim("a", MIN),
+            Invalid("ttl"),
+        )
+        .at(Timestamp(Timestamp::MAX.as_millis() - 1000)),
+        row(
+            "a re-claim whose lease would end past 9999-12-31",
+            Some(bc()),
+            claim("a", MIN),
+            Invalid("ttl"),
+        )
+        .at(Timestamp(Timestamp::MAX.as_millis() - 1000)),
+        row(
             "an unknown task",
             None,
             Request::Start {
@@ -1194,6 +1208,36 @@ fn every_rule() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The lease can be rebuilt from the events alone: every grant event,
+/// a re-grant to the same owner included, carries its expiry.
+#[test]
+fn every_grant_event_carries_its_expiry() {
+    let first = step(None, claim("a", MIN), T0);
+    let regrant = step(Some(&bare_claimed()), claim("a", 2 * MIN), at(1000));
+    let taken = step(Some(&bare_claimed()), claim("b", MIN), at(MIN + 1));
+    for (name, d, expiry) in [
+        ("first claim", first, at(MIN)),
+        ("re-grant", regrant, at(1000 + 2 * MIN)),
+        ("takeover", taken, at(2 * MIN + 1)),
+    ] {
+        let Verdict::Commit(c) = &d.verdict else {
+            panic!("{name}: {:?}", d.verdict)
+        };
+        let e = c
+            .events
+            .iter()
+            .find(|e| e.kind == EventKind::Claimed)
+            .unwrap_or_else(|| panic!("{name}: no CLAIMED event"));
+        assert_eq!(
+            e.details["expires_at"],
+            json!(expiry),
+            "{name}: {:?}",
+            e.details
+        );
+        assert_eq!(c.record.lease.as_ref().unwrap().expires_at, expiry);
+    }
 }
 
 #[test]

@@ -22,11 +22,13 @@
 //! ## Failing closed
 //!
 //! A path that cannot be created, a read-only file or directory, a file
-//! that is not an SQLite database (or is truncated), a database file deleted
-//! or replaced while open (checked in every transaction by device and
-//! inode), a lock held past the busy timeout: each answers `Unavailable`
-//! (or `Corrupt`) naming the path and the cause, and nothing is granted. A
-//! schema written by a newer baton is `Unsupported`.
+//! that is not an SQLite database (or is truncated), a database file, log
+//! or index deleted or replaced while open (checked in every transaction by
+//! device and inode), a second name for the file (a hard link, a single-file
+//! bind mount), a database file that is not the one its write-ahead log was
+//! written for, a lock held past the busy timeout: each answers
+//! `Unavailable` (or `Corrupt`) naming the path and the cause, and nothing
+//! is granted. A schema written by a newer baton is `Unsupported`.
 
 mod schema;
 mod store;

@@ -2,7 +2,10 @@
 //! `PRAGMA user_version`, migrated forward on open.
 
 /// Every migration, in order; `user_version` counts how many were applied.
-pub const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_file_identity.sql"),
+];
 
 /// The schema version this build writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

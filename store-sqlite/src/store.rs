@@ -3,12 +3,14 @@
 
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
+use baton_core::commit::{GroupCommitter, isolate};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Operation, Result,
-    Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, ListQuery, Notification, Operation,
+    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
 };
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
@@ -36,48 +38,33 @@ impl Default for SqliteOptions {
     }
 }
 
-/// The most decisions one group commit carries.
-const MAX_BATCH: usize = 256;
-
-/// A caller waiting for the committer to decide and commit its operation.
-struct Queued {
-    op: Operation,
-    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
-}
-
-/// The group-commit thread's inbox; dropping the last store handle stops
-/// the thread, and the drop waits for it so the file is closed on return.
-struct Committer {
-    inbox: Mutex<Option<std::sync::mpsc::Sender<Queued>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Drop for Committer {
-    fn drop(&mut self) {
-        if let Ok(mut inbox) = self.inbox.lock() {
-            inbox.take();
-        }
-        if let Ok(mut t) = self.thread.lock()
-            && let Some(t) = t.take()
-        {
-            let _ = t.join();
-        }
-    }
-}
-
 /// A baton store in one SQLite file. Clones share the same connections.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
     /// `None` when group commit is off.
-    committer: Option<Arc<Committer>>,
+    committer: Option<Arc<GroupCommitter>>,
+}
+
+/// A file's identity on its filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+/// The files SQLite holds open for a store, each with the identity it had
+/// when the store was opened: if a path stops naming its file, nothing
+/// more is read or committed.
+struct Files {
+    main: FileId,
+    wal: (PathBuf, FileId),
+    shm: (PathBuf, FileId),
 }
 
 struct Inner {
     path: PathBuf,
-    /// (device, inode) of the file this process opened: if the path stops
-    /// naming it, nothing more is committed.
-    file_id: (u64, u64),
+    files: Files,
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
     commits: std::sync::atomic::AtomicU64,
@@ -96,24 +83,62 @@ impl SqliteStore {
     /// schema forward. The parent directory must exist.
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
+        refuse_mount_point(&path)?;
+        check_log_matches_index(&path)?;
+        Self::open_checked(path, options).map_err(|mut e| {
+            if e.kind == ErrorKind::Corrupt && !e.message.contains("write-ahead log") {
+                e.message.push_str(
+                    "; if this file was put in place of another while that one's write-ahead log (-wal) remained, see README.md, \"Backup and restore\"",
+                );
+            }
+            e
+        })
+    }
+
+    fn open_checked(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         let mut writer = open_connection(&path, &options)?;
-        // Look before writing anything: a foreign or newer file is left as it was.
+        // Look before writing anything: a foreign or newer file, or one with
+        // a second name, is left as it was.
         let (version, app_id, tables) = schema_facts(&writer).map_err(|e| map_err(&path, e))?;
         check_schema(&path, version, app_id, tables)?;
+        if std::fs::metadata(&path).is_ok() {
+            check_links(&path)?;
+        }
         use_wal(&writer, &path)?;
-        migrate(&mut writer, &path)?;
-        let file_id = file_id(&path)?;
+        let main = file_id(&path)?;
+        check_links(&path)?;
+        check_wal_belongs(&mut writer, &path, main)?;
+        migrate(&mut writer, &path, main)?;
         let reader = open_connection(&path, &options)?;
         use_wal(&reader, &path)?;
+        // Both connections have read the database, so SQLite holds its log
+        // and index open from here on.
+        let (wal, shm) = sidecars(&writer, &path);
+        let files = Files {
+            main,
+            wal: (wal.clone(), file_id(&wal)?),
+            shm: (shm.clone(), file_id(&shm)?),
+        };
+        for conn in [&writer, &reader] {
+            // The files are known to belong together: a clean close may
+            // checkpoint the log into the database again.
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+                .map_err(|e| map_err(&path, e))?;
+        }
         let inner = Arc::new(Inner {
             path,
-            file_id,
+            files,
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             commits: std::sync::atomic::AtomicU64::new(0),
         });
         let committer = if options.group_commit {
-            Some(start_committer(inner.clone())?)
+            let batch = inner.clone();
+            Some(Arc::new(GroupCommitter::start(
+                inner.path.display().to_string(),
+                "baton-sqlite-commit",
+                move |ops| batch.commit_ops(ops),
+            )?))
         } else {
             None
         };
@@ -130,10 +155,224 @@ impl SqliteStore {
         F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        let name = inner.path.display().to_string();
+        tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
             .await
             .map_err(|e| Error::unavailable(format!("sqlite worker thread failed: {e}")))?
     }
+}
+
+/// Where SQLite keeps the write-ahead log and its index: beside the file
+/// SQLite resolved `path` to (it follows symbolic links).
+fn sidecars(conn: &Connection, path: &Path) -> (PathBuf, PathBuf) {
+    let main = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| path.to_path_buf(), PathBuf::from);
+    let with = |suffix: &str| {
+        let mut s = main.clone().into_os_string();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    (with("-wal"), with("-shm"))
+}
+
+/// SQLite's locks and its write-ahead log are found by the file's name. A
+/// second name for the same file (a hard link) gets a log of its own, and
+/// two logs for one database grant twice and corrupt it.
+fn check_links(path: &Path) -> Result<()> {
+    let m = std::fs::metadata(path).map_err(|e| {
+        Error::unavailable(format!(
+            "{}: cannot stat the database file: {e}",
+            path.display()
+        ))
+    })?;
+    if m.nlink() > 1 {
+        return Err(Error::unavailable(format!(
+            "{}: the database file has {} hard links; SQLite finds its lock and write-ahead log by name, so a second name grants twice. Keep one name (a symbolic link is safe)",
+            path.display(),
+            m.nlink()
+        )));
+    }
+    Ok(())
+}
+
+/// A single file bind-mounted over `path` (a container mounting `host.db`
+/// as `/data/x.db`) is the same database under another name, with a log
+/// the host never sees. Refused when this process can see the mount.
+fn refuse_mount_point(path: &Path) -> Result<()> {
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return Ok(());
+    };
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Ok(());
+    };
+    let is_mount = mounts.lines().any(|line| {
+        line.split(' ')
+            .nth(4)
+            .is_some_and(|m| Path::new(&unescape_mount(m)) == real)
+    });
+    if is_mount && real.is_file() {
+        return Err(Error::unavailable(format!(
+            "{}: the database file is a bind mount of a single file; SQLite keeps its write-ahead log beside the name, so the other side of the mount would use another log and grant twice. Mount the directory instead",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `/proc/self/mountinfo` writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let n = bytes[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |n, b| n * 8 + u32::from(b - b'0'));
+            out.push(u8::try_from(n).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether the write-ahead log at `wal` holds at least one frame written
+/// since its last reset (its first frame carries the header's salts).
+/// The layout is SQLite's file format: a 32-byte header, then frames of a
+/// 24-byte header and one page.
+fn wal_has_frames(wal: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(wal) else {
+        return false;
+    };
+    let mut head = [0u8; 56];
+    if f.read_exact(&mut head).is_err() {
+        return false;
+    }
+    let magic = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    if magic & !1 != 0x377f_0682 {
+        return false;
+    }
+    // Header salts at 16..24; the first frame's at 32 + 8..32 + 16.
+    head[16..24] == head[40..48]
+}
+
+/// Refuses to open a store whose write-ahead log was deleted or truncated
+/// while other processes held it: the shared-memory index they keep says
+/// the log has frames the file at the log's path does not have, and a
+/// process that trusted either would read a database without them.
+/// Reads SQLite's documented wal-index header (two copies of 48 bytes, in
+/// native byte order) without a lock, so a copy torn by a concurrent commit
+/// is read again, and the check is skipped if it stays torn.
+fn check_log_matches_index(path: &Path) -> Result<()> {
+    let main = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let with = |suffix: &str| {
+        let mut s = main.clone().into_os_string();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    let (wal, shm) = (with("-wal"), with("-shm"));
+    for _ in 0..3 {
+        let Ok(index) = read_prefix(&shm, 96) else {
+            return Ok(());
+        };
+        if index.len() < 96 || index[..48] != index[48..96] {
+            continue;
+        }
+        let initialised = index[12] == 1;
+        let page = u32::from(u16::from_ne_bytes([index[14], index[15]]));
+        let page = if page == 1 { 65_536 } else { page };
+        let frames = u32::from_ne_bytes([index[16], index[17], index[18], index[19]]);
+        if !initialised || frames == 0 {
+            return Ok(());
+        }
+        let needed = 32 + u64::from(frames) * (24 + u64::from(page));
+        let have = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if have < needed {
+            return Err(Error::unavailable(format!(
+                "{}: its write-ahead log {} was deleted or truncated while the store was in use: the index {} lists {frames} frames ({needed} bytes) and the log has {have} bytes. Commits in those frames are only in processes still holding the old log: stop every process using the store (once none has it open, the index is stale and SQLite rebuilds it if it is removed)",
+                path.display(),
+                wal.display(),
+                shm.display()
+            )));
+        }
+        return Ok(());
+    }
+    Ok(())
+}
+
+fn read_prefix(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(n);
+    std::fs::File::open(path)?
+        .take(n as u64)
+        .read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Refuses a database file that is not the one its write-ahead log was
+/// written for. The store records the identity of its file; a process that
+/// finds another file at the path while a log with frames sits beside it
+/// is looking at a copy put in place of a live store, and replaying that
+/// log onto it would corrupt it. With no frames to replay, the new file is
+/// adopted (a restore done while nothing ran).
+fn check_wal_belongs(conn: &mut Connection, path: &Path, actual: FileId) -> Result<()> {
+    let err = |e| map_err(path, e);
+    let stored = || -> rusqlite::Result<Option<FileId>> {
+        let has_table: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'file_identity'",
+            [],
+            |r| r.get(0),
+        )?;
+        if has_table == 0 {
+            return Ok(None);
+        }
+        conn.query_row("SELECT dev, ino FROM file_identity WHERE id = 1", [], |r| {
+            Ok(FileId {
+                dev: r.get::<_, i64>(0)? as u64,
+                ino: r.get::<_, i64>(1)? as u64,
+            })
+        })
+        .optional()
+    };
+    let Some(stored) = stored().map_err(err)? else {
+        return Ok(());
+    };
+    if stored == actual {
+        return Ok(());
+    }
+    let (wal, _) = sidecars(conn, path);
+    if wal_has_frames(&wal) {
+        return Err(Error::corrupt(format!(
+            "{}: the database file is not the one its write-ahead log {} was written for (the file was replaced while the log remained); nothing was read or written. See README.md, \"Backup and restore\"",
+            path.display(),
+            wal.display()
+        )));
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    record_identity(&tx, actual).map_err(err)?;
+    tx.commit().map_err(err)
+}
+
+fn record_identity(tx: &rusqlite::Transaction<'_>, id: FileId) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO file_identity (id, dev, ino) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET dev = excluded.dev, ino = excluded.ino",
+        params![id.dev as i64, id.ino as i64],
+    )
+    .map(|_| ())
 }
 
 fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
@@ -141,6 +380,10 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let mut conn = Connection::open_with_flags(path, flags).map_err(|e| map_err(path, e))?;
+    // Until the store knows its files belong together, closing must not
+    // checkpoint a log into a database it was not written for.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(|e| map_err(path, e))?;
     install_busy_handler(&mut conn, options.busy_timeout).map_err(|e| map_err(path, e))?;
     if conn
         .is_readonly(rusqlite::MAIN_DB)
@@ -188,7 +431,7 @@ fn install_busy_handler(conn: &mut Connection, timeout: Duration) -> rusqlite::R
     }))
 }
 
-fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+fn migrate(conn: &mut Connection, path: &Path, file: FileId) -> Result<()> {
     let err = |e| map_err(path, e);
     let (version, _, _) = schema_facts(conn).map_err(err)?;
     if version == CURRENT_VERSION {
@@ -203,6 +446,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     let start = usize::try_from(version).unwrap_or(0);
     for sql in &MIGRATIONS[start..] {
         tx.execute_batch(sql).map_err(err)?;
+    }
+    if start < 2 {
+        record_identity(&tx, file).map_err(err)?;
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(err)?;
@@ -239,74 +485,77 @@ fn check_schema(path: &Path, version: i64, app_id: i64, tables: i64) -> Result<(
     Ok(())
 }
 
-/// Starts the thread that commits queued operations in batches: whatever
-/// queued while one batch was being written and fsynced goes in the next.
-fn start_committer(inner: Arc<Inner>) -> Result<Arc<Committer>> {
-    let (inbox, queue) = std::sync::mpsc::channel::<Queued>();
-    let thread = std::thread::Builder::new()
-        .name("baton-sqlite-commit".into())
-        .spawn(move || {
-            while let Ok(first) = queue.recv() {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match queue.try_recv() {
-                        Ok(q) => batch.push(q),
-                        Err(_) => break,
-                    }
-                }
-                match inner.lock(&inner.writer) {
-                    Ok(mut conn) => inner.commit_batch(&mut conn, batch),
-                    Err(e) => {
-                        for q in batch {
-                            let _ = q.answer.send(Err(e.clone()));
-                        }
-                    }
-                }
-            }
-        })
-        .map_err(|e| Error::unavailable(format!("cannot start the commit thread: {e}")))?;
-    Ok(Arc::new(Committer {
-        inbox: Mutex::new(Some(inbox)),
-        thread: Mutex::new(Some(thread)),
-    }))
-}
-
-fn file_id(path: &Path) -> Result<(u64, u64)> {
-    let m = std::fs::metadata(path).map_err(|e| {
-        Error::unavailable(format!(
-            "{}: cannot stat the database file: {e}",
-            path.display()
-        ))
-    })?;
-    Ok((m.dev(), m.ino()))
+fn file_id(path: &Path) -> Result<FileId> {
+    let m = std::fs::metadata(path)
+        .map_err(|e| Error::unavailable(format!("{}: cannot stat {e}", path.display())))?;
+    Ok(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+    })
 }
 
 impl Inner {
-    /// Refuses to go on if the path no longer names the file this process
-    /// opened: grants committed to an orphaned file would be invisible to
-    /// every other process.
+    /// Refuses to go on if a path no longer names the file this process
+    /// opened: grants committed to an orphaned file (or log) would be
+    /// invisible to every other process, and a second name for the file
+    /// would let another process lock it apart from this one.
     fn check_identity(&self) -> Result<()> {
+        let p = self.path.display();
         match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == self.file_id => Ok(()),
-            Ok(_) => Err(Error::unavailable(format!(
-                "{}: the database file was replaced by another file while open; reopen the store",
-                self.path.display()
-            ))),
-            Err(e) => Err(Error::unavailable(format!(
-                "{}: the database file was deleted while open ({e}); reopen the store",
-                self.path.display()
-            ))),
+            Ok(m)
+                if (FileId {
+                    dev: m.dev(),
+                    ino: m.ino(),
+                }) != self.files.main =>
+            {
+                return Err(Error::unavailable(format!(
+                    "{p}: the database file was replaced by another file while open; reopen the store"
+                )));
+            }
+            Ok(m) if m.nlink() > 1 => {
+                return Err(Error::unavailable(format!(
+                    "{p}: the database file was given a second name (a hard link) while open; SQLite would lock and log it apart under each name. Remove the link"
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::unavailable(format!(
+                    "{p}: the database file was deleted while open ({e}); reopen the store"
+                )));
+            }
         }
+        for (what, (path, id)) in [
+            ("write-ahead log", &self.files.wal),
+            ("shared-memory index", &self.files.shm),
+        ] {
+            match std::fs::metadata(path) {
+                Ok(m)
+                    if (FileId {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    }) == *id => {}
+                Ok(_) => {
+                    return Err(Error::unavailable(format!(
+                        "{p}: its {what} {} was replaced while the store was open; what was committed through the old one is not in the new one. Stop every process using the store",
+                        path.display()
+                    )));
+                }
+                Err(e) => {
+                    return Err(Error::unavailable(format!(
+                        "{p}: its {what} {} was deleted while the store was open ({e}); what was committed through it is only in processes still holding it. Stop every process using the store",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
-    fn lock<'a>(&self, m: &'a Mutex<Connection>) -> Result<MutexGuard<'a, Connection>> {
-        // Poisoned only if a thread panicked mid-transaction; SQLite rolled it back.
-        m.lock().map_err(|_| {
-            Error::unavailable(format!(
-                "{}: a connection was poisoned by a panic",
-                self.path.display()
-            ))
-        })
+    fn lock<'a>(&self, m: &'a Mutex<Connection>) -> MutexGuard<'a, Connection> {
+        // Poisoned only if a thread panicked mid-transaction: the transaction
+        // was dropped as the panic unwound, which rolled it back, so the
+        // connection is as good as before.
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn err(&self, e: rusqlite::Error) -> Error {
@@ -318,7 +567,7 @@ impl Inner {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(T, bool)>,
     ) -> Result<T> {
-        let mut conn = self.lock(&self.writer)?;
+        let mut conn = self.lock(&self.writer);
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
@@ -336,48 +585,35 @@ impl Inner {
 
     /// Runs `f` in one read transaction (a consistent snapshot; no write lock).
     fn read<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.lock(&self.reader)?;
+        let mut conn = self.lock(&self.reader);
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         self.check_identity()?;
         f(&tx)
     }
 
-    /// Decides every queued operation in order inside one transaction and
-    /// commits once; answers every caller only after the commit is durable.
-    /// If anything fails, nothing is applied and every caller gets the error.
-    fn commit_batch(&self, conn: &mut Connection, batch: Vec<Queued>) {
-        let outcome = (|| -> Result<Vec<Decision>> {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.err(e))?;
-            self.check_identity()?;
-            let mut decisions = Vec::with_capacity(batch.len());
-            let mut changed = false;
-            for q in &batch {
-                let (d, wrote) = self.decide_in(&tx, &q.op)?;
-                changed |= wrote;
-                decisions.push(d);
-            }
-            if changed {
-                self.check_identity()?;
-                tx.commit().map_err(|e| self.err(e))?;
-                self.commits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Ok(decisions)
-        })();
-        match outcome {
-            Ok(decisions) => {
-                for (q, d) in batch.into_iter().zip(decisions) {
-                    let _ = q.answer.send(Ok(d));
-                }
-            }
-            Err(e) => {
-                for q in batch {
-                    let _ = q.answer.send(Err(e.clone()));
-                }
-            }
+    /// Decides `ops` in order inside one transaction and commits once;
+    /// returns only after the commit is durable. If anything fails, nothing
+    /// is applied.
+    fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+        let mut conn = self.lock(&self.writer);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        self.check_identity()?;
+        let mut decisions = Vec::with_capacity(ops.len());
+        let mut changed = false;
+        for op in ops {
+            let (d, wrote) = self.decide_in(&tx, op)?;
+            changed |= wrote;
+            decisions.push(d);
         }
+        if changed {
+            self.check_identity()?;
+            tx.commit().map_err(|e| self.err(e))?;
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(decisions)
     }
 
     fn apply_one(&self, op: &Operation) -> Result<Decision> {
@@ -682,29 +918,11 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        let Some(committer) = &self.committer else {
-            return self.run(move |inner| inner.apply_one(&op)).await;
-        };
-        let (answer, reply) = tokio::sync::oneshot::channel();
-        let sent = match committer.inbox.lock() {
-            Ok(inbox) => inbox
-                .as_ref()
-                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
-            Err(_) => false,
-        };
-        if !sent {
-            return Err(Error::unavailable(format!(
-                "{}: the commit thread has stopped",
-                self.inner.path.display()
-            )));
+        match &self.committer {
+            // The committer answers only after the commit holding this decision is durable.
+            Some(committer) => committer.submit(op).await,
+            None => self.run(move |inner| inner.apply_one(&op)).await,
         }
-        // The committer answers only after the commit holding this decision is durable.
-        reply.await.map_err(|_| {
-            Error::unavailable(format!(
-                "{}: the commit thread stopped before answering",
-                self.inner.path.display()
-            ))
-        })?
     }
 
     fn commits(&self) -> Option<u64> {

@@ -197,7 +197,24 @@ fn the_file_replaced_while_open() {
         .block_on(a.claim(&id("after"), &id("w"), None))
         .unwrap_err();
     assert_names(&e, &path, &[ErrorKind::Unavailable], "replaced");
-    // Nothing was granted into either file.
+    // While the first process still holds the log it wrote for the old
+    // file, a new process must not replay that log onto the replacement.
+    let out = child("child_entry", &["claim", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let line = reported(&out).remove(0);
+    let (kind, msg) = line.split_once('\t').unwrap();
+    assert_eq!(kind, "corrupt", "{msg}");
+    assert!(msg.contains("write-ahead log"), "{msg}");
+    // SQLite never checkpoints into a file that was moved away, so the log
+    // stays until the documented restore step removes it, with every
+    // process stopped. Nothing was granted into either file.
+    drop(a);
+    let e = open(&path, Duration::from_secs(5)).unwrap_err();
+    assert_names(&e, &path, &[ErrorKind::Corrupt], "write-ahead log");
+    for suffix in ["-wal", "-shm"] {
+        std::fs::remove_file(dir.path().join(format!("baton.db{suffix}"))).unwrap();
+    }
     let fresh = open(&path, Duration::from_secs(5)).unwrap();
     assert!(rt.block_on(fresh.get(&id("after"))).unwrap().is_none());
     // Reopened on the file the path now names, it works again.

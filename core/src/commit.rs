@@ -1,0 +1,270 @@
+//! Group commit for stores that decide under a lock: one thread takes every
+//! operation queued while the previous batch was being committed, hands the
+//! whole batch to the store's "decide and commit these" function, and
+//! answers each caller only when that function returns (after its commit is
+//! durable).
+//!
+//! A panic while deciding or writing one operation must not stop the store
+//! for every later caller: the committer catches it, retries the batch's
+//! operations one at a time so that only the one that panics is refused,
+//! and goes on serving.
+
+use crate::decide::Decision;
+use crate::error::{Error, Result};
+use crate::request::Operation;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+
+/// The most operations one batch carries.
+pub const MAX_BATCH: usize = 256;
+
+/// A caller waiting for its operation's decision.
+struct Queued {
+    op: Operation,
+    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
+}
+
+/// The committer thread and its inbox. Dropping it stops the thread and
+/// waits for it, so whatever the commit function owns (a connection, a
+/// directory lock) is released by the time the drop returns.
+pub struct GroupCommitter {
+    /// Names the store in errors ("PATH: the commit thread has stopped").
+    name: String,
+    inbox: Mutex<Option<Sender<Queued>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for GroupCommitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommitter")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl GroupCommitter {
+    /// Starts a thread called `thread_name` that commits batches with
+    /// `commit`. `commit(ops)` must decide `ops` in order inside one atomic,
+    /// durable commit and return one decision per operation, or an error
+    /// meaning none of them was applied.
+    pub fn start<F>(name: impl Into<String>, thread_name: &str, commit: F) -> Result<GroupCommitter>
+    where
+        F: FnMut(&[Operation]) -> Result<Vec<Decision>> + Send + 'static,
+    {
+        let name = name.into();
+        let (inbox, queue) = channel::<Queued>();
+        let label = name.clone();
+        let thread = std::thread::Builder::new()
+            .name(thread_name.to_owned())
+            .spawn(move || run(&label, &queue, commit))
+            .map_err(|e| {
+                Error::unavailable(format!("{name}: cannot start the commit thread: {e}"))
+            })?;
+        Ok(GroupCommitter {
+            name,
+            inbox: Mutex::new(Some(inbox)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues `op` and waits for its decision.
+    pub async fn submit(&self, op: Operation) -> Result<Decision> {
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        let sent = match self.inbox.lock() {
+            Ok(inbox) => inbox
+                .as_ref()
+                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
+            Err(_) => false,
+        };
+        if !sent {
+            return Err(Error::unavailable(format!(
+                "{}: the commit thread has stopped",
+                self.name
+            )));
+        }
+        reply.await.map_err(|_| {
+            Error::unavailable(format!(
+                "{}: the commit thread stopped before answering",
+                self.name
+            ))
+        })?
+    }
+}
+
+impl Drop for GroupCommitter {
+    fn drop(&mut self) {
+        if let Ok(mut inbox) = self.inbox.lock() {
+            inbox.take();
+        }
+        if let Ok(mut t) = self.thread.lock()
+            && let Some(t) = t.take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run<F>(name: &str, queue: &Receiver<Queued>, mut commit: F)
+where
+    F: FnMut(&[Operation]) -> Result<Vec<Decision>>,
+{
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(q) => batch.push(q),
+                Err(_) => break,
+            }
+        }
+        let ops: Vec<Operation> = batch.iter().map(|q| q.op.clone()).collect();
+        match catch(|| commit(&ops)) {
+            Ok(Ok(decisions)) if decisions.len() == batch.len() => {
+                for (q, d) in batch.into_iter().zip(decisions) {
+                    let _ = q.answer.send(Ok(d));
+                }
+            }
+            Ok(Ok(decisions)) => {
+                let e = Error::unavailable(format!(
+                    "{name}: a batch of {} operations came back with {} decisions",
+                    batch.len(),
+                    decisions.len()
+                ));
+                for q in batch {
+                    let _ = q.answer.send(Err(e.clone()));
+                }
+            }
+            Ok(Err(e)) => {
+                for q in batch {
+                    let _ = q.answer.send(Err(e.clone()));
+                }
+            }
+            Err(panic) if batch.len() == 1 => {
+                for q in batch {
+                    let _ = q.answer.send(Err(panicked(name, &panic)));
+                }
+            }
+            Err(_) => {
+                // Nothing of the batch was applied; find the one that panics.
+                for q in batch {
+                    let one =
+                        isolate(name, || commit(std::slice::from_ref(&q.op))).and_then(|mut ds| {
+                            ds.pop().ok_or_else(|| {
+                                Error::unavailable(format!("{name}: a commit decided nothing"))
+                            })
+                        });
+                    let _ = q.answer.send(one);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f`; `Err` carries the message of a panic.
+fn catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned())
+    })
+}
+
+fn panicked(name: &str, what: &str) -> Error {
+    Error::unavailable(format!(
+        "{name}: the store panicked while deciding or writing this request ({what}); nothing was applied"
+    ))
+}
+
+/// Runs `f`, turning a panic into an `Unavailable` error: the store's
+/// transaction was rolled back as the panic unwound, so nothing was applied.
+pub fn isolate<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch(f).unwrap_or_else(|what| Err(panicked(name, &what)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::Id;
+    use crate::request::{Preconditions, Request};
+    use crate::time::Timestamp;
+    use crate::{MemoryStore, Store};
+
+    fn claim(task: &str) -> Operation {
+        Operation {
+            task: Id::parse("task", task).unwrap(),
+            request: Request::Claim {
+                owner: Id::parse("owner", "w").unwrap(),
+                ttl_ms: Some(1000),
+            },
+            pre: Preconditions::default(),
+            now: Timestamp(1_767_225_600_000),
+        }
+    }
+
+    /// A commit function over the memory store that panics on task "boom".
+    fn committer(store: MemoryStore) -> GroupCommitter {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        GroupCommitter::start("test", "test-commit", move |ops| {
+            let mut out = Vec::new();
+            for op in ops {
+                assert!(op.task.as_str() != "boom", "a bug while deciding");
+                out.push(rt.block_on(store.apply(op.clone()))?);
+            }
+            Ok(out)
+        })
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_panic_refuses_one_request_and_the_committer_keeps_serving() {
+        let store = MemoryStore::new();
+        let c = std::sync::Arc::new(committer(store.clone()));
+        let e = c.submit(claim("boom")).await.unwrap_err();
+        assert!(e.message.contains("panicked"), "{e}");
+        assert!(e.message.contains("a bug while deciding"), "{e}");
+        // Many at once, so some share a batch with the bad one.
+        let mut joins = Vec::new();
+        for i in 0..64 {
+            let c = c.clone();
+            let task = if i % 8 == 0 {
+                "boom".to_owned()
+            } else {
+                format!("t{i}")
+            };
+            joins.push(tokio::spawn(async move {
+                (task.clone(), c.submit(claim(&task)).await)
+            }));
+        }
+        for j in joins {
+            let (task, got) = j.await.unwrap();
+            if task == "boom" {
+                assert!(got.is_err());
+            } else {
+                let d = got.unwrap();
+                assert!(d.mints_fence(), "{task} was granted");
+            }
+        }
+        let d = c.submit(claim("after")).await.unwrap();
+        assert!(d.mints_fence());
+        let now = Timestamp(1_767_225_600_000);
+        assert!(
+            store
+                .read(&Id::parse("t", "boom").unwrap(), now)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .read(&Id::parse("t", "t1").unwrap(), now)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+}

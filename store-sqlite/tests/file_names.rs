@@ -1,0 +1,354 @@
+//! One database, one name, one log. SQLite finds its locks and its
+//! write-ahead log by the file's name, so a second name for the file (a
+//! hard link, a single-file bind mount), a log deleted under running
+//! processes, or a backup moved over a live store while its log remains,
+//! would grant twice or corrupt the file. Each is refused, with real
+//! processes where the defect needs them; a symbolic link stays one store.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod common;
+
+use baton_core::{Authority, ErrorKind, Id, SystemClock};
+use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use common::{child, child_args, report, reported};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn id(s: &str) -> Id {
+    Id::parse("id", s).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn open(path: &Path) -> baton_core::Result<Authority<SqliteStore>> {
+    let store = SqliteStore::open(
+        path,
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+    )?;
+    Ok(Authority::new(store, Arc::new(SystemClock)))
+}
+
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// What one claim in a fresh process answered: `granted FENCE`,
+/// `refused REASON` or `KIND\tMESSAGE`.
+fn claim_in_child(path: &Path, task: &str, owner: &str) -> String {
+    let out = child(
+        "child_entry",
+        &["claim", path.to_str().unwrap(), task, owner],
+    )
+    .output()
+    .unwrap();
+    reported(&out).remove(0)
+}
+
+#[test]
+#[ignore = "a child process entry point, run by the tests below"]
+fn child_entry() {
+    let Some(args) = child_args() else { return };
+    match args[0].as_str() {
+        "claim" => {
+            let line = match open(Path::new(&args[1])) {
+                Err(e) => format!("{}\t{}", e.kind.as_str(), e.message),
+                Ok(a) => match rt().block_on(a.claim(&id(&args[2]), &id(&args[3]), Some(60_000))) {
+                    Ok(reply) => match reply.grant() {
+                        Some(g) => format!("granted {}", g.fence),
+                        None => format!("refused {reply:?}"),
+                    },
+                    Err(e) => format!("{}\t{}", e.kind.as_str(), e.message),
+                },
+            };
+            report(line);
+        }
+        "claim-and-hang" => {
+            let a = open(Path::new(&args[1])).unwrap();
+            let g = rt()
+                .block_on(a.claim(&id(&args[2]), &id(&args[3]), Some(60_000)))
+                .unwrap();
+            report(format!("granted {}", g.grant().unwrap().fence));
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "holder" => {
+            let line = match open(Path::new(&args[1])) {
+                Err(e) => format!("{}\t{}", e.kind.as_str(), e.message),
+                Ok(a) => match rt().block_on(a.holder(&id(&args[2]))) {
+                    Ok(h) => format!("holder {h:?}"),
+                    Err(e) => format!("{}\t{}", e.kind.as_str(), e.message),
+                },
+            };
+            report(line);
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+fn assert_error(line: &str, kind: ErrorKind, cause: &str) {
+    let (k, msg) = line
+        .split_once('\t')
+        .unwrap_or_else(|| panic!("expected an error, got {line}"));
+    assert_eq!(k, kind.as_str(), "{line}");
+    assert!(msg.to_lowercase().contains(cause), "names {cause}: {line}");
+}
+
+#[test]
+fn a_hard_link_is_refused_under_either_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let a_path = dir.path().join("a.db");
+    let b_path = dir.path().join("b.db");
+    // An idle reader keeps the database open under its first name.
+    let a = open(&a_path).unwrap();
+    let rt = rt();
+    rt.block_on(a.claim(&id("before"), &id("w0"), None))
+        .unwrap();
+    std::fs::hard_link(&a_path, &b_path).unwrap();
+    // Through either name, in other processes: nothing is granted.
+    assert_error(
+        &claim_in_child(&a_path, "t", "w1"),
+        ErrorKind::Unavailable,
+        "hard link",
+    );
+    assert_error(
+        &claim_in_child(&b_path, "t", "w2"),
+        ErrorKind::Unavailable,
+        "hard link",
+    );
+    // The process that opened it before the link was made refuses too.
+    let e = rt.block_on(a.claim(&id("t"), &id("w3"), None)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(e.message.contains("hard link"), "{e}");
+    assert!(rt.block_on(a.get(&id("t"))).is_err(), "reads refuse too");
+    // With one name again, it works, and nothing was granted meanwhile.
+    std::fs::remove_file(&b_path).unwrap();
+    assert!(rt.block_on(a.get(&id("t"))).unwrap().is_none());
+    let granted = claim_in_child(&a_path, "t", "w1");
+    assert!(granted.starts_with("granted "), "{granted}");
+}
+
+#[test]
+fn a_symbolic_link_is_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.db");
+    let link = dir.path().join("link.db");
+    drop(open(&real).unwrap());
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let first = claim_in_child(&real, "t", "w1");
+    assert!(first.starts_with("granted "), "{first}");
+    let second = claim_in_child(&link, "t", "w2");
+    assert!(
+        second.starts_with("refused ") && second.contains("Held"),
+        "the same lock and log through the link: {second}"
+    );
+    let other = claim_in_child(&link, "u", "w2");
+    let fence = |line: &str| -> u64 { line.trim_start_matches("granted ").parse().unwrap() };
+    assert!(fence(&other) > fence(&first), "{first} then {other}");
+}
+
+#[test]
+fn a_single_file_bind_mount_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host.db");
+    let seen = dir.path().join("x.db");
+    drop(open(&host).unwrap());
+    std::fs::write(&seen, b"").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "mount --bind {} {} && exec \"$0\" --ignored --exact child_entry --nocapture --test-threads=1",
+        host.display(),
+        seen.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--", "sh", "-c", &script])
+        .arg(exe)
+        .env(
+            common::CHILD_ENV,
+            ["claim", seen.to_str().unwrap(), "t", "w"].join("\u{1f}"),
+        )
+        .output()
+        .expect("unshare (util-linux) runs; the tests run as root");
+    let line = reported(&out).remove(0);
+    assert_error(&line, ErrorKind::Unavailable, "bind mount");
+    // The host's name was never used for a grant.
+    let a = open(&host).unwrap();
+    assert!(rt().block_on(a.get(&id("t"))).unwrap().is_none());
+}
+
+#[test]
+fn the_log_deleted_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let a = open(&path).unwrap();
+    let rt = rt();
+    let g = rt.block_on(a.claim(&id("a"), &id("w"), None)).unwrap();
+    let fence = g.grant().unwrap().fence;
+    std::fs::remove_file(sidecar(&path, "-wal")).unwrap();
+    // A new process must not read the database without the log's frames.
+    assert_error(
+        &claim_in_child(&path, "b", "w"),
+        ErrorKind::Unavailable,
+        "write-ahead log",
+    );
+    let holder = child("child_entry", &["holder", path.to_str().unwrap(), "a"])
+        .output()
+        .unwrap();
+    assert_error(
+        &reported(&holder).remove(0),
+        ErrorKind::Unavailable,
+        "write-ahead log",
+    );
+    // The process that still holds the old log refuses writes and reads.
+    let e = rt.block_on(a.claim(&id("b"), &id("w"), None)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(e.message.contains("write-ahead log"), "{e}");
+    assert!(rt.block_on(a.holder(&id("a"))).is_err());
+    drop(a);
+    // Once every process has let go (the last one checkpoints the log it
+    // held into the file), the grant is there and fences go on from it.
+    let again = open(&path).unwrap();
+    let h = rt.block_on(again.holder(&id("a"))).unwrap();
+    assert_eq!(
+        h.unwrap().unwrap().grant.fence,
+        fence,
+        "the answered grant was not lost"
+    );
+    let next = rt.block_on(again.claim(&id("b"), &id("w"), None)).unwrap();
+    assert!(next.grant().unwrap().fence > fence);
+}
+
+#[test]
+fn the_index_deleted_or_the_log_replaced_while_open() {
+    for (victim, replace) in [("-shm", false), ("-wal", true), ("-shm", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let a = open(&path).unwrap();
+        let rt = rt();
+        rt.block_on(a.claim(&id("a"), &id("w"), None)).unwrap();
+        let target = sidecar(&path, victim);
+        if replace {
+            let other = dir.path().join("other");
+            std::fs::copy(&target, &other).unwrap();
+            std::fs::rename(&other, &target).unwrap();
+        } else {
+            std::fs::remove_file(&target).unwrap();
+        }
+        let e = rt.block_on(a.claim(&id("b"), &id("w"), None)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{victim} {replace}: {e}");
+        let what = if victim == "-wal" {
+            "write-ahead log"
+        } else {
+            "shared-memory index"
+        };
+        assert!(e.message.contains(what), "{e}");
+        assert!(rt.block_on(a.get(&id("b"))).is_err(), "reads refuse too");
+    }
+}
+
+/// A consistent copy of a live store, the way README.md says to take one.
+fn backup(a: &Path, to: &Path) {
+    let c = rusqlite::Connection::open(a).unwrap();
+    c.execute("VACUUM INTO ?1", [to.to_str().unwrap()]).unwrap();
+}
+
+#[test]
+fn a_backup_moved_over_a_live_store_is_refused_until_its_log_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let saved = dir.path().join("saved.db");
+    let a = open(&path).unwrap();
+    let rt = rt();
+    rt.block_on(a.claim(&id("old"), &id("w"), None)).unwrap();
+    backup(&path, &saved);
+    for i in 0..20 {
+        rt.block_on(a.claim(&id(&format!("new-{i}")), &id("w"), None))
+            .unwrap();
+    }
+    // The backup goes in place while the store runs and its log remains.
+    std::fs::rename(&saved, &path).unwrap();
+    let e = rt.block_on(a.claim(&id("x"), &id("w"), None)).unwrap_err();
+    assert!(e.message.contains("replaced"), "{e}");
+    // No process may replay the old file's log onto the backup.
+    assert_error(
+        &claim_in_child(&path, "x", "w"),
+        ErrorKind::Corrupt,
+        "write-ahead log",
+    );
+    // Not even once the last process of the old file is gone: SQLite never
+    // checkpoints into a moved file, so its log stays. With every process
+    // stopped, the documented restore step removes the log and its index;
+    // then the backup is adopted as it was taken, and undamaged.
+    drop(a);
+    let e = open(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    std::fs::remove_file(sidecar(&path, "-wal")).unwrap();
+    std::fs::remove_file(sidecar(&path, "-shm")).unwrap();
+    let restored = open(&path).unwrap();
+    assert!(rt.block_on(restored.get(&id("old"))).unwrap().is_some());
+    assert!(rt.block_on(restored.get(&id("new-0"))).unwrap().is_none());
+    let granted = rt
+        .block_on(restored.claim(&id("x"), &id("w"), None))
+        .unwrap();
+    assert!(granted.grant().is_some());
+    drop(restored);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let check: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[test]
+fn a_backup_over_a_crashed_store_needs_its_stale_log_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let saved = dir.path().join("saved.db");
+    drop(open(&path).unwrap());
+    backup(&path, &saved);
+    // A process commits and is killed before it closes: its log stays, with frames.
+    let mut c = child(
+        "child_entry",
+        &["claim-and-hang", path.to_str().unwrap(), "t", "w"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = c.stdout.take().unwrap();
+    let mut seen = String::new();
+    while !seen.contains("@@ granted") {
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
+        assert!(n > 0, "the child exited before its grant: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let wal = sidecar(&path, "-wal");
+    assert!(wal.exists(), "a log with frames remains");
+    std::fs::rename(&saved, &path).unwrap();
+    let e = open(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(e.message.contains("Backup and restore"), "{e}");
+    // The documented procedure: with no process running, the log and index
+    // belong to the file that was replaced; remove them, then open.
+    std::fs::remove_file(&wal).unwrap();
+    let _ = std::fs::remove_file(sidecar(&path, "-shm"));
+    let restored = open(&path).unwrap();
+    assert!(rt().block_on(restored.get(&id("t"))).unwrap().is_none());
+    assert!(
+        rt().block_on(restored.claim(&id("t"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
+}
