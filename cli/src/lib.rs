@@ -501,7 +501,15 @@ impl Plan {
                 reply_out(a.heartbeat(&t, &run, &ex, f, step, ttl).await?, false)
             }
             P::Succeed(t, run, ex, f, ev) => {
-                reply_out(a.succeed(&t, &run, &ex, f, ev).await?, false)
+                let reply = a.succeed(&t, &run, &ex, f, ev.clone()).await?;
+                let ignored = reply.evidence_ignored(&ev);
+                let mut out = reply_out(reply, false);
+                if !ignored.is_empty()
+                    && let Some(v) = out.items.first_mut()
+                {
+                    v["evidence_ignored"] = json!(ignored);
+                }
+                out
             }
             P::TaskFail(t, run, ex, f, e) => {
                 reply_out(a.task_fail(&t, &run, &ex, f, e).await?, false)

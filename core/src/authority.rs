@@ -50,6 +50,20 @@ impl Reply {
         matches!(self, Reply::Acknowledged(_))
     }
 
+    /// For a success repeated with evidence: the keys whose hash is not
+    /// the one recorded (evidence is immutable once recorded, so the first
+    /// success's stands and these were ignored). Empty for anything else.
+    pub fn evidence_ignored(&self, evidence: &BTreeMap<String, String>) -> Vec<String> {
+        match self {
+            Reply::Acknowledged(r) => evidence
+                .iter()
+                .filter(|(k, v)| r.evidence.get(*k) != Some(*v))
+                .map(|(k, _)| k.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn is_refused(&self) -> bool {
         matches!(self, Reply::Refused(_))
     }

@@ -221,7 +221,8 @@ macro_rules! conformance_tests {
             verify_answers,
             manifest_supersede_and_conflict,
             redispatch_and_finalize,
-            preconditions_must_be_proved
+            preconditions_must_be_proved,
+            a_bad_request_leaves_the_store_serving
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {
@@ -669,10 +670,48 @@ pub mod cases {
                 .unwrap(),
             Reply::Committed(_)
         ));
-        let again = ctx.block_on(a.succeed(&t, &run, &w, f, ev2)).unwrap();
+        let again = ctx
+            .block_on(a.succeed(&t, &run, &w, f, ev2.clone()))
+            .unwrap();
         assert!(again.is_idempotent());
         assert_eq!(again.record().unwrap().evidence, ev1);
+        assert_eq!(again.evidence_ignored(&ev2), vec!["log".to_owned()]);
+        assert!(again.evidence_ignored(&ev1).is_empty());
         assert_eq!(ctx.block_on(a.get(&t)).unwrap().unwrap().evidence, ev1);
+    }
+
+    /// A request the decision finds invalid inside the store's commit (a
+    /// lease that would end past what a timestamp holds) is refused as
+    /// invalid, writes nothing, and the same store handle goes on serving.
+    pub fn a_bad_request_leaves_the_store_serving<H: Harness>(ctx: &mut Ctx<H>) {
+        let a = ctx.auth();
+        let (t, w) = (id("end-of-time"), id("w"));
+        if let TestClock::Manual(c) = &ctx.clock {
+            let now = c.now();
+            c.set(crate::time::Timestamp(
+                crate::time::Timestamp::MAX.as_millis() - 1000,
+            ));
+            let e = ctx.block_on(a.claim(&t, &w, Some(60_000))).unwrap_err();
+            assert_eq!(e.kind, crate::error::ErrorKind::Invalid, "{e}");
+            assert_eq!(e.field.as_deref(), Some("ttl"), "{e}");
+            c.set(now);
+        }
+        let huge = Manifest::from_value(&json!({
+            "task_id": "huge", "executor": "ci", "source_branch": "main", "source_oid": "0",
+            "target_version": "1", "steps": ["a"], "heartbeat_timeout_seconds": 300_000_000_000u64,
+        }))
+        .unwrap_err();
+        assert_eq!(huge.field.as_deref(), Some("heartbeat_timeout_seconds"));
+        assert!(
+            ctx.block_on(a.get(&t)).unwrap().is_none(),
+            "nothing was written"
+        );
+        for i in 0..3 {
+            let g = ctx
+                .block_on(a.claim(&id(&format!("after-{i}")), &w, None))
+                .unwrap();
+            assert!(g.grant().is_some(), "the store still grants: {g:?}");
+        }
     }
 
     /// A SUCCEEDED task is never granted again: not by claim, recover or

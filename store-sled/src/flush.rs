@@ -46,18 +46,26 @@ impl GroupFlush {
         self.state.lock().map_err(|_| Poisoned)
     }
 
-    /// Call before a transaction begins.
-    pub fn begin(&self) -> Result<(), Poisoned> {
+    /// Marks a transaction as begun; it is finished when the guard is
+    /// finished or dropped (a panic mid-transaction included), so a flush
+    /// never waits for a transaction that will not come.
+    pub fn begin(&self) -> Result<InFlight<'_>, Poisoned> {
         self.lock()?.in_flight += 1;
-        Ok(())
+        Ok(InFlight {
+            flush: self,
+            done: false,
+        })
     }
 
-    /// Call when it has finished; returns the count that covers it.
-    pub fn finish(&self) -> Result<u64, Poisoned> {
+    fn end(&self) -> Result<u64, Poisoned> {
         let mut s = self.lock()?;
         s.in_flight -= 1;
         s.finished += 1;
-        Ok(s.finished)
+        let finished = s.finished;
+        drop(s);
+        // Wake waiters: an in-flight transaction may have been awaited.
+        self.changed.notify_all();
+        Ok(finished)
     }
 
     /// What an answer that has just read the store must wait for: every
@@ -119,10 +127,29 @@ impl GroupFlush {
             result.map_err(FlushError::Flush)?;
         }
     }
+}
 
-    /// Wakes waiters after a transaction finished (an in-flight one may be awaited).
-    pub fn notify(&self) {
-        self.changed.notify_all();
+/// A transaction under way, from [`GroupFlush::begin`].
+#[derive(Debug)]
+pub struct InFlight<'a> {
+    flush: &'a GroupFlush,
+    done: bool,
+}
+
+impl InFlight<'_> {
+    /// The transaction has finished (committed or aborted); returns the
+    /// count a flush must reach to cover it.
+    pub fn finish(mut self) -> Result<u64, Poisoned> {
+        self.done = true;
+        self.flush.end()
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.flush.end();
+        }
     }
 }
 

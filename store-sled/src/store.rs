@@ -3,6 +3,7 @@
 
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
+use baton_core::commit::{GroupCommitter, isolate};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
 use baton_core::{
@@ -44,62 +45,122 @@ impl Default for SledOptions {
 pub struct SledStore {
     inner: Arc<Inner>,
     /// `None` when group commit is off.
-    committer: Option<Arc<Committer>>,
+    committer: Option<Arc<GroupCommitter>>,
+    /// Dropped after the two above, when the last clone goes: waits until
+    /// sled has let go of the directory.
+    _released: Arc<ReleaseOnDrop>,
 }
 
-/// The most decisions one group commit carries.
-const MAX_BATCH: usize = 256;
-
-/// A caller waiting for the committer to decide and commit its operation.
-struct Queued {
-    op: Operation,
-    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
+/// Makes dropping the last handle of a store return only once sled's
+/// directory lock is free, so the next open (in this process or another)
+/// finds it free. sled finishes background writes on threads of its own,
+/// which hold the database open for a moment after it is dropped.
+#[derive(Debug)]
+struct ReleaseOnDrop {
+    path: PathBuf,
+    wait: Duration,
 }
 
-/// The group-commit thread's inbox; dropping the last store handle stops
-/// the thread, and the drop waits for it, so the directory lock is released
-/// by the time the drop returns.
-struct Committer {
-    inbox: std::sync::Mutex<Option<std::sync::mpsc::Sender<Queued>>>,
-    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl Drop for Committer {
+impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        if let Ok(mut inbox) = self.inbox.lock() {
-            inbox.take();
-        }
-        if let Ok(mut t) = self.thread.lock()
-            && let Some(t) = t.take()
-        {
-            let _ = t.join();
+        let started = Instant::now();
+        while started.elapsed() < self.wait {
+            match try_lock_dir(&self.path) {
+                // The lock is ours for a moment, released as the file closes.
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
         }
     }
 }
 
-/// Starts the thread that decides queued operations a batch at a time:
-/// whatever queued while one batch was being written and flushed goes in the next.
-fn start_committer(inner: Arc<Inner>) -> Result<Arc<Committer>> {
-    let (inbox, queue) = std::sync::mpsc::channel::<Queued>();
-    let thread = std::thread::Builder::new()
-        .name("baton-sled-commit".into())
-        .spawn(move || {
-            while let Ok(first) = queue.recv() {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match queue.try_recv() {
-                        Ok(q) => batch.push(q),
-                        Err(_) => break,
-                    }
-                }
-                inner.commit_batch(batch);
+/// Takes sled's own directory lock (an exclusive `flock` on `PATH/db`) if
+/// nobody holds it. `Ok(None)`: somebody does.
+fn try_lock_dir(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path.join("db"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// What sled keeps in its directory: a store directory holding anything
+/// else is somebody else's, and is refused rather than written into.
+fn is_sled_entry(name: &str) -> bool {
+    matches!(name, "conf" | "db" | "blobs") || name.starts_with("snap.")
+}
+
+/// Refuses a path whose parent does not exist (sled would create the whole
+/// path) and a non-empty directory that is not a sled store.
+fn check_directory(path: &Path) -> Result<()> {
+    let p = path.display();
+    match std::fs::metadata(path) {
+        Err(_) => {
+            let parent = match path.parent() {
+                Some(d) if d.as_os_str().is_empty() => Path::new("."),
+                Some(d) => d,
+                None => Path::new("/"),
+            };
+            if !parent.is_dir() {
+                return Err(Error::unavailable(format!(
+                    "{p}: cannot create the store: the directory {} does not exist",
+                    parent.display()
+                )));
             }
-        })
-        .map_err(|e| Error::unavailable(format!("cannot start the commit thread: {e}")))?;
-    Ok(Arc::new(Committer {
-        inbox: std::sync::Mutex::new(Some(inbox)),
-        thread: std::sync::Mutex::new(Some(thread)),
-    }))
+            Ok(())
+        }
+        Ok(m) if !m.is_dir() => Err(Error::unavailable(format!(
+            "{p}: is not a directory (a sled store is a directory)"
+        ))),
+        Ok(_) => {
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| Error::unavailable(format!("{p}: cannot read the directory: {e}")))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| {
+                    Error::unavailable(format!("{p}: cannot read the directory: {e}"))
+                })?;
+                let name = entry.file_name();
+                if !name.to_str().is_some_and(is_sled_entry) {
+                    return Err(Error::corrupt(format!(
+                        "{p}: a non-empty directory that is not a sled store (it holds {:?}); give baton an empty or new directory",
+                        name
+                    )));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A snapshot sled was writing when its process died (`snap.LSN.generating`)
+/// is not data: sled writes it whole, syncs it and only then renames it to
+/// `snap.LSN`. sled 0.34 reads a leftover one as corruption and refuses to
+/// open. Removed only while holding sled's directory lock, so no running
+/// process can be writing it.
+fn remove_interrupted_snapshots(path: &Path) -> Result<()> {
+    let Ok(Some(_lock)) = try_lock_dir(path) else {
+        return Ok(());
+    };
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path()).map_err(|e| {
+                Error::unavailable(format!(
+                    "{}: cannot remove the interrupted snapshot {name}: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 struct Inner {
@@ -203,8 +264,10 @@ impl SledStore {
     /// to the busy timeout for another process to let go of it.
     pub fn open(path: impl AsRef<Path>, options: SledOptions) -> Result<SledStore> {
         let path = path.as_ref().to_path_buf();
+        check_directory(&path)?;
         let started = Instant::now();
         let db = loop {
+            remove_interrupted_snapshots(&path)?;
             let attempt = std::panic::catch_unwind(|| sled::Config::new().path(&path).open());
             match attempt {
                 Ok(Ok(db)) => break db,
@@ -253,11 +316,24 @@ impl SledStore {
             flush: GroupFlush::new(options.group_commit),
         });
         let committer = if options.group_commit {
-            Some(start_committer(inner.clone())?)
+            let batch = inner.clone();
+            Some(Arc::new(GroupCommitter::start(
+                inner.path.display().to_string(),
+                "baton-sled-commit",
+                move |ops| batch.commit_ops(ops),
+            )?))
         } else {
             None
         };
-        Ok(SledStore { inner, committer })
+        let released = Arc::new(ReleaseOnDrop {
+            path: inner.path.clone(),
+            wait: options.busy_timeout.max(Duration::from_secs(5)),
+        });
+        Ok(SledStore {
+            inner,
+            committer,
+            _released: released,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -270,7 +346,8 @@ impl SledStore {
         F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        let name = inner.path.display().to_string();
+        tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
             .await
             .map_err(|e| Error::unavailable(format!("sled worker thread failed: {e}")))?
     }
@@ -353,54 +430,28 @@ impl Inner {
     }
 
     fn apply(&self, op: &Operation) -> Result<Decision> {
-        self.flush.begin().map_err(|Poisoned| self.poisoned())?;
-        let result = self.transact(std::slice::from_ref(op)).and_then(|mut ds| {
-            ds.pop()
-                .ok_or_else(|| Error::unavailable("sled: a transaction decided nothing"))
-        });
-        let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
-        self.flush.notify();
-        let decision = result?;
-        // Answer only once what the decision wrote (or read) is durable.
+        self.commit_ops(std::slice::from_ref(op))
+            .and_then(|mut ds| {
+                ds.pop()
+                    .ok_or_else(|| Error::unavailable("sled: a transaction decided nothing"))
+            })
+    }
+
+    /// Decides `ops` in one transaction, then waits for one flush that
+    /// covers it (and whatever it read) before answering.
+    fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+        let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+        let result = self.transact(ops);
+        let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
+        let decisions = result?;
+        // Answer only once what the decisions wrote (or read) is durable.
         let upto = self
             .flush
             .horizon()
             .map_err(|Poisoned| self.poisoned())?
             .max(finished);
-        self.durable(upto, decision.writes())?;
-        Ok(decision)
-    }
-
-    /// Commits a batch: one transaction, one flush, then every caller is
-    /// answered. If anything fails, every caller gets the error.
-    fn commit_batch(&self, batch: Vec<Queued>) {
-        let ops: Vec<Operation> = batch.iter().map(|q| q.op.clone()).collect();
-        let outcome = (|| -> Result<Vec<Decision>> {
-            self.flush.begin().map_err(|Poisoned| self.poisoned())?;
-            let result = self.transact(&ops);
-            let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
-            self.flush.notify();
-            let decisions = result?;
-            let upto = self
-                .flush
-                .horizon()
-                .map_err(|Poisoned| self.poisoned())?
-                .max(finished);
-            self.durable(upto, decisions.iter().any(|d| d.writes()))?;
-            Ok(decisions)
-        })();
-        match outcome {
-            Ok(ds) => {
-                for (q, d) in batch.into_iter().zip(ds) {
-                    let _ = q.answer.send(Ok(d));
-                }
-            }
-            Err(e) => {
-                for q in batch {
-                    let _ = q.answer.send(Err(e.clone()));
-                }
-            }
-        }
+        self.durable(upto, decisions.iter().any(|d| d.writes()))?;
+        Ok(decisions)
     }
 
     /// Decides `ops` in order inside one sled transaction: each sees the
@@ -634,7 +685,7 @@ impl Inner {
     }
 
     fn ack(&self, ids: &[String]) -> Result<u64> {
-        self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+        let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
         let t = &self.trees;
         let result = (&t.outbox, &t.intents).transaction(|(outbox, intents)| {
             let mut acked = 0u64;
@@ -646,8 +697,7 @@ impl Inner {
             }
             Ok::<_, ConflictableTransactionError<Abort>>(acked)
         });
-        let finished = self.flush.finish().map_err(|Poisoned| self.poisoned())?;
-        self.flush.notify();
+        let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
         let acked = result.map_err(|e| match e {
             TransactionError::Abort(Abort::Corrupt(m)) => Error::corrupt(m),
             TransactionError::Storage(e) => self.err(e),
@@ -732,29 +782,11 @@ impl Store for SledStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        let Some(committer) = &self.committer else {
-            return self.run(move |inner| inner.apply(&op)).await;
-        };
-        let (answer, reply) = tokio::sync::oneshot::channel();
-        let sent = match committer.inbox.lock() {
-            Ok(inbox) => inbox
-                .as_ref()
-                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
-            Err(_) => false,
-        };
-        if !sent {
-            return Err(Error::unavailable(format!(
-                "{}: the commit thread has stopped",
-                self.inner.path.display()
-            )));
+        match &self.committer {
+            // The committer answers only after the flush covering this decision.
+            Some(committer) => committer.submit(op).await,
+            None => self.run(move |inner| inner.apply(&op)).await,
         }
-        // The committer answers only after the flush covering this decision.
-        reply.await.map_err(|_| {
-            Error::unavailable(format!(
-                "{}: the commit thread stopped before answering",
-                self.inner.path.display()
-            ))
-        })?
     }
 
     fn commits(&self) -> Option<u64> {

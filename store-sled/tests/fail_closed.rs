@@ -103,3 +103,103 @@ fn corrupt_data_fails_closed_without_a_panic() {
         assert!(e.message.contains(&path.display().to_string()), "{e}");
     }
 }
+
+#[test]
+fn an_interrupted_snapshot_is_not_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let granted = try_claim(&path).unwrap().grant().unwrap();
+    // What a SIGKILL while sled writes a snapshot leaves behind.
+    std::fs::write(path.join("snap.7FFFFFFFFFFFFFFF.generating"), b"half").unwrap();
+    let store = SledStore::open(&path, SledOptions::default()).unwrap();
+    let a = Authority::new(store, Arc::new(SystemClock));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let h = rt.block_on(a.holder(&id("t"))).unwrap().unwrap().unwrap();
+    assert_eq!(h.grant.fence, granted.fence, "the answered grant is there");
+    assert!(!path.join("snap.7FFFFFFFFFFFFFFF.generating").exists());
+    // While a store holds the directory, nobody else's open touches its files.
+    let leftover = path.join("snap.0000000000000001.generating");
+    std::fs::write(&leftover, b"in progress").unwrap();
+    let opts = SledOptions {
+        busy_timeout: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let e = SledStore::open(&path, opts).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(
+        leftover.exists(),
+        "a file under another holder's lock is left alone"
+    );
+}
+
+#[test]
+fn a_missing_parent_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no").join("such").join("store");
+    let e = try_claim(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("does not exist"), "{e}");
+    assert!(!dir.path().join("no").exists(), "nothing was created");
+    // A new directory whose parent exists is created, as SQLite creates its file.
+    assert!(
+        try_claim(&dir.path().join("store"))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
+}
+
+#[test]
+fn an_unrelated_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("notes.txt"), b"mine").unwrap();
+    let e = try_claim(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(e.message.contains("not a sled store"), "{e}");
+    let names: Vec<_> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("notes.txt")],
+        "nothing was written"
+    );
+    // An empty directory is a new store.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert!(try_claim(&empty).unwrap().grant().is_some());
+}
+
+#[test]
+fn dropping_a_store_releases_the_directory_before_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    for round in 0..20 {
+        let store = SledStore::open(&path, SledOptions::default()).unwrap();
+        let a = Authority::new(store.clone(), Arc::new(SystemClock));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for i in 0..50 {
+                a.claim(&id(&format!("r{round}-{i}")), &id("w"), None)
+                    .await
+                    .unwrap();
+            }
+        });
+        drop(rt);
+        drop(a);
+        drop(store);
+        // sled itself, with no waiting of its own: the lock must be free now.
+        let db = sled::open(&path).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(db);
+    }
+}
