@@ -103,6 +103,32 @@ fn never_applied(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// An etcd error as one short cause a person can act on, instead of the
+/// whole gRPC and transport chain.
+fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let m = s.message();
+            if m.contains("Connection refused") || m.contains("tcp connect error") {
+                "connection refused (is etcd running at that address?)".to_owned()
+            } else if m.contains("connect error") || m.contains("error trying to connect") {
+                "cannot connect".to_owned()
+            } else if m.is_empty() {
+                format!("{:?}", s.code())
+            } else {
+                format!("{}: {m}", s.code().description())
+            }
+        }
+        etcd_client::Error::TransportError(_) => "cannot connect".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// The endpoints as a person writes them.
+fn endpoints(list: &[String]) -> String {
+    list.join(",")
+}
+
 impl FabricStore {
     /// Connects to the cluster (failing closed within the timeout).
     pub async fn connect(opts: FabricOptions) -> Result<FabricStore> {
@@ -122,14 +148,16 @@ impl FabricStore {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
                 return Err(Error::unavailable(format!(
-                    "etcd {:?}: cannot connect: {e}",
-                    opts.endpoints
+                    "etcd {}: cannot connect: {}",
+                    endpoints(&opts.endpoints),
+                    describe(&e)
                 )));
             }
             Err(_) => {
                 return Err(Error::unavailable(format!(
-                    "etcd {:?}: no answer within {:?}",
-                    opts.endpoints, opts.timeout
+                    "etcd {}: no answer within {:?}",
+                    endpoints(&opts.endpoints),
+                    opts.timeout
                 )));
             }
         };
@@ -142,7 +170,10 @@ impl FabricStore {
     }
 
     fn unavailable(&self, what: &str, e: impl fmt::Display) -> Error {
-        Error::unavailable(format!("etcd {:?}: {what}: {e}", self.opts.endpoints))
+        Error::unavailable(format!(
+            "etcd {}: {what}: {e}",
+            endpoints(&self.opts.endpoints)
+        ))
     }
 
     /// Runs one call with the deadline; retries calls that change nothing
@@ -157,7 +188,7 @@ impl FabricStore {
         for attempt in 0..10u64 {
             match tokio::time::timeout_at(deadline, f(self.client.clone())).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => last = e.to_string(),
+                Ok(Err(e)) => last = describe(&e),
                 Err(_) => break,
             }
             tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
@@ -387,14 +418,14 @@ impl FabricStore {
                     // Refused before it reached a leader: nothing was applied, so
                     // deciding again (likely through another member) is safe.
                     if tokio::time::Instant::now() >= deadline {
-                        return Err(self.unavailable("write", e));
+                        return Err(self.unavailable("write", describe(&e)));
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 Ok(Err(e)) => {
                     return self
-                        .resolve(&task, &request_id, d, Some(e.to_string()))
+                        .resolve(&task, &request_id, d, Some(describe(&e)))
                         .await;
                 }
                 Err(_) => return self.resolve(&task, &request_id, d, None).await,

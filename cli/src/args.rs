@@ -14,6 +14,10 @@ pub struct Cli {
     /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT[,...]/PREFIX or memory:.
     #[arg(long, global = true, env = "BATON_STORE")]
     pub store: Option<String>,
+    /// Whether `--store` was given on the command line (not taken from
+    /// `BATON_STORE`): `demo` and `bench` write only into a store named so.
+    #[arg(skip)]
+    pub store_given: bool,
     /// Output format (json by default; `demo` prints human by default).
     #[arg(long, global = true, value_enum)]
     pub format: Option<Format>,
@@ -35,7 +39,7 @@ pub enum Command {
         #[arg(long)]
         owner: String,
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Extend the holder's lease.
@@ -45,7 +49,7 @@ pub enum Command {
         owner: String,
         #[arg(long, allow_negative_numbers = true)]
         fence: u64,
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Give the task back without charging a stall.
@@ -61,7 +65,7 @@ pub enum Command {
         task: String,
         #[arg(long)]
         owner: String,
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Mark a bare task done (holder only).
@@ -193,10 +197,10 @@ pub struct Run {
 #[derive(Debug, Args, Clone)]
 pub struct Paging {
     /// Page size (default 100).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
     pub limit: usize,
     /// The cursor a previous page ended with.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub after: Option<String>,
 }
 
@@ -218,7 +222,7 @@ pub enum TaskCommand {
         #[arg(long)]
         executor: String,
         /// Default and maximum: the manifest's heartbeat_timeout_seconds.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     Start {
@@ -233,7 +237,7 @@ pub enum TaskCommand {
         /// The 1-based step now being worked on.
         #[arg(long, allow_negative_numbers = true)]
         step: u32,
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     Succeed {

@@ -375,8 +375,30 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> 
 }
 
 /// The `bench` subcommand.
-pub async fn run(store: &str, args: &BenchArgs, format: Option<Format>) -> Result<Out, Error> {
-    let mut stores = vec![store.to_owned()];
+/// `store`: a store named with `--store` on the command line; without one
+/// the harness writes into a temporary SQLite store, never into the one
+/// `BATON_STORE` names. Either way it says which on standard error.
+pub async fn run(
+    store: Option<&str>,
+    args: &BenchArgs,
+    format: Option<Format>,
+) -> Result<Out, Error> {
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Error::unavailable(format!("bench: no temporary directory: {e}")))?;
+    let store = match store {
+        Some(s) => {
+            crate::output::write_stderr(&format!("bench: writing into the store given, {s}"));
+            s.to_owned()
+        }
+        None => {
+            let s = format!("sqlite:{}", tmp.path().join("bench.db").display());
+            crate::output::write_stderr(&format!(
+                "bench: writing into a temporary store, {s} (removed afterwards; --store names another)"
+            ));
+            s
+        }
+    };
+    let mut stores = vec![store];
     stores.extend(args.compare.iter().cloned());
     for s in &stores {
         crate::StoreUrl::parse(s)?;

@@ -37,11 +37,11 @@ struct Tally {
     refusals: BTreeMap<String, u64>,
 }
 
-async fn worker(a: Arc<DynAuthority>, w: usize) -> Result<Tally, Error> {
+async fn worker(a: Arc<DynAuthority>, w: usize, tag: String) -> Result<Tally, Error> {
     let owner = id(&format!("worker-{w}"))?;
     let mut tally = Tally::default();
     for i in crate::bench::order_for(crate::args::Order::Shuffled, w, WORKERS, TASKS) {
-        let task = id(&format!("demo-{i:03}"))?;
+        let task = id(&format!("demo-{tag}-{i:03}"))?;
         match a.claim(&task, &owner, Some(30_000)).await? {
             Reply::Refused(r) => *tally.refusals.entry(r.reason().to_owned()).or_default() += 1,
             reply => {
@@ -73,7 +73,36 @@ fn manifest(task: &str) -> Result<Manifest, Error> {
     }))
 }
 
+/// A refusal the demo did not expect: reported as a refusal (exit 1), not
+/// as an outage.
+fn stopped(what: &str, reply: &Reply) -> Out {
+    let reason = reply.refusal().map_or("none", |r| r.reason());
+    let message = match reply.refusal() {
+        Some(r) => format!("demo: {what} was refused: {r}"),
+        None => format!("demo: {what} gave no grant"),
+    };
+    Out {
+        items: vec![json!({"refused": reason, "message": message})],
+        next: None,
+        status: Status::Refused,
+        printed: false,
+    }
+}
+
+/// `store`: a store named with `--store` on the command line (never the
+/// `BATON_STORE` of the environment: the demo does not write into the
+/// store a user works with unless told to).
 pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
+    // Task names of their own, so a named store can run the demo again.
+    let tag = format!(
+        "{:06x}",
+        (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id()))
+            % 0x100_0000
+    );
     // A fresh temporary store unless one was named; removed when the demo ends.
     let tmp = tempfile::tempdir()
         .map_err(|e| Error::unavailable(format!("demo: no temporary directory: {e}")))?;
@@ -93,7 +122,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "{WORKERS} workers race to claim {TASKS} tasks; each completes what it wins"
     ));
     let handles: Vec<_> = (0..WORKERS)
-        .map(|w| tokio::spawn(worker(a.clone(), w)))
+        .map(|w| tokio::spawn(worker(a.clone(), w, tag.clone())))
         .collect();
     let mut tally = Tally::default();
     for h in handles {
@@ -125,25 +154,23 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
 
     // Act 2: a zombie worker.
     let (task, zombie, rescuer) = (
-        id("demo-zombie")?,
+        id(&format!("demo-{tag}-zombie"))?,
         id("worker-zombie")?,
         id("worker-rescuer")?,
     );
-    let g1 = a
-        .claim(&task, &zombie, Some(400))
-        .await?
-        .grant()
-        .ok_or_else(|| Error::unavailable("demo: zombie claim refused"))?;
+    let reply = a.claim(&task, &zombie, Some(400)).await?;
+    let Some(g1) = reply.grant() else {
+        return Ok(stopped("the zombie's claim", &reply));
+    };
     tl.note(format!(
         "{zombie} claims {task}: fence {}, lease 400ms, then stalls",
         g1.fence
     ));
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let g2 = a
-        .recover(&task, &rescuer, Some(30_000))
-        .await?
-        .grant()
-        .ok_or_else(|| Error::unavailable("demo: recovery refused"))?;
+    let reply = a.recover(&task, &rescuer, Some(30_000)).await?;
+    let Some(g2) = reply.grant() else {
+        return Ok(stopped("the recovery", &reply));
+    };
     tl.note(format!(
         "lease expired; {rescuer} recovers {task}: fence {} (attempt {})",
         g2.fence, g2.attempt
@@ -175,25 +202,24 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     // Act 3: declared tasks, through the registry to the release gate.
     let mut gates_passed = 0;
     for i in 0..3 {
-        let name = format!("release-{i}");
+        let name = format!("release-{tag}-{i}");
         let t = id(&name)?;
         let (run, exec) = (id(&format!("run-{i}"))?, id("release-runner")?);
         a.declare(manifest(&name)?).await?;
         a.register(&t, &run).await?;
-        let g = a
-            .task_claim(&t, &run, &exec, None)
-            .await?
-            .grant()
-            .ok_or_else(|| Error::unavailable("demo: task claim refused"))?;
+        let reply = a.task_claim(&t, &run, &exec, None).await?;
+        let Some(g) = reply.grant() else {
+            return Ok(stopped("the declared task's claim", &reply));
+        };
         a.start(&t, &run, &exec, g.fence).await?;
         let early = a.succeed(&t, &run, &exec, g.fence, BTreeMap::new()).await?;
         a.heartbeat(&t, &run, &exec, g.fence, 2, None).await?;
         let ev = BTreeMap::from([("build.log".to_owned(), evidence_hash(i))]);
         a.succeed(&t, &run, &exec, g.fence, ev).await?;
-        let gate = a
-            .gate(&t)
-            .await?
-            .map_err(|r| Error::unavailable(format!("demo gate: {r}")))?;
+        let gate = match a.gate(&t).await? {
+            Ok(gate) => gate,
+            Err(r) => return Ok(stopped("the gate", &Reply::Refused(r))),
+        };
         if gate.passed {
             gates_passed += 1;
         }

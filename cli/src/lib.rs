@@ -19,7 +19,6 @@ pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
 
 use args::{Cli, Command, Format, OutboxCommand, TaskCommand};
 use baton_core::{Actor, Error, ErrorKind, Grant, Id, Manifest, Refusal, Reply, State};
-use clap::Parser;
 use output::{Out, Status};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -51,7 +50,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(argv) {
+    let cli = match parse_cli(argv.into_iter().map(Into::into).collect()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -100,24 +99,100 @@ fn clap_error(e: clap::Error) -> Result<i32, Error> {
 }
 
 fn invalid_usage(e: &clap::Error) -> Error {
-    use clap::error::{ContextKind, ContextValue};
-    let field = match e.get(ContextKind::InvalidArg) {
-        Some(ContextValue::String(arg)) => Some(field_name(arg)),
-        Some(ContextValue::Strings(args)) => args.first().map(|a| field_name(a)),
-        _ => None,
+    use clap::error::{ContextKind, ContextValue, ErrorKind as K};
+    let args: Vec<String> = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => vec![arg.clone()],
+        Some(ContextValue::Strings(args)) => args.clone(),
+        _ => Vec::new(),
     };
-    let message = e
-        .render()
-        .to_string()
+    let field = match e.kind() {
+        // Not a field of baton's: the argument as it was given.
+        K::UnknownArgument => args.first().cloned(),
+        _ if args.is_empty() => None,
+        _ => Some(
+            args.iter()
+                .map(|a| field_name(a))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    };
+    // The whole rule, on one line: clap lists missing arguments on the
+    // lines after its first, and ends with usage and tips.
+    let rendered = e.render().to_string();
+    let message = rendered
         .lines()
-        .next()
-        .unwrap_or("usage error")
-        .trim_start_matches("error: ")
-        .to_owned();
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more information")
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut message = message.trim_start_matches("error: ").to_owned();
+    if e.kind() == K::InvalidUtf8 {
+        message = "must be valid UTF-8".to_owned();
+    }
     Error {
         kind: ErrorKind::Invalid,
-        message,
+        message: if message.is_empty() {
+            "usage error".to_owned()
+        } else {
+            message
+        },
         field,
+    }
+}
+
+/// Parses a command line. An argument that is not UTF-8 is an error naming
+/// the field it was given for.
+fn parse_cli(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    if let Some(bad) = argv.iter().position(|a| a.to_str().is_none()) {
+        let lossy: Vec<String> = argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let field = field_given(&lossy, bad);
+        let mut e = clap::Error::new(clap::error::ErrorKind::InvalidUtf8);
+        e.insert(
+            clap::error::ContextKind::InvalidArg,
+            clap::error::ContextValue::String(field),
+        );
+        return Err(e);
+    }
+    use clap::{CommandFactory, FromArgMatches};
+    let mut matches = Cli::command().try_get_matches_from(argv)?;
+    let given = matches.value_source("store") == Some(clap::parser::ValueSource::CommandLine);
+    let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
+    cli.store_given = given;
+    Ok(cli)
+}
+
+/// Which field the argument at `index` was given for: found by parsing the
+/// line with the bad bytes replaced, and looking for where they landed.
+fn field_given(lossy: &[String], index: usize) -> String {
+    use clap::CommandFactory;
+    fn find(m: &clap::ArgMatches, value: &str) -> Option<String> {
+        for id in m.ids() {
+            if let Ok(Some(mut raw)) = m.try_get_raw(id.as_str())
+                && raw.any(|v| v.to_str() == Some(value))
+            {
+                return Some(id.as_str().to_owned());
+            }
+        }
+        m.subcommand().and_then(|(_, sub)| find(sub, value))
+    }
+    let value = &lossy[index];
+    if let Ok(m) = Cli::command().try_get_matches_from(lossy)
+        && let Some(field) = find(&m, value)
+    {
+        return field;
+    }
+    match index.checked_sub(1).map(|i| lossy[i].as_str()) {
+        Some(flag) if flag.starts_with("--") => field_name(flag),
+        _ => value
+            .split('=')
+            .next()
+            .map_or_else(|| "argument".to_owned(), field_name),
     }
 }
 
@@ -130,7 +205,7 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::error::ErrorKind as K;
-    let cli = match Cli::try_parse_from(argv) {
+    let cli = match parse_cli(argv.into_iter().map(Into::into).collect()) {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) => return Ok(()),
         Err(e) => return Err(invalid_usage(&e)),
@@ -178,8 +253,7 @@ pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
 }
 
 fn parse_error_json(value: &str) -> Result<Value, Error> {
-    let v: Value = serde_json::from_str(value)
-        .map_err(|e| Error::invalid("error", format!("must be a JSON object ({e})")))?;
+    let v = baton_core::json::parse_strict("error", value)?;
     baton_core::request::validate_error(&v)?;
     Ok(v)
 }
@@ -264,8 +338,11 @@ fn refused(r: Refusal) -> Out {
 }
 
 async fn execute(cli: &Cli) -> Result<Out, Error> {
-    if let Command::Demo = cli.command {
-        return demo::run(cli.store.as_deref(), cli.format).await;
+    let given = cli.store.as_deref().filter(|_| cli.store_given);
+    match &cli.command {
+        Command::Demo => return demo::run(given, cli.format).await,
+        Command::Bench(b) => return bench::run(given, b, cli.format).await,
+        _ => {}
     }
     // Check the input before opening the store: bad input changes nothing.
     let store = cli
@@ -273,10 +350,8 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         .clone()
         .unwrap_or_else(|| DEFAULT_STORE.to_owned());
     StoreUrl::parse(&store)?;
-    match &cli.command {
-        Command::Bench(b) => return bench::run(&store, b, cli.format).await,
-        Command::BenchWorker(w) => return bench::run_worker(&store, w).await,
-        _ => {}
+    if let Command::BenchWorker(w) = &cli.command {
+        return bench::run_worker(&store, w).await;
     }
     let plan = plan(&cli.command)?;
     let a = authority_for(&store).await?;
@@ -428,7 +503,13 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 error.as_deref().map(parse_error_json).transpose()?,
             ),
             TaskCommand::Show { task } => P::Show(t(task)?),
-            TaskCommand::Events { task, page } => P::Events(t(task)?, check_page(page)?),
+            TaskCommand::Events { task, page } => {
+                let task = t(task)?;
+                if let Some(after) = &page.after {
+                    baton_core::authority::parse_cursor(Some(after))?;
+                }
+                P::Events(task, check_page(page)?)
+            }
             TaskCommand::Gate { task } => P::Gate(t(task)?),
             TaskCommand::List { state, page } => P::List(
                 state.as_deref().map(parse_state).transpose()?,
@@ -437,7 +518,12 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         },
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
-        Command::Outbox(OutboxCommand::Ack { intent_ids }) => P::Ack(intent_ids.clone()),
+        Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
+            for id in intent_ids {
+                baton_core::model::validate_intent_id(id)?;
+            }
+            P::Ack(intent_ids.clone())
+        }
         Command::Demo | Command::Bench(_) | Command::BenchWorker(_) => {
             return Err(Error::invalid(
                 "command",

@@ -87,11 +87,37 @@ pub fn write_stderr(text: &str) {
     let _ = writeln!(err, "{text}");
 }
 
+/// `s` with every character a terminal would not show as itself (control,
+/// format, line and paragraph separator characters) written as `\u{XXXX}`,
+/// so what a table shows is what the store holds, on one line.
+pub fn escape_unprintable(s: &str) -> String {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let hidden = c.is_control()
+            || matches!(
+                c.general_category(),
+                GeneralCategory::Format
+                    | GeneralCategory::LineSeparator
+                    | GeneralCategory::ParagraphSeparator
+                    | GeneralCategory::Unassigned
+                    | GeneralCategory::PrivateUse
+                    | GeneralCategory::Surrogate
+            );
+        if hidden {
+            out.push_str(&format!("\\u{{{:04X}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn cell(v: &Value) -> String {
     let s = match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => escape_unprintable(s),
         Value::Null => "-".to_owned(),
-        other => other.to_string(),
+        other => escape_unprintable(&other.to_string()),
     };
     if s.chars().count() > 48 {
         format!("{}…", s.chars().take(47).collect::<String>())
@@ -109,6 +135,7 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
     {
         let width = obj.keys().map(|k| k.len()).max().unwrap_or(0);
         for (k, v) in obj {
+            let k = escape_unprintable(k);
             out.push_str(&format!("{k:<width$}  {}\n", cell(v)));
         }
         return out;
@@ -155,13 +182,14 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
     if items.is_empty() {
         out.push_str("(none)\n");
     } else {
-        out.push_str(&line(&columns));
+        let header: Vec<String> = columns.iter().map(|c| escape_unprintable(c)).collect();
+        out.push_str(&line(&header));
         for r in &rows {
             out.push_str(&line(r));
         }
     }
     if let Some(n) = next {
-        out.push_str(&format!("next page: --after {n}\n"));
+        out.push_str(&format!("next page: --after {}\n", escape_unprintable(n)));
     }
     out
 }

@@ -114,6 +114,9 @@ impl StoreUrl {
                 busy_timeout,
                 group_commit,
             }),
+            "memory" if !path.is_empty() => Err(bad(
+                "a memory store has no path: memory: or memory:?fault=unavailable|indeterminate",
+            )),
             "memory" => Ok(StoreUrl::Memory { fault }),
             other => Err(bad(&format!(
                 "unknown store scheme {other:?}; use sqlite:, sled:, etcd:// or memory:"

@@ -309,6 +309,9 @@ impl<S: Store> Authority<S> {
         task: &TaskId,
         fence: u64,
     ) -> Result<std::result::Result<Verification, Refusal>> {
+        if fence == 0 {
+            return Err(Error::invalid("fence", "must be a positive whole number"));
+        }
         let now = self.clock.now();
         let Some(snap) = self.store.read(task, now).await? else {
             return Ok(Err(Refusal::NotFound));
@@ -569,7 +572,16 @@ impl<S: Store> Authority<S> {
     }
 
     /// Acknowledges notifications; returns how many were newly acknowledged.
+    /// Acknowledges notifications by intent id. Every id must be one baton
+    /// issues (a UUID, written as baton writes it); nothing is acknowledged
+    /// if any is not.
     pub async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+        for (i, id) in intent_ids.iter().enumerate() {
+            crate::model::validate_intent_id(id).map_err(|mut e| {
+                e.message = format!("entry {}: {}", i + 1, e.message);
+                e
+            })?;
+        }
         self.store.ack(intent_ids).await
     }
 
@@ -625,7 +637,8 @@ impl<S: Store> Authority<S> {
     }
 }
 
-fn parse_cursor(after: Option<&str>) -> Result<u64> {
+/// Parses a page cursor of events or notifications (a sequence number).
+pub fn parse_cursor(after: Option<&str>) -> Result<u64> {
     match after {
         None => Ok(0),
         Some(s) => s.parse().map_err(|_| {

@@ -2,6 +2,7 @@
 
 use crate::error::Error;
 use std::fmt;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// The longest id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -34,6 +35,28 @@ impl Id {
                     c as u32
                 ),
             ));
+        }
+        // Format characters (a right-to-left override, a zero-width joiner)
+        // and line or paragraph separators make an id print as something
+        // else, or across lines.
+        if let Some(c) = value.chars().find(|c| {
+            matches!(
+                c.general_category(),
+                GeneralCategory::Format
+                    | GeneralCategory::LineSeparator
+                    | GeneralCategory::ParagraphSeparator
+            )
+        }) {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not contain format or line/paragraph separator characters (found U+{:04X})",
+                    c as u32
+                ),
+            ));
+        }
+        if value.trim().is_empty() {
+            return Err(Error::invalid(field, "must not be only white space"));
         }
         Ok(Id(value.to_owned()))
     }
@@ -78,5 +101,23 @@ mod tests {
         let e = Id::parse("task", "a\nb").unwrap_err();
         assert!(e.message.contains("control"));
         assert!(Id::parse("task", "a\u{7f}").is_err());
+        for spoof in [
+            "a\u{202e}b",
+            "a\u{2028}b",
+            "a\u{2029}b",
+            "a\u{200b}b",
+            "\u{feff}a",
+        ] {
+            let e = Id::parse("task", spoof).unwrap_err();
+            assert!(e.message.contains("format"), "{spoof:?}: {e}");
+        }
+        for blank in [" ", "   ", "\u{3000}", " \u{a0} "] {
+            let e = Id::parse("task", blank).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("task"), "{blank:?}");
+        }
+        assert!(
+            Id::parse("task", " padded ").is_ok(),
+            "inner text is kept as given"
+        );
     }
 }

@@ -17,6 +17,7 @@ pub mod decide;
 pub mod error;
 pub mod fault;
 pub mod id;
+pub mod json;
 pub mod manifest;
 pub mod memory;
 pub mod model;

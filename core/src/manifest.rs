@@ -68,8 +68,7 @@ impl Manifest {
                 ),
             ));
         }
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid("manifest", format!("is not valid JSON: {e}")))?;
+        let value = crate::json::parse_strict("manifest", text)?;
         Manifest::from_value(&value)
     }
 

@@ -397,6 +397,24 @@ pub struct NotificationDraft {
     pub at: Timestamp,
 }
 
+/// Checks an intent id as baton issues them: a UUID in its hyphenated,
+/// lowercase form (36 characters), so that nothing else (a key, a path, a
+/// control character) is taken for one.
+pub fn validate_intent_id(value: &str) -> Result<(), crate::error::Error> {
+    let ok = uuid::Uuid::try_parse(value).is_ok_and(|u| u.hyphenated().to_string() == value);
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::error::Error::invalid(
+            "intent_id",
+            format!(
+                "must be an intent id as `outbox pending` prints it (a lowercase UUID such as 3f2b8c1e-...; got {:?})",
+                value.chars().take(80).collect::<String>()
+            ),
+        ))
+    }
+}
+
 /// A notification in the outbox, delivered until acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Notification {

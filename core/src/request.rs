@@ -270,6 +270,12 @@ impl Request {
         if let Some(0) = self.fence() {
             return Err(Error::invalid("fence", "must be a positive whole number"));
         }
+        if let Request::Heartbeat { step: 0, .. } = self {
+            return Err(Error::invalid(
+                "step",
+                "must be a positive whole number (steps count from 1)",
+            ));
+        }
         match self {
             Request::Claim { ttl_ms, .. }
             | Request::Renew { ttl_ms, .. }
