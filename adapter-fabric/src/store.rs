@@ -484,7 +484,6 @@ impl FabricStore {
         after: Option<&TaskId>,
         limit: usize,
         states: Option<&BTreeSet<baton_core::State>>,
-        now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         let end = prefix_end(&self.keys.tasks());
         let mut start = match after {
@@ -555,7 +554,8 @@ impl FabricStore {
                 }
             }
         }
-        let _ = now;
+        // Liveness is the holder key's presence at the scan's revision (the
+        // engine's clock), never a comparison with the caller's time.
         Ok(out
             .into_iter()
             .map(|record| {
@@ -643,13 +643,8 @@ impl Store for FabricStore {
             .clauses
             .as_ref()
             .map(|cs| cs.iter().map(|c| c.state).collect());
-        self.scan(
-            query.after.as_ref(),
-            query.limit,
-            states.as_ref(),
-            query.now,
-        )
-        .await
+        self.scan(query.after.as_ref(), query.limit, states.as_ref())
+            .await
     }
 
     async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
@@ -684,7 +679,7 @@ impl Store for FabricStore {
             .collect())
     }
 
-    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         let mut acked = 0;
         for id in intent_ids {
             let key = self.keys.outbox(id);

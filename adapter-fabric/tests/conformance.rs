@@ -23,6 +23,10 @@ impl Harness for FabricHarness {
         format!("conformance-{}", uuid_like())
     }
 
+    fn skip(&self) -> Option<String> {
+        baton_adapter_fabric::testing::skip_reason()
+    }
+
     async fn open(&self, prefix: &String) -> baton_core::Result<FabricStore> {
         let cluster = CLUSTER.get_or_init(EtcdCluster::start);
         FabricStore::connect(FabricOptions::new(cluster.endpoints(), prefix)).await

@@ -262,11 +262,29 @@ mod tests {
         }
     }
 
-    #[cfg(not(feature = "fabric"))]
+    /// `scripts/test` also runs these unit tests with the default features
+    /// alone, so the compiled-out paths run in CI too.
+    #[cfg(not(all(feature = "sled", feature = "fabric")))]
     #[tokio::test]
     async fn a_compiled_out_backend_names_its_feature() {
-        let e = store_for("etcd://127.0.0.1:2379/x").await.unwrap_err();
-        assert_eq!(e.kind, baton_core::ErrorKind::Unsupported);
-        assert!(e.message.contains("`fabric` feature"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let sled = format!("sled:{}", dir.path().join("s").display());
+        let cases = [
+            (
+                cfg!(feature = "fabric"),
+                "etcd://127.0.0.1:2379/x",
+                "fabric",
+            ),
+            (cfg!(feature = "sled"), sled.as_str(), "sled"),
+        ];
+        for (compiled, url, feature) in cases {
+            if compiled {
+                continue;
+            }
+            let e = store_for(url).await.unwrap_err();
+            assert_eq!(e.kind, baton_core::ErrorKind::Unsupported, "{url}");
+            assert!(e.message.contains(&format!("`{feature}` feature")), "{e}");
+            assert!(!dir.path().join("s").exists(), "nothing was created");
+        }
     }
 }

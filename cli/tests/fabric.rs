@@ -29,7 +29,9 @@ fn baton(url: &str, args: &[&str]) -> (i32, Value) {
 
 #[test]
 fn etcd_urls_work_end_to_end_and_report_the_effective_lease() {
-    let cluster = EtcdCluster::start();
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
     let url = cluster.url("cli");
     let (code, g) = baton(&url, &["claim", "job", "--owner", "w1", "--ttl", "1s"]);
     assert_eq!(code, 0, "{g}");

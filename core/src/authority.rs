@@ -582,7 +582,7 @@ impl<S: Store> Authority<S> {
                 e
             })?;
         }
-        self.store.ack(intent_ids).await
+        self.store.ack(intent_ids, self.clock.now()).await
     }
 
     /// Persists the derived change of every task whose lease or start

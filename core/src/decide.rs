@@ -125,15 +125,6 @@ impl Decision {
             }
         }
     }
-
-    /// The record after this decision is applied (the current one when
-    /// nothing changes), if the task exists.
-    pub fn record_after(&self) -> Option<&TaskRecord> {
-        match &self.verdict {
-            Verdict::Commit(c) => Some(&c.record),
-            _ => self.current.as_ref(),
-        }
-    }
 }
 
 /// The record as it is at `now`: an expired lease shows as such, a passed

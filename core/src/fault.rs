@@ -93,8 +93,8 @@ impl<S: Store> Store for FaultStore<S> {
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         self.inner.pending(after, limit).await
     }
-    async fn ack(&self, ids: &[String]) -> Result<u64> {
-        self.inner.ack(ids).await
+    async fn ack(&self, ids: &[String], now: Timestamp) -> Result<u64> {
+        self.inner.ack(ids, now).await
     }
     fn commits(&self) -> Option<u64> {
         self.inner.commits()

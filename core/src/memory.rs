@@ -145,7 +145,7 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         let mut inner = self.lock()?;
         let before = inner.outbox.len();
         inner

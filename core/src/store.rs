@@ -206,12 +206,13 @@ pub trait Store: Send + Sync + Debug {
         None
     }
 
-    /// Acknowledges notifications by intent id; returns how many were newly
-    /// acknowledged.
+    /// Acknowledges notifications by intent id at `now` (the authority's
+    /// clock); returns how many were newly acknowledged.
     ///
     /// # Contract
     /// Idempotent: an id already acknowledged, or unknown, is ignored.
-    async fn ack(&self, intent_ids: &[String]) -> Result<u64>;
+    /// Touches outbox entries only, and only by intent id.
+    async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64>;
 }
 
 macro_rules! forward_store {
@@ -244,8 +245,8 @@ macro_rules! forward_store {
             async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
                 (**self).pending(after, limit).await
             }
-            async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
-                (**self).ack(intent_ids).await
+            async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
+                (**self).ack(intent_ids, now).await
             }
         }
     };

@@ -808,7 +808,7 @@ impl Store for SledStore {
         self.run(move |inner| inner.pending(after, limit)).await
     }
 
-    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         let ids = intent_ids.to_vec();
         self.run(move |inner| inner.ack(&ids)).await
     }

@@ -812,8 +812,8 @@ impl Inner {
         })
     }
 
-    fn ack(&self, ids: &[String]) -> Result<u64> {
-        let now = baton_core::Clock::now(&baton_core::SystemClock).as_millis();
+    fn ack(&self, ids: &[String], now: Timestamp) -> Result<u64> {
+        let now = now.as_millis();
         self.write(|tx| {
             let mut acked = 0u64;
             for id in ids {
@@ -948,8 +948,8 @@ impl Store for SqliteStore {
         self.run(move |inner| inner.pending(after, limit)).await
     }
 
-    async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
+    async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         let ids = intent_ids.to_vec();
-        self.run(move |inner| inner.ack(&ids)).await
+        self.run(move |inner| inner.ack(&ids, now)).await
     }
 }
