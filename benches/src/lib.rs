@@ -2,9 +2,7 @@
 //! seeded through the public API (group commit makes large seeds quick)
 //! and cached under `target/bench-data` between runs.
 
-use baton_core::{Authority, Id, ManualClock, MemoryStore, Preconditions, Store, Timestamp};
-use baton_store_sled::{SledOptions, SledStore};
-use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use baton_core::{Authority, Id, ManualClock, Preconditions, Store, Timestamp};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,23 +36,11 @@ pub fn etcd_url() -> Option<String> {
         .filter(|u| u.starts_with("etcd://"))
 }
 
-fn etcd(prefix: &str) -> Arc<dyn Store> {
-    let url = etcd_url().unwrap_or_else(|| panic!("BATON_BENCH_ETCD is not set"));
-    let hosts = url
-        .trim_start_matches("etcd://")
-        .split('/')
-        .next()
-        .unwrap_or("")
-        .to_owned();
-    let endpoints = hosts.split(',').map(str::to_owned).collect();
-    let opts = baton_adapter_fabric::FabricOptions::new(endpoints, prefix);
-    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    let store = rt
-        .block_on(baton_adapter_fabric::FabricStore::connect(opts))
-        .unwrap_or_else(|e| panic!("{e}"));
-    // The client's connections live on this runtime: keep it for the bench's life.
-    std::mem::forget(rt);
-    Arc::new(store)
+/// The runtime stores are opened on: an etcd client's connections live on
+/// it, so it lives as long as the benchmark process.
+fn opener() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// A fresh, empty store of `backend`, kept alive by the returned directory.
@@ -64,23 +50,30 @@ pub fn fresh(backend: &str) -> (Bench, Option<tempfile::TempDir>) {
     (a, Some(dir))
 }
 
+/// Opens `backend` at `path` through `store_for`, the seam every embedder
+/// uses, so a benchmark measures the stores exactly as they are built.
 fn open(backend: &str, path: PathBuf) -> Bench {
-    let store: Arc<dyn Store> = match backend {
-        "memory" => Arc::new(MemoryStore::new()),
-        "sqlite" => Arc::new(
-            SqliteStore::open(path, SqliteOptions::default()).unwrap_or_else(|e| panic!("{e}")),
-        ),
-        "sled" => Arc::new(
-            SledStore::open(path, SledOptions::default()).unwrap_or_else(|e| panic!("{e}")),
-        ),
+    let url = match backend {
+        "memory" => "memory:".to_owned(),
+        "sqlite" | "sled" => format!("{backend}:{}", path.display()),
         "etcd" => {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
-            etcd(&format!("bench-{nanos}"))
+            let cluster = etcd_url().unwrap_or_else(|| panic!("BATON_BENCH_ETCD is not set"));
+            let hosts = cluster
+                .trim_end_matches('/')
+                .split('/')
+                .take(3)
+                .collect::<Vec<_>>()
+                .join("/");
+            format!("{hosts}/bench-{nanos}")
         }
         other => panic!("unknown backend {other}"),
     };
+    let store = opener()
+        .block_on(baton_cli::store_for(&url))
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
     Authority::new(store, clock())
 }
 

@@ -120,6 +120,11 @@ pub enum Command {
     Demo,
     /// The contention harness: W workers race for T tasks and complete what they win.
     Bench(BenchArgs),
+    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// One worker of `bench --processes` (started by the harness).
     #[command(hide = true)]
     BenchWorker(BenchWorkerArgs),

@@ -5,7 +5,7 @@
 //! and claim latency.
 
 use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
-use crate::output::{Out, Status};
+use crate::output::{Out, Status, View};
 use crate::{DynAuthority, authority_for};
 use baton_core::{Error, Id, Reply};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -434,6 +434,8 @@ pub async fn run(
             next: None,
             status,
             printed: true,
+            wrote: false,
+            view: View::Generic,
         });
     }
     let items = results.iter().map(|r| json!(r)).collect();
@@ -442,6 +444,8 @@ pub async fn run(
         next: None,
         status,
         printed: false,
+        wrote: false,
+        view: View::Generic,
     })
 }
 

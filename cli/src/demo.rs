@@ -4,7 +4,7 @@
 //! release gate. Prints a timeline and a summary.
 
 use crate::args::Format;
-use crate::output::{Out, Status};
+use crate::output::{Out, Status, View};
 use crate::{DynAuthority, authority_for};
 use baton_core::{Error, Id, Manifest, Reply};
 use serde_json::json;
@@ -86,6 +86,8 @@ fn stopped(what: &str, reply: &Reply) -> Out {
         next: None,
         status: Status::Refused,
         printed: false,
+        wrote: false,
+        view: View::Generic,
     }
 }
 
@@ -261,6 +263,8 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
             next: None,
             status,
             printed: false,
+            wrote: false,
+            view: View::Generic,
         });
     }
     let mut text = String::from("timeline\n");
@@ -292,5 +296,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         next: None,
         status,
         printed: true,
+        wrote: false,
+        view: View::Generic,
     })
 }

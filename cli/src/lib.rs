@@ -18,8 +18,10 @@ mod url;
 pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
 
 use args::{Cli, Command, Format, OutboxCommand, TaskCommand};
-use baton_core::{Actor, Error, ErrorKind, Grant, Id, Manifest, Refusal, Reply, State};
-use output::{Out, Status};
+use baton_core::{
+    Actor, Error, ErrorKind, Grant, Id, Manifest, Preconditions, Refusal, Reply, Request, State,
+};
+use output::{Out, Status, View};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -212,7 +214,10 @@ where
     };
     StoreUrl::parse(cli.store.as_deref().unwrap_or(DEFAULT_STORE))?;
     match &cli.command {
-        Command::Demo | Command::Bench(_) | Command::BenchWorker(_) => Ok(()),
+        Command::Demo
+        | Command::Bench(_)
+        | Command::BenchWorker(_)
+        | Command::Completions { .. } => Ok(()),
         // Declaring reads a manifest (a file or standard input): not an argument rule.
         Command::Task(TaskCommand::Declare { .. }) => Ok(()),
         other => plan(other).map(|_| ()),
@@ -229,7 +234,12 @@ fn field_name(arg: &str) -> String {
 }
 
 fn report_error(e: &Error) -> i32 {
-    let body = json!({"error": {"kind": e.kind.as_str(), "message": e.message, "field": e.field}});
+    let body = json!({"error": {
+        "kind": e.kind.as_str(),
+        "message": e.message,
+        "field": e.field,
+        "temporary": e.kind.is_temporary(),
+    }});
     output::write_stderr(&body.to_string());
     exit_code_for(e)
 }
@@ -311,12 +321,14 @@ fn reply_out(reply: Reply, as_grant: bool) -> Out {
         Reply::Refused(r) => refused(r),
         reply => {
             let idempotent = reply.is_idempotent();
-            let mut v = match (as_grant, reply.grant()) {
-                (true, Some(g)) => grant_json(&g),
-                _ => json!(reply.record()),
+            let (mut v, view) = match (as_grant, reply.grant()) {
+                (true, Some(g)) => (grant_json(&g), View::Grant),
+                _ => (json!(reply.record()), View::Generic),
             };
             v["idempotent"] = json!(idempotent);
-            Out::one(v)
+            let mut out = Out::one(v);
+            out.view = view;
+            out
         }
     }
 }
@@ -334,11 +346,22 @@ fn refused(r: Refusal) -> Out {
         next: None,
         status,
         printed: false,
+        wrote: false,
+        view: View::Refusal,
     }
 }
 
 async fn execute(cli: &Cli) -> Result<Out, Error> {
     let given = cli.store.as_deref().filter(|_| cli.store_given);
+    if let Command::Completions { shell } = &cli.command {
+        use clap::CommandFactory;
+        let mut script = Vec::new();
+        clap_complete::generate(*shell, &mut Cli::command(), "baton", &mut script);
+        output::write_stdout(&String::from_utf8_lossy(&script));
+        let mut out = Out::list(Vec::new(), None);
+        out.printed = true;
+        return Ok(out);
+    }
     match &cli.command {
         Command::Demo => return demo::run(given, cli.format).await,
         Command::Bench(b) => return bench::run(given, b, cli.format).await,
@@ -358,28 +381,20 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
     plan.execute(&a).await
 }
 
-/// A validated command, ready to run against a store.
+/// A validated command, ready to run against a store. Every write is one
+/// request through [`baton_core::Authority::submit`]; reads keep their own arms.
+// One Plan is made per process and moved once: boxing the request would
+// only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Plan {
-    Claim(Id, Id, Option<u64>),
-    Renew(Id, Id, u64, Option<u64>),
-    Release(Id, Id, u64),
-    Recover(Id, Id, Option<u64>),
-    Complete(Id, Id, u64),
-    Fail(Id, Id, u64, Option<Value>),
-    Cancel(Id, Id, u64),
-    CancelAsOperator(Id, Id),
+    Write {
+        task: Id,
+        request: Request,
+        /// Print the grant (claims and renewals) rather than the record.
+        prints_grant: bool,
+    },
     Holder(Id),
     Verify(Id, u64),
-    Declare(Box<Manifest>),
-    Register(Id, Id),
-    TaskClaim(Id, Id, Id, Option<u64>),
-    Start(Id, Id, Id, u64),
-    Heartbeat(Id, Id, Id, u64, u32, Option<u64>),
-    Succeed(Id, Id, Id, u64, BTreeMap<String, String>),
-    TaskFail(Id, Id, Id, u64, Value),
-    Retry(Id, Id),
-    Redispatch(Id, Id, u64),
-    Finalize(Id, Id, Option<Value>),
     Show(Id),
     Events(Id, args::Paging),
     Gate(Id),
@@ -389,44 +404,107 @@ enum Plan {
     Ack(Vec<String>),
 }
 
+/// A write that prints the record it leaves.
+fn write(task: Id, request: Request) -> Plan {
+    Plan::Write {
+        task,
+        request,
+        prints_grant: false,
+    }
+}
+
+/// A write that prints the grant it makes.
+fn grant(task: Id, request: Request) -> Plan {
+    Plan::Write {
+        task,
+        request,
+        prints_grant: true,
+    }
+}
+
 fn plan(cmd: &Command) -> Result<Plan, Error> {
     use Plan as P;
+    use Request as R;
     let t = |s: &str| id("task", s);
     let o = |s: &str| id("owner", s);
+    let run = |r: &str| id("run", r);
+    let exec = |e: &str| id("executor", e);
+    let operator = |s: &str| id("operator", s).map(Actor::Operator);
     Ok(match cmd {
-        Command::Claim { task, owner, ttl } => {
-            P::Claim(t(task)?, o(owner)?, parse_ttl(ttl.as_deref())?)
-        }
+        Command::Claim { task, owner, ttl } => grant(
+            t(task)?,
+            R::Claim {
+                owner: o(owner)?,
+                ttl_ms: parse_ttl(ttl.as_deref())?,
+            },
+        ),
         Command::Renew {
             task,
             owner,
             fence,
             ttl,
-        } => P::Renew(t(task)?, o(owner)?, *fence, parse_ttl(ttl.as_deref())?),
-        Command::Release { task, owner, fence } => P::Release(t(task)?, o(owner)?, *fence),
-        Command::Recover { task, owner, ttl } => {
-            P::Recover(t(task)?, o(owner)?, parse_ttl(ttl.as_deref())?)
-        }
-        Command::Complete { task, owner, fence } => P::Complete(t(task)?, o(owner)?, *fence),
+        } => grant(
+            t(task)?,
+            R::Renew {
+                owner: o(owner)?,
+                fence: *fence,
+                ttl_ms: parse_ttl(ttl.as_deref())?,
+            },
+        ),
+        Command::Release { task, owner, fence } => write(
+            t(task)?,
+            R::Release {
+                owner: o(owner)?,
+                fence: *fence,
+            },
+        ),
+        Command::Recover { task, owner, ttl } => grant(
+            t(task)?,
+            R::Recover {
+                owner: o(owner)?,
+                ttl_ms: parse_ttl(ttl.as_deref())?,
+            },
+        ),
+        Command::Complete { task, owner, fence } => write(
+            t(task)?,
+            R::Complete {
+                owner: o(owner)?,
+                fence: *fence,
+            },
+        ),
         Command::Fail {
             task,
             owner,
             fence,
             error,
-        } => P::Fail(
+        } => write(
             t(task)?,
-            o(owner)?,
-            *fence,
-            error.as_deref().map(parse_error_json).transpose()?,
+            R::Fail {
+                owner: o(owner)?,
+                fence: *fence,
+                error: error.as_deref().map(parse_error_json).transpose()?,
+            },
         ),
         Command::Cancel {
             task,
             owner,
             fence,
-            operator,
-        } => match (owner, fence, operator) {
-            (Some(owner), Some(fence), None) => P::Cancel(t(task)?, o(owner)?, *fence),
-            (None, None, Some(op)) => P::CancelAsOperator(t(task)?, id("operator", op)?),
+            operator: op,
+        } => match (owner, fence, op) {
+            (Some(owner), Some(fence), None) => write(
+                t(task)?,
+                R::Cancel {
+                    by: Actor::Worker(o(owner)?),
+                    fence: Some(*fence),
+                },
+            ),
+            (None, None, Some(op)) => write(
+                t(task)?,
+                R::Cancel {
+                    by: operator(op)?,
+                    fence: None,
+                },
+            ),
             _ => {
                 return Err(Error::invalid(
                     "owner",
@@ -437,70 +515,97 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         Command::Holder { task } => P::Holder(t(task)?),
         Command::Verify { task, fence } => P::Verify(t(task)?, *fence),
         Command::Task(tc) => match tc {
-            TaskCommand::Declare { file } => P::Declare(Box::new(read_manifest(file.as_deref())?)),
-            TaskCommand::Register { task, run } => P::Register(t(task)?, id("run", run)?),
+            TaskCommand::Declare { file } => {
+                let manifest = read_manifest(file.as_deref())?;
+                write(manifest.task_id.clone(), R::Declare { manifest })
+            }
+            TaskCommand::Register { task, run: r } => {
+                write(t(task)?, R::Register { run_id: run(r)? })
+            }
             TaskCommand::Claim {
                 task,
-                run,
+                run: r,
                 executor,
                 ttl,
-            } => P::TaskClaim(
+            } => grant(
                 t(task)?,
-                id("run", run)?,
-                id("executor", executor)?,
-                parse_ttl(ttl.as_deref())?,
+                R::TaskClaim {
+                    run_id: run(r)?,
+                    executor: exec(executor)?,
+                    ttl_ms: parse_ttl(ttl.as_deref())?,
+                },
             ),
-            TaskCommand::Start { task, run } => P::Start(
+            TaskCommand::Start { task, run: r } => write(
                 t(task)?,
-                id("run", &run.run)?,
-                id("executor", &run.executor)?,
-                run.fence,
+                R::Start {
+                    run_id: run(&r.run)?,
+                    executor: exec(&r.executor)?,
+                    fence: r.fence,
+                },
             ),
             TaskCommand::Heartbeat {
                 task,
-                run,
+                run: r,
                 step,
                 ttl,
-            } => P::Heartbeat(
+            } => write(
                 t(task)?,
-                id("run", &run.run)?,
-                id("executor", &run.executor)?,
-                run.fence,
-                *step,
-                parse_ttl(ttl.as_deref())?,
+                R::Heartbeat {
+                    run_id: run(&r.run)?,
+                    executor: exec(&r.executor)?,
+                    fence: r.fence,
+                    step: *step,
+                    ttl_ms: parse_ttl(ttl.as_deref())?,
+                },
             ),
             TaskCommand::Succeed {
                 task,
-                run,
+                run: r,
                 evidence,
-            } => P::Succeed(
+            } => write(
                 t(task)?,
-                id("run", &run.run)?,
-                id("executor", &run.executor)?,
-                run.fence,
-                parse_evidence(evidence)?,
+                R::Succeed {
+                    run_id: run(&r.run)?,
+                    executor: exec(&r.executor)?,
+                    fence: r.fence,
+                    evidence: parse_evidence(evidence)?,
+                },
             ),
-            TaskCommand::Fail { task, run, error } => P::TaskFail(
+            TaskCommand::Fail {
+                task,
+                run: r,
+                error,
+            } => write(
                 t(task)?,
-                id("run", &run.run)?,
-                id("executor", &run.executor)?,
-                run.fence,
-                parse_error_json(error)?,
+                R::TaskFail {
+                    run_id: run(&r.run)?,
+                    executor: exec(&r.executor)?,
+                    fence: r.fence,
+                    error: parse_error_json(error)?,
+                },
             ),
-            TaskCommand::Retry { task, run } => P::Retry(t(task)?, id("run", run)?),
+            TaskCommand::Retry { task, run: r } => write(t(task)?, R::Retry { run_id: run(r)? }),
             TaskCommand::Redispatch {
                 task,
-                operator,
+                operator: op,
                 iteration,
-            } => P::Redispatch(t(task)?, id("operator", operator)?, *iteration),
+            } => write(
+                t(task)?,
+                R::Redispatch {
+                    by: operator(op)?,
+                    iteration: *iteration,
+                },
+            ),
             TaskCommand::Finalize {
                 task,
-                operator,
+                operator: op,
                 error,
-            } => P::Finalize(
+            } => write(
                 t(task)?,
-                id("operator", operator)?,
-                error.as_deref().map(parse_error_json).transpose()?,
+                R::Finalize {
+                    by: operator(op)?,
+                    error: error.as_deref().map(parse_error_json).transpose()?,
+                },
             ),
             TaskCommand::Show { task } => P::Show(t(task)?),
             TaskCommand::Events { task, page } => {
@@ -524,10 +629,13 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             }
             P::Ack(intent_ids.clone())
         }
-        Command::Demo | Command::Bench(_) | Command::BenchWorker(_) => {
+        Command::Demo
+        | Command::Bench(_)
+        | Command::BenchWorker(_)
+        | Command::Completions { .. } => {
             return Err(Error::invalid(
                 "command",
-                "demo and bench are run before planning",
+                "demo, bench and completions are run before planning",
             ));
         }
     })
@@ -546,16 +654,27 @@ fn check_page(p: &args::Paging) -> Result<args::Paging, Error> {
 impl Plan {
     async fn execute(self, a: &DynAuthority) -> Result<Out, Error> {
         use Plan as P;
-        let op = |id: Id| Actor::Operator(id);
         Ok(match self {
-            P::Claim(t, o, ttl) => reply_out(a.claim(&t, &o, ttl).await?, true),
-            P::Renew(t, o, f, ttl) => reply_out(a.renew(&t, &o, f, ttl).await?, true),
-            P::Release(t, o, f) => reply_out(a.release(&t, &o, f).await?, false),
-            P::Recover(t, o, ttl) => reply_out(a.recover(&t, &o, ttl).await?, true),
-            P::Complete(t, o, f) => reply_out(a.complete(&t, &o, f).await?, false),
-            P::Fail(t, o, f, e) => reply_out(a.fail(&t, &o, f, e).await?, false),
-            P::Cancel(t, o, f) => reply_out(a.cancel(&t, &o, f).await?, false),
-            P::CancelAsOperator(t, who) => reply_out(a.cancel_as(&t, op(who)).await?, false),
+            P::Write {
+                task,
+                request,
+                prints_grant,
+            } => {
+                let evidence = match &request {
+                    Request::Succeed { evidence, .. } => Some(evidence.clone()),
+                    _ => None,
+                };
+                let reply = a.submit(&task, request, Preconditions::none()).await?;
+                let ignored = evidence.map(|ev| reply.evidence_ignored(&ev));
+                let mut out = reply_out(reply, prints_grant);
+                out.wrote = true;
+                if let Some(ignored) = ignored.filter(|i| !i.is_empty())
+                    && let Some(v) = out.items.first_mut()
+                {
+                    v["evidence_ignored"] = json!(ignored);
+                }
+                out
+            }
             P::Holder(t) => match a.holder(&t).await? {
                 Err(r) => refused(r),
                 Ok(None) => Out::one(json!({"task": t, "holder": null, "live": false})),
@@ -574,35 +693,11 @@ impl Plan {
                         next: None,
                         status,
                         printed: false,
+                        wrote: false,
+                        view: View::Generic,
                     }
                 }
             },
-            P::Declare(m) => reply_out(a.declare(*m).await?, false),
-            P::Register(t, run) => reply_out(a.register(&t, &run).await?, false),
-            P::TaskClaim(t, run, ex, ttl) => {
-                reply_out(a.task_claim(&t, &run, &ex, ttl).await?, true)
-            }
-            P::Start(t, run, ex, f) => reply_out(a.start(&t, &run, &ex, f).await?, false),
-            P::Heartbeat(t, run, ex, f, step, ttl) => {
-                reply_out(a.heartbeat(&t, &run, &ex, f, step, ttl).await?, false)
-            }
-            P::Succeed(t, run, ex, f, ev) => {
-                let reply = a.succeed(&t, &run, &ex, f, ev.clone()).await?;
-                let ignored = reply.evidence_ignored(&ev);
-                let mut out = reply_out(reply, false);
-                if !ignored.is_empty()
-                    && let Some(v) = out.items.first_mut()
-                {
-                    v["evidence_ignored"] = json!(ignored);
-                }
-                out
-            }
-            P::TaskFail(t, run, ex, f, e) => {
-                reply_out(a.task_fail(&t, &run, &ex, f, e).await?, false)
-            }
-            P::Retry(t, run) => reply_out(a.retry(&t, &run).await?, false),
-            P::Redispatch(t, who, it) => reply_out(a.redispatch(&t, op(who), it).await?, false),
-            P::Finalize(t, who, e) => reply_out(a.finalize(&t, op(who), e).await?, false),
             P::Show(t) => match a.get(&t).await? {
                 None => refused(Refusal::NotFound),
                 Some(r) => Out::one(json!(r)),
@@ -614,7 +709,9 @@ impl Plan {
                 let p = a
                     .events(Some(&t), page.after.as_deref(), page.limit)
                     .await?;
-                Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next)
+                let mut out = Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next);
+                out.view = View::Events;
+                out
             }
             P::Gate(t) => match a.gate(&t).await? {
                 Err(r) => refused(r),
@@ -629,12 +726,16 @@ impl Plan {
                         next: None,
                         status,
                         printed: false,
+                        wrote: false,
+                        view: View::Generic,
                     }
                 }
             },
             P::List(state, page) => {
                 let p = a.list(state, page.after.as_deref(), page.limit).await?;
-                Out::list(p.items.iter().map(|r| json!(r)).collect(), p.next)
+                let mut out = Out::list(p.items.iter().map(|r| json!(r)).collect(), p.next);
+                out.view = View::Tasks;
+                out
             }
             P::Sweep(dry_run) => {
                 let swept = a.sweep(dry_run).await?;

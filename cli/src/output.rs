@@ -24,6 +24,28 @@ pub struct Out {
     pub status: Status,
     /// Already printed (the demo's timeline): print nothing more.
     pub printed: bool,
+    /// A write was applied: if its answer cannot be printed, the caller
+    /// never saw it (a grant's fence above all), so the exit says so.
+    pub wrote: bool,
+    /// How `--format human` shows the items.
+    pub view: View,
+}
+
+/// The designed human view of a command's answer. JSON output is the same
+/// whatever the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum View {
+    /// Keys and values (or columns of every key, for a list).
+    #[default]
+    Generic,
+    /// One line: who holds what, under which fence, until when.
+    Grant,
+    /// One line: the reason and what it says.
+    Refusal,
+    /// `task list`: TASK STATE OWNER FENCE EXPIRES ATTEMPT STEP.
+    Tasks,
+    /// `task events`: SEQ AT TASK KIND FROM->TO ACTOR FENCE.
+    Events,
 }
 
 impl Out {
@@ -33,6 +55,8 @@ impl Out {
             next: None,
             status: Status::Ok,
             printed: false,
+            wrote: false,
+            view: View::Generic,
         }
     }
 
@@ -42,6 +66,8 @@ impl Out {
             next,
             status: Status::Ok,
             printed: false,
+            wrote: false,
+            view: View::Generic,
         }
     }
 
@@ -61,9 +87,42 @@ impl Out {
                 }
                 s
             }
-            Format::Human => human(&self.items, self.next.as_deref()),
+            Format::Human => {
+                let now = baton_core::Clock::now(&baton_core::SystemClock);
+                let colour = Colour::for_stdout();
+                match self.view {
+                    View::Generic => human(&self.items, self.next.as_deref()),
+                    View::Grant => lines(&self.items, |v| grant_line(v, now, colour)),
+                    View::Refusal => lines(&self.items, |v| refusal_line(v, colour)),
+                    View::Tasks => task_table(&self.items, self.next.as_deref(), now, colour),
+                    View::Events => event_table(&self.items, self.next.as_deref(), colour),
+                }
+            }
         };
-        write_stdout(&text);
+        if let Err(e) = try_write_stdout(&text) {
+            let applied = self.wrote && self.status == Status::Ok;
+            let (kind, code, what) = if applied {
+                (
+                    "indeterminate",
+                    exit::INDETERMINATE,
+                    "the request was applied, but its answer could not be written",
+                )
+            } else {
+                (
+                    "unavailable",
+                    exit::UNAVAILABLE,
+                    "the answer could not be written",
+                )
+            };
+            let body = serde_json::json!({"error": {
+                "kind": kind,
+                "message": format!("{what} to standard output: {e}"),
+                "field": null,
+                "temporary": true,
+            }});
+            write_stderr(&body.to_string());
+            return code;
+        }
         match self.status {
             Status::Ok => exit::OK,
             Status::Refused => exit::REFUSED,
@@ -72,13 +131,21 @@ impl Out {
     }
 }
 
-/// Writes to standard output; a reader that went away is not an error.
-pub fn write_stdout(text: &str) {
+/// Writes to standard output; a reader that went away is not an error,
+/// any other failure (a full disk, a closed descriptor) is.
+pub fn try_write_stdout(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::BrokenPipe => {}
-        Err(_) => {}
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// [`try_write_stdout`] for text whose loss the caller learns of otherwise
+/// (the demo's timeline, the bench's tables).
+pub fn write_stdout(text: &str) {
+    if let Err(e) = try_write_stdout(text) {
+        write_stderr(&format!("cannot write to standard output: {e}"));
     }
 }
 
@@ -192,4 +259,277 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
         out.push_str(&format!("next page: --after {}\n", escape_unprintable(n)));
     }
     out
+}
+
+/// Whether to colour: only on a terminal, and never with `NO_COLOR` set to
+/// anything (no-color.org).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Colour(bool);
+
+impl Colour {
+    pub fn for_stdout() -> Colour {
+        use std::io::IsTerminal;
+        Colour::decide(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+        )
+    }
+
+    pub fn decide(terminal: bool, no_color: bool) -> Colour {
+        Colour(terminal && !no_color)
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.0 {
+            format!("\u{1b}[{code}m{text}\u{1b}[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// A state, coloured by what it means for a worker.
+    fn state(self, state: &str) -> String {
+        let code = match state {
+            "SUCCEEDED" => "32",
+            "FAILED" | "STALLED" | "NOT_STARTED" | "CANCELLED" => "31",
+            "CLAIMED" | "RUNNING" => "33",
+            _ => "0",
+        };
+        self.paint(code, state)
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => escape_unprintable(s),
+        other => escape_unprintable(&other.to_string()),
+    }
+}
+
+/// "in 24s", "3s ago", "now": a time as a person reads it beside `now`.
+pub fn relative(at: &Value, now: baton_core::Timestamp) -> String {
+    let Some(t) = at
+        .as_str()
+        .and_then(|s| baton_core::Timestamp::parse_rfc3339(s).ok())
+    else {
+        return "-".to_owned();
+    };
+    let ms = t.as_millis() - now.as_millis();
+    let span = |ms: i64| -> String {
+        let s = ms.unsigned_abs() / 1000;
+        match s {
+            0 => format!("{}ms", ms.unsigned_abs()),
+            1..=119 => format!("{s}s"),
+            120..=7199 => format!("{}m", s / 60),
+            7200..=172_799 => format!("{}h", s / 3600),
+            _ => format!("{}d", s / 86_400),
+        }
+    };
+    if ms.unsigned_abs() < 1 {
+        "now".to_owned()
+    } else if ms > 0 {
+        format!("in {}", span(ms))
+    } else {
+        format!("{} ago", span(ms))
+    }
+}
+
+fn lines(items: &[Value], line: impl Fn(&Value) -> String) -> String {
+    items.iter().map(|v| line(v) + "\n").collect()
+}
+
+fn grant_line(v: &Value, now: baton_core::Timestamp, colour: Colour) -> String {
+    if v.get("fence").is_none() || v.get("owner").is_none() {
+        return human(std::slice::from_ref(v), None);
+    }
+    let again = if v["idempotent"] == Value::Bool(true) {
+        " (a repeat)"
+    } else {
+        ""
+    };
+    format!(
+        "{} {} to {}: fence {}, attempt {}, {}, expires {} ({}){again}",
+        colour.paint("32", "granted"),
+        text(&v["task"]),
+        text(&v["owner"]),
+        text(&v["fence"]),
+        text(&v["attempt"]),
+        colour.state(&text(&v["state"])),
+        relative(&v["expiry"], now),
+        text(&v["expiry"]),
+    )
+}
+
+fn refusal_line(v: &Value, colour: Colour) -> String {
+    format!(
+        "{} {}: {}",
+        colour.paint("31", "refused"),
+        text(&v["refused"]),
+        text(&v["message"]),
+    )
+}
+
+fn table(header: &[&str], rows: &[Vec<String>], next: Option<&str>) -> String {
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |cells: Vec<String>, visible: &[usize]| -> String {
+        let mut l = cells
+            .iter()
+            .zip(&widths)
+            .zip(visible)
+            .map(|((c, w), v)| format!("{c}{}", " ".repeat(w.saturating_sub(*v))))
+            .collect::<Vec<_>>()
+            .join("  ");
+        l.truncate(l.trim_end().len());
+        l + "\n"
+    };
+    let header_cells: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    let header_len: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    if rows.is_empty() {
+        out.push_str("(none)\n");
+    } else {
+        out.push_str(&line(header_cells, &header_len));
+        for r in rows {
+            let visible: Vec<usize> = r.iter().map(|c| c.chars().count()).collect();
+            out.push_str(&line(r.clone(), &visible));
+        }
+    }
+    if let Some(n) = next {
+        out.push_str(&format!("next page: --after {}\n", escape_unprintable(n)));
+    }
+    out
+}
+
+fn task_table(
+    items: &[Value],
+    next: Option<&str>,
+    now: baton_core::Timestamp,
+    colour: Colour,
+) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|r| {
+            let lease = &r["lease"];
+            let held = matches!(r["state"].as_str(), Some("CLAIMED" | "RUNNING"));
+            let steps = r["manifest"]["steps"].as_array().map(Vec::len);
+            vec![
+                text(&r["task"]),
+                text(&r["state"]),
+                if held {
+                    text(&lease["owner"])
+                } else {
+                    "-".to_owned()
+                },
+                text(&lease["fence"]),
+                if held {
+                    relative(&lease["expires_at"], now)
+                } else {
+                    "-".to_owned()
+                },
+                text(&r["attempt"]),
+                match steps {
+                    Some(n) => format!("{}/{n}", text(&r["current_step"])),
+                    None => "-".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    let t = table(
+        &[
+            "TASK", "STATE", "OWNER", "FENCE", "EXPIRES", "ATTEMPT", "STEP",
+        ],
+        &rows,
+        next,
+    );
+    paint_column(t, 1, &rows, colour)
+}
+
+fn event_table(items: &[Value], next: Option<&str>, colour: Colour) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|e| {
+            let actor = match (e["actor"]["role"].as_str(), e["actor"]["id"].as_str()) {
+                (Some("operator"), Some(id)) => format!("operator:{}", escape_unprintable(id)),
+                (_, Some(id)) => escape_unprintable(id),
+                (Some(role), None) => role.to_owned(),
+                _ => "-".to_owned(),
+            };
+            let count = e["count"].as_u64().filter(|c| *c > 1);
+            let kind = match count {
+                Some(c) => format!("{} x{c}", text(&e["kind"])),
+                None => text(&e["kind"]),
+            };
+            vec![
+                text(&e["seq"]),
+                text(&e["at"]),
+                text(&e["task"]),
+                kind,
+                format!("{}->{}", text(&e["from"]), text(&e["to"])),
+                actor,
+                text(&e["fence"]),
+            ]
+        })
+        .collect();
+    let t = table(
+        &["SEQ", "AT", "TASK", "KIND", "FROM->TO", "ACTOR", "FENCE"],
+        &rows,
+        next,
+    );
+    paint_column(t, usize::MAX, &rows, colour)
+}
+
+/// Colours the state column of a finished table (widths were measured
+/// on the plain text, so alignment holds).
+fn paint_column(table: String, column: usize, rows: &[Vec<String>], colour: Colour) -> String {
+    if !colour.0 || column == usize::MAX || rows.is_empty() {
+        return table;
+    }
+    let mut out = String::new();
+    for (i, line) in table.lines().enumerate() {
+        match i.checked_sub(1).and_then(|r| rows.get(r)) {
+            Some(row) => {
+                let state = &row[column];
+                out.push_str(&line.replacen(state.as_str(), &colour.state(state), 1));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color() {
+        assert_eq!(Colour::decide(true, false), Colour(true));
+        assert_eq!(Colour::decide(false, false), Colour(false));
+        assert_eq!(Colour::decide(true, true), Colour(false));
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = baton_core::Timestamp::from_millis(1_767_225_600_000);
+        let at = |ms: i64| json!(baton_core::Timestamp::from_millis(now.as_millis() + ms));
+        assert_eq!(relative(&at(24_000), now), "in 24s");
+        assert_eq!(relative(&at(-3_000), now), "3s ago");
+        assert_eq!(relative(&at(0), now), "now");
+        assert_eq!(relative(&at(600_000), now), "in 10m");
+        assert_eq!(relative(&at(-3 * 86_400_000), now), "3d ago");
+        assert_eq!(relative(&json!(null), now), "-");
+    }
 }

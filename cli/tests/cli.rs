@@ -2,18 +2,49 @@
 //! command, every exit status, and bad input that changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use baton_core::{Authority, Id, SystemClock};
-use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use baton_core::Id;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
 
+/// The embedded backends every backend-neutral test runs on, once each
+/// (ripgrep runs its CLI tests once per engine the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    #[cfg_attr(not(feature = "sled"), allow(dead_code))]
+    Sled,
+}
+
+/// `per_backend!(test_fn, ...)`: a `#[test]` per backend for each function
+/// `fn test_fn(backend: Backend)`.
+macro_rules! per_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(super::Backend::Sqlite) } )*
+        }
+        #[cfg(feature = "sled")]
+        mod sled {
+            $( #[test] fn $name() { super::$name(super::Backend::Sled) } )*
+        }
+    };
+}
+
+per_backend!(
+    lease_commands_and_their_exit_statuses,
+    registry_commands_from_declare_to_gate,
+    lists_are_paged_and_human_output_is_a_table,
+    bad_input_is_exit_2_names_the_field_and_changes_nothing,
+    a_closed_output_pipe_is_a_normal_exit,
+    an_answer_that_cannot_be_written_is_not_a_success,
+);
+
 struct Env {
     dir: tempfile::TempDir,
+    backend: Backend,
 }
 
 #[derive(Debug)]
@@ -43,15 +74,34 @@ impl Ran {
 
 impl Env {
     fn new() -> Env {
+        Env::on(Backend::Sqlite)
+    }
+    fn on(backend: Backend) -> Env {
         Env {
             dir: tempfile::tempdir().unwrap(),
+            backend,
         }
     }
+    /// Where the store lives: a SQLite file or a sled directory.
     fn db(&self) -> PathBuf {
-        self.dir.path().join("baton.db")
+        match self.backend {
+            Backend::Sqlite => self.dir.path().join("baton.db"),
+            Backend::Sled => self.dir.path().join("baton.sled"),
+        }
     }
     fn url(&self) -> String {
-        format!("sqlite:{}", self.db().display())
+        match self.backend {
+            Backend::Sqlite => format!("sqlite:{}", self.db().display()),
+            Backend::Sled => format!("sled:{}?busy_timeout=30s", self.db().display()),
+        }
+    }
+    /// An authority on this test's store, opened in this process.
+    fn open(&self) -> baton_cli::DynAuthority {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(baton_cli::authority_for(&self.url())).unwrap()
     }
     fn run(&self, args: &[&str]) -> Ran {
         self.run_with(args, None)
@@ -104,10 +154,7 @@ impl Env {
             .enable_all()
             .build()
             .unwrap();
-        let a = Authority::new(
-            SqliteStore::open(self.db(), SqliteOptions::default()).unwrap(),
-            Arc::new(SystemClock),
-        );
+        let a = self.open();
         let tasks = rt.block_on(a.list(None, None, 10_000)).unwrap().items;
         let events = rt.block_on(a.events(None, None, 10_000)).unwrap().items;
         let pending = rt.block_on(a.pending(None, 10_000)).unwrap().items;
@@ -133,9 +180,8 @@ fn hash(c: char) -> String {
     format!("sha256:{}", c.to_string().repeat(64))
 }
 
-#[test]
-fn lease_commands_and_their_exit_statuses() {
-    let e = Env::new();
+fn lease_commands_and_their_exit_statuses(backend: Backend) {
+    let e = Env::on(backend);
     let g = e.ok(&["claim", "build-1", "--owner", "w1", "--ttl", "5m"]);
     for field in [
         "task", "owner", "attempt", "fence", "expiry", "state", "revision",
@@ -287,9 +333,8 @@ fn lease_commands_and_their_exit_statuses() {
     }
 }
 
-#[test]
-fn registry_commands_from_declare_to_gate() {
-    let e = Env::new();
+fn registry_commands_from_declare_to_gate(backend: Backend) {
+    let e = Env::on(backend);
     let m = write_manifest(e.dir.path(), "rel", json!({}));
     let d = e.ok(&["task", "declare", m.to_str().unwrap()]);
     assert_eq!(d["state"].as_str(), Some("DECLARED"));
@@ -482,9 +527,8 @@ fn registry_commands_from_declare_to_gate() {
     assert_eq!(e.run(&["sweep"]).code, 0);
 }
 
-#[test]
-fn lists_are_paged_and_human_output_is_a_table() {
-    let e = Env::new();
+fn lists_are_paged_and_human_output_is_a_table(backend: Backend) {
+    let e = Env::on(backend);
     for i in 0..5 {
         e.ok(&["claim", &format!("page-{i}"), "--owner", "w"]);
     }
@@ -525,17 +569,49 @@ fn lists_are_paged_and_human_output_is_a_table() {
         human.stdout
     );
     let table = e.run(&["--format", "human", "task", "list"]);
-    assert!(
-        table.stdout.lines().next().unwrap().contains("state"),
+    let header: Vec<&str> = table
+        .stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "TASK", "STATE", "OWNER", "FENCE", "EXPIRES", "ATTEMPT", "STEP"
+        ],
         "{}",
         table.stdout
     );
     assert_eq!(table.stdout.lines().count(), 6);
+    let row = table.stdout.lines().nth(1).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[0], "page-0", "{row}");
+    assert_eq!(cells[2], "w", "the owner is shown: {row}");
+    assert!(cells[3].parse::<u64>().is_ok(), "the fence is shown: {row}");
+    assert!(row.contains(" in "), "the expiry is relative: {row}");
+    assert!(!table.stdout.contains('\u{1b}'), "no colour off a terminal");
+    let events = e.run(&["--format", "human", "task", "events", "page-0"]);
+    assert!(
+        events.stdout.starts_with("SEQ") && events.stdout.contains("FROM->TO"),
+        "{}",
+        events.stdout
+    );
+    assert!(events.stdout.contains("CLAIMED"), "{}", events.stdout);
+    let line = e.run(&["--format", "human", "claim", "page-9", "--owner", "w"]);
+    assert!(
+        line.stdout.starts_with("granted page-9 to w: fence ") && line.stdout.lines().count() == 1,
+        "{}",
+        line.stdout
+    );
+    let no = e.run(&["--format", "human", "claim", "page-9", "--owner", "x"]);
+    assert_eq!(no.code, 1);
+    assert!(no.stdout.starts_with("refused held: "), "{}", no.stdout);
 }
 
-#[test]
-fn bad_input_is_exit_2_names_the_field_and_changes_nothing() {
-    let e = Env::new();
+fn bad_input_is_exit_2_names_the_field_and_changes_nothing(backend: Backend) {
+    let e = Env::on(backend);
     e.ok(&["claim", "seed", "--owner", "w"]);
     let m = write_manifest(e.dir.path(), "m", json!({"colour": "red"}));
     let before = e.snapshot();
@@ -730,17 +806,13 @@ fn the_store_comes_from_the_flag_the_environment_or_the_default() {
     );
 }
 
-#[test]
-fn a_closed_output_pipe_is_a_normal_exit() {
-    let e = Env::new();
+fn a_closed_output_pipe_is_a_normal_exit(backend: Backend) {
+    let e = Env::on(backend);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let a = Authority::new(
-        SqliteStore::open(e.db(), SqliteOptions::default()).unwrap(),
-        Arc::new(SystemClock),
-    );
+    let a = e.open();
     for i in 0..2000 {
         rt.block_on(a.claim(
             &Id::parse("t", &format!("pipe-{i:05}")).unwrap(),
@@ -793,6 +865,65 @@ fn the_demo_runs_and_finds_no_double_grant() {
         ),
         (Some(0), Some(true), Some(3))
     );
+}
+
+fn an_answer_that_cannot_be_written_is_not_a_success(backend: Backend) {
+    let e = Env::on(backend);
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["--store", &e.url(), "claim", "unseen", "--owner", "w"])
+        .env_remove("BATON_STORE")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "the grant was made but its fence never reached the caller: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["kind"], "indeterminate");
+    // A read that cannot be written changed nothing: exit 3.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["--store", &e.url(), "holder", "unseen"])
+        .env_remove("BATON_STORE")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    // The grant is there, as the exit status said it might be.
+    assert_eq!(e.run(&["holder", "unseen"]).code, 0);
+}
+
+#[test]
+fn completions_for_every_shell() {
+    let e = Env::new();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef baton"),
+        ("fish", "complete -c baton"),
+    ] {
+        let r = e.run_bare(&["completions", shell]);
+        assert_eq!(r.code, 0, "{shell}: {r:?}");
+        assert!(
+            r.stdout.contains(marker),
+            "{shell}: {}",
+            &r.stdout[..200.min(r.stdout.len())]
+        );
+        assert!(
+            r.stdout.contains("heartbeat"),
+            "{shell} completes subcommands"
+        );
+    }
+    assert!(!e.db().exists(), "no store was opened");
 }
 
 #[test]
