@@ -4,8 +4,8 @@ use crate::keys::{Keys, prefix_end, unhex};
 use async_trait::async_trait;
 use baton_core::model::{NotificationDraft, PENDING_FENCE};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Operation, Request,
-    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, Event, LeaseEffect, ListQuery, Notification,
+    Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide_with, live_lease,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
@@ -87,41 +87,62 @@ struct Found {
     holder: Option<KeyValue>,
 }
 
-/// Whether an error proves the request never reached a leader (so nothing
-/// was applied): no leader, or no connection at all.
-fn never_applied(e: &etcd_client::Error) -> bool {
+/// gRPC's status code UNAVAILABLE (etcd-client does not re-export tonic's `Code`).
+const GRPC_UNAVAILABLE: i32 = 14;
+/// etcd's `rpctypes.ErrGRPCNoLeader`: a member with no leader refuses a
+/// request before proposing it.
+const ETCD_NO_LEADER: &str = "etcdserver: no leader";
+
+/// What an etcd error proves about a request, from its gRPC status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// It never reached a leader: no connection (a transport failure under
+    /// gRPC), or a member with no leader. Nothing was applied.
+    NeverSent,
+    /// It may have been applied (a timeout, a lost reply, anything else).
+    Unknown,
+}
+
+fn cause_of(e: &etcd_client::Error) -> Cause {
     match e {
-        etcd_client::Error::GRpcStatus(s) => {
-            let m = s.message();
-            m.contains("no leader")
-                || m.contains("connect error")
-                || m.contains("error trying to connect")
-                || m.contains("Connection refused")
+        etcd_client::Error::TransportError(_) => Cause::NeverSent,
+        etcd_client::Error::GRpcStatus(s) if i32::from(s.code()) == GRPC_UNAVAILABLE => {
+            let transport = std::error::Error::source(s).is_some();
+            if transport || s.message() == ETCD_NO_LEADER {
+                Cause::NeverSent
+            } else {
+                Cause::Unknown
+            }
         }
-        etcd_client::Error::TransportError(_) => true,
-        _ => false,
+        _ => Cause::Unknown,
     }
 }
 
-/// An etcd error as one short cause a person can act on, instead of the
-/// whole gRPC and transport chain.
+/// An etcd error as one short cause a person can act on; the whole gRPC
+/// and transport chain stays in the error's source.
 fn describe(e: &etcd_client::Error) -> String {
     match e {
+        etcd_client::Error::TransportError(_) => "cannot connect".to_owned(),
         etcd_client::Error::GRpcStatus(s) => {
-            let m = s.message();
-            if m.contains("Connection refused") || m.contains("tcp connect error") {
-                "connection refused (is etcd running at that address?)".to_owned()
-            } else if m.contains("connect error") || m.contains("error trying to connect") {
-                "cannot connect".to_owned()
-            } else if m.is_empty() {
-                format!("{:?}", s.code())
+            if cause_of(e) == Cause::NeverSent && std::error::Error::source(s).is_some() {
+                "cannot connect (connection refused or unreachable: is etcd running at that address?)"
+                    .to_owned()
+            } else if s.message().is_empty() {
+                s.code().description().to_owned()
             } else {
-                format!("{}: {m}", s.code().description())
+                format!("{}: {}", s.code().description(), s.message())
             }
         }
-        etcd_client::Error::TransportError(_) => "cannot connect".to_owned(),
         other => other.to_string(),
     }
+}
+
+/// The one place etcd's errors become baton's: `Unavailable` naming the
+/// cluster and what was being done, with the native error as the source.
+fn map_etcd(endpoints_text: &str, context: &str, what: &str, e: etcd_client::Error) -> Error {
+    Error::unavailable(format!("etcd {endpoints_text}: {what}: {}", describe(&e)))
+        .with_context(context.to_owned())
+        .with_source(e)
 }
 
 /// The endpoints as a person writes them.
@@ -147,11 +168,9 @@ impl FabricStore {
         let client = match tokio::time::timeout(opts.timeout, fut).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
-                return Err(Error::unavailable(format!(
-                    "etcd {}: cannot connect: {}",
-                    endpoints(&opts.endpoints),
-                    describe(&e)
-                )));
+                let eps = endpoints(&opts.endpoints);
+                let context = format!("etcd {eps}/{}", opts.prefix);
+                return Err(map_etcd(&eps, &context, "connect", e));
             }
             Err(_) => {
                 return Err(Error::unavailable(format!(
@@ -169,11 +188,28 @@ impl FabricStore {
         })
     }
 
-    fn unavailable(&self, what: &str, e: impl fmt::Display) -> Error {
-        Error::unavailable(format!(
-            "etcd {}: {what}: {e}",
-            endpoints(&self.opts.endpoints)
-        ))
+    fn context(&self) -> String {
+        format!(
+            "etcd {}/{}",
+            endpoints(&self.opts.endpoints),
+            self.opts.prefix
+        )
+    }
+
+    fn map_err(&self, what: &str, e: etcd_client::Error) -> Error {
+        map_etcd(&endpoints(&self.opts.endpoints), &self.context(), what, e)
+    }
+
+    /// A fence or revision as etcd reported it: never negative, or the
+    /// reply cannot be trusted.
+    fn revision(&self, what: &str, n: i64) -> Result<u64> {
+        u64::try_from(n).map_err(|_| {
+            Error::corrupt(format!(
+                "etcd prefix {:?}: {what} is negative ({n})",
+                self.opts.prefix
+            ))
+            .with_context(self.context())
+        })
     }
 
     /// Runs one call with the deadline; retries calls that change nothing
@@ -184,16 +220,24 @@ impl FabricStore {
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
-        let mut last = format!("no answer within {:?}", self.opts.timeout);
+        let mut last = None;
         for attempt in 0..10u64 {
             match tokio::time::timeout_at(deadline, f(self.client.clone())).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => last = describe(&e),
+                Ok(Err(e)) => last = Some(e),
                 Err(_) => break,
             }
             tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
         }
-        Err(self.unavailable(what, last))
+        Err(match last {
+            Some(e) => self.map_err(what, e),
+            None => Error::unavailable(format!(
+                "etcd {}: {what}: no answer within {:?}",
+                endpoints(&self.opts.endpoints),
+                self.opts.timeout
+            ))
+            .with_context(self.context()),
+        })
     }
 
     /// Reads a task's record and holder key at one revision.
@@ -231,32 +275,16 @@ impl FabricStore {
         if let Some(l) = r.lease.as_mut()
             && l.fence == PENDING_FENCE
         {
-            l.fence = u64::try_from(kv.mod_revision()).unwrap_or(0);
+            l.fence = self.revision("a grant's revision", kv.mod_revision())?;
         }
         Ok(r)
     }
 
-    fn ttl_secs(&self, ms: u64) -> u64 {
-        ms.div_ceil(1000).max(self.opts.min_ttl_secs)
-    }
-
-    /// Rounds a requested TTL up to what an etcd lease can honour, so the
-    /// grant reports the effective expiry.
-    fn round_ttl(&self, mut op: Operation) -> Operation {
-        let round = |t: &mut Option<u64>| {
-            if let Some(ms) = t.as_mut() {
-                *ms = self.ttl_secs(*ms) * 1000;
-            }
-        };
-        match &mut op.request {
-            Request::Claim { ttl_ms, .. }
-            | Request::Renew { ttl_ms, .. }
-            | Request::Recover { ttl_ms, .. }
-            | Request::TaskClaim { ttl_ms, .. }
-            | Request::Heartbeat { ttl_ms, .. } => round(ttl_ms),
-            _ => {}
-        }
-        op
+    /// Revokes a lease that holds no grant any more. Best effort, within the
+    /// deadline: a lease that is not revoked still expires with its TTL.
+    async fn revoke(&self, id: i64) {
+        let mut c = self.client.clone();
+        let _ = tokio::time::timeout(self.opts.timeout, c.lease_revoke(id)).await;
     }
 
     async fn grant_lease(&self, secs: u64) -> Result<i64> {
@@ -270,15 +298,15 @@ impl FabricStore {
     }
 
     async fn apply_op(&self, op: Operation) -> Result<Decision> {
-        let op = self.round_ttl(op);
+        let rules = self.capabilities().lease_rules();
         let task = op.task.as_str().to_owned();
         let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         for _ in 0..self.opts.max_attempts {
             let found = self.find(&task).await?;
             let record = found.record.as_ref().map(|(r, _)| r);
-            let live = found.holder.is_some() && record.is_some_and(|r| r.state.is_held());
-            let mut d = decide(&op, record, live);
+            let live = record.is_some_and(|r| live_lease(r, found.holder.is_some()));
+            let mut d = decide_with(&op, record, live, rules);
             if !d.writes() {
                 return Ok(d);
             }
@@ -299,23 +327,16 @@ impl FabricStore {
                     request: request_id.clone(),
                 };
                 ops.push(TxnOp::put(tk.clone(), encode(&env)?, None));
-                let expiry_changed = record.and_then(|r| r.lease.as_ref().map(|l| l.expires_at))
-                    != after.lease.as_ref().map(|l| l.expires_at);
-                if after.state.is_held()
-                    && (d.mints_fence() || expiry_changed || found.holder.is_none())
-                {
-                    // A new grant, or a renewal: a holder key on a lease of the new length.
-                    let ms = after
-                        .lease
-                        .as_ref()
-                        .map_or(0, |l| l.expires_at.as_millis() - op.now.as_millis());
-                    let id = self
-                        .grant_lease(self.ttl_secs(u64::try_from(ms).unwrap_or(0)))
-                        .await?;
+            }
+            match d.lease {
+                LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
+                    // A holder key on an etcd lease of the grant's length: the
+                    // grant is live exactly while the engine keeps the key.
+                    let id = self.grant_lease(ttl_ms.div_ceil(1000).max(1)).await?;
                     lease_id = Some(id);
-                    let owner = after
-                        .lease
-                        .as_ref()
+                    let owner = d
+                        .record_to_write()
+                        .and_then(|r| r.lease.as_ref())
                         .map_or("", |l| l.owner.as_str())
                         .to_owned();
                     ops.push(TxnOp::put(
@@ -323,9 +344,11 @@ impl FabricStore {
                         owner,
                         Some(PutOptions::new().with_lease(id)),
                     ));
-                } else if !after.state.is_held() && found.holder.is_some() {
+                }
+                LeaseEffect::Ended if found.holder.is_some() => {
                     ops.push(TxnOp::delete(hk.clone(), None));
                 }
+                LeaseEffect::Ended | LeaseEffect::Unchanged => {}
             }
             let revision = d.record_to_write().map_or(0, |r| r.revision);
             let drafts: Vec<baton_core::model::EventDraft> = d.events().cloned().collect();
@@ -399,26 +422,43 @@ impl FabricStore {
             let sent = tokio::time::timeout(self.opts.timeout, self.client.clone().txn(txn)).await;
             match sent {
                 Ok(Ok(resp)) if resp.succeeded() => {
+                    let Some(header) = resp.header() else {
+                        // Committed, but the reply does not say at which
+                        // revision: the stored record does.
+                        return self
+                            .resolve(
+                                &task,
+                                &request_id,
+                                d,
+                                Some("a reply without a header".into()),
+                            )
+                            .await;
+                    };
                     self.commits.fetch_add(1, Ordering::Relaxed);
-                    let rev = resp.header().map_or(0, |h| h.revision());
-                    d.assign_fence(u64::try_from(rev).unwrap_or(0));
+                    d.assign_fence(self.revision("a transaction's revision", header.revision())?);
+                    // The holder key moved to a new lease, or went: the lease it
+                    // was on holds nothing now. Revoke it rather than leave it
+                    // to expire (a long TTL would keep it for hours).
+                    let replaced = found.holder.as_ref().map(KeyValue::lease);
+                    if let Some(old) = replaced.filter(|l| *l != 0 && Some(*l) != lease_id)
+                        && d.lease != LeaseEffect::Unchanged
+                    {
+                        self.revoke(old).await;
+                    }
                     return Ok(d);
                 }
                 Ok(Ok(_)) => {
                     // Someone changed what we read: let the unused lease go and decide again.
                     if let Some(id) = lease_id {
-                        let mut c = self.client.clone();
-                        tokio::spawn(async move {
-                            let _ = c.lease_revoke(id).await;
-                        });
+                        self.revoke(id).await;
                     }
                     continue;
                 }
-                Ok(Err(e)) if never_applied(&e) => {
+                Ok(Err(e)) if cause_of(&e) == Cause::NeverSent => {
                     // Refused before it reached a leader: nothing was applied, so
                     // deciding again (likely through another member) is safe.
                     if tokio::time::Instant::now() >= deadline {
-                        return Err(self.unavailable("write", describe(&e)));
+                        return Err(self.map_err("write", e));
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -459,7 +499,7 @@ impl FabricStore {
                     let env: std::result::Result<Envelope, _> = serde_json::from_slice(kv.value());
                     if env.is_ok_and(|e| e.request == request_id) {
                         self.commits.fetch_add(1, Ordering::Relaxed);
-                        d.assign_fence(u64::try_from(kv.mod_revision()).unwrap_or(0));
+                        d.assign_fence(self.revision("a grant's revision", kv.mod_revision())?);
                         return Ok(d);
                     }
                     Err(Error::indeterminate(format!(
@@ -559,7 +599,7 @@ impl FabricStore {
         Ok(out
             .into_iter()
             .map(|record| {
-                let lease_live = record.state.is_held() && live.contains(record.task.as_str());
+                let lease_live = live_lease(&record, live.contains(record.task.as_str()));
                 Snapshot { record, lease_live }
             })
             .collect())
@@ -595,7 +635,10 @@ impl FabricStore {
                     self.opts.prefix
                 ))
             })?;
-            let seq = u64::try_from(kv.create_revision()).unwrap_or(0) * PER_TXN + stored.idx;
+            let seq = self
+                .revision("an item's revision", kv.create_revision())?
+                .saturating_mul(PER_TXN)
+                .saturating_add(stored.idx);
             if seq > after {
                 out.push((seq, stored.item, kv.create_revision()));
             }
@@ -618,6 +661,7 @@ impl Store for FabricStore {
             durable: true,
             multi_process: true,
             min_ttl_ms: self.opts.min_ttl_secs * 1000,
+            ttl_granularity_ms: 1000,
         }
     }
 
@@ -628,7 +672,7 @@ impl Store for FabricStore {
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
         let found = self.find(task.as_str()).await?;
         Ok(found.record.map(|(record, _)| {
-            let lease_live = found.holder.is_some() && record.state.is_held();
+            let lease_live = live_lease(&record, found.holder.is_some());
             Snapshot { record, lease_live }
         }))
     }
@@ -680,16 +724,26 @@ impl Store for FabricStore {
     }
 
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
+        // Only outbox entries, only by intent id: an id is never a path into
+        // another part of the key space (or another store's).
+        for id in intent_ids {
+            baton_core::model::validate_intent_id(id)?;
+        }
         let mut acked = 0;
         for id in intent_ids {
             let key = self.keys.outbox(id);
             let resp = self
                 .safe("ack", |mut c| {
-                    let key = key.clone();
-                    async move { c.delete(key, None).await }
+                    // Deleted only if it exists as an outbox entry now.
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Greater, 0)])
+                        .and_then([TxnOp::delete(key.clone(), None)]);
+                    async move { c.txn(txn).await }
                 })
                 .await?;
-            acked += u64::try_from(resp.deleted()).unwrap_or(0);
+            if resp.succeeded() {
+                acked += 1;
+            }
         }
         Ok(acked)
     }

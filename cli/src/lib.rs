@@ -134,14 +134,14 @@ fn invalid_usage(e: &clap::Error) -> Error {
     if e.kind() == K::InvalidUtf8 {
         message = "must be valid UTF-8".to_owned();
     }
-    Error {
-        kind: ErrorKind::Invalid,
-        message: if message.is_empty() {
-            "usage error".to_owned()
-        } else {
-            message
-        },
-        field,
+    let message = if message.is_empty() {
+        "usage error".to_owned()
+    } else {
+        message
+    };
+    match field {
+        Some(field) => Error::invalid(field, message),
+        None => Error::new(ErrorKind::Invalid, message),
     }
 }
 
@@ -234,12 +234,18 @@ fn field_name(arg: &str) -> String {
 }
 
 fn report_error(e: &Error) -> i32 {
-    let body = json!({"error": {
+    let mut body = json!({"error": {
         "kind": e.kind.as_str(),
         "message": e.message,
         "field": e.field,
         "temporary": e.kind.is_temporary(),
     }});
+    if let Some(store) = &e.context {
+        body["error"]["store"] = json!(store);
+    }
+    if let Some(cause) = &e.source {
+        body["error"]["cause"] = json!(cause.to_string());
+    }
     output::write_stderr(&body.to_string());
     exit_code_for(e)
 }

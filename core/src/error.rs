@@ -42,13 +42,34 @@ impl ErrorKind {
 }
 
 /// An answer the store or the API could not give.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `message` says what happened in baton's words; `context` names the store
+/// it happened in (attached once, by the backend's one mapping function);
+/// `source` keeps the native error (SQLite's, sled's, etcd's) for whoever
+/// needs more than the message. Two errors are equal when kind, message,
+/// field and context are: the source is detail.
+#[derive(Debug, Clone, thiserror::Error)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
     /// For `Invalid`: the input field that broke a rule.
     pub field: Option<String>,
+    /// The store the error came from (`sqlite /var/lib/baton.db`), if known.
+    pub context: Option<String>,
+    #[source]
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+            && self.message == other.message
+            && self.field == other.field
+            && self.context == other.context
+    }
+}
+
+impl Eq for Error {}
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,6 +86,8 @@ impl Error {
             kind,
             message: message.into(),
             field: None,
+            context: None,
+            source: None,
         }
     }
 
@@ -87,10 +110,23 @@ impl Error {
     /// Bad input: names the field and the rule it broke.
     pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
         Error {
-            kind: ErrorKind::Invalid,
-            message: rule.into(),
             field: Some(field.into()),
+            ..Self::new(ErrorKind::Invalid, rule)
         }
+    }
+
+    /// Keeps the native error this one was made from.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
+
+    /// Names the store the error came from, unless it is named already.
+    pub fn with_context(mut self, context: impl Into<String>) -> Self {
+        if self.context.is_none() {
+            self.context = Some(context.into());
+        }
+        self
     }
 }
 

@@ -18,6 +18,7 @@ pub mod error;
 pub mod fault;
 pub mod id;
 pub mod json;
+pub mod kinds;
 pub mod manifest;
 pub mod memory;
 pub mod model;
@@ -30,7 +31,10 @@ pub mod time;
 pub mod conformance;
 
 pub use authority::{Authority, Gate, Holder, Page, Reply, Swept, Verification};
-pub use decide::{Change, Decision, Verdict, decide, derive, settle};
+pub use decide::{
+    Change, Decision, LeaseEffect, LeaseRules, Verdict, decide, decide_with, derive, live_lease,
+    settle,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use id::{Id, OwnerId, TaskId};
 pub use manifest::Manifest;

@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use crate::id::{Id, TaskId};
-use crate::model::EventKind;
+use crate::kinds::EventKind;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 

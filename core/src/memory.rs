@@ -81,6 +81,7 @@ impl Store for MemoryStore {
             durable: false,
             multi_process: false,
             min_ttl_ms: 1,
+            ttl_granularity_ms: 1,
         }
     }
 

@@ -7,197 +7,8 @@ use crate::manifest::Manifest;
 use crate::time::Timestamp;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::fmt;
 
-/// The lifecycle state of a task (SPEC §3).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum State {
-    Declared,
-    Registered,
-    Claimed,
-    Running,
-    Succeeded,
-    Failed,
-    Cancelled,
-    NotStarted,
-    Stalled,
-}
-
-impl State {
-    pub const ALL: [State; 9] = [
-        State::Declared,
-        State::Registered,
-        State::Claimed,
-        State::Running,
-        State::Succeeded,
-        State::Failed,
-        State::Cancelled,
-        State::NotStarted,
-        State::Stalled,
-    ];
-
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            State::Succeeded
-                | State::Failed
-                | State::Cancelled
-                | State::NotStarted
-                | State::Stalled
-        )
-    }
-
-    /// States in which a grant is being worked: a lease can be live only here.
-    pub fn is_held(self) -> bool {
-        matches!(self, State::Claimed | State::Running)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Declared => "DECLARED",
-            State::Registered => "REGISTERED",
-            State::Claimed => "CLAIMED",
-            State::Running => "RUNNING",
-            State::Succeeded => "SUCCEEDED",
-            State::Failed => "FAILED",
-            State::Cancelled => "CANCELLED",
-            State::NotStarted => "NOT_STARTED",
-            State::Stalled => "STALLED",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<State> {
-        State::ALL
-            .into_iter()
-            .find(|s| s.as_str().eq_ignore_ascii_case(name))
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The type of an audit event.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum EventKind {
-    Declared,
-    ManifestSuperseded,
-    Registered,
-    Claimed,
-    Renewed,
-    Released,
-    Recovered,
-    Started,
-    Heartbeat,
-    Succeeded,
-    Failed,
-    Cancelled,
-    /// An attempt's lease expired (the task is claimable again, or STALLED).
-    Stalled,
-    NotStarted,
-    Retried,
-    Redispatched,
-    Finalized,
-    Annotated,
-    /// A holder-only request refused for a stale or foreign fence, or a late
-    /// terminal after a terminal. Recorded without changing the record.
-    ConflictRefused,
-}
-
-impl EventKind {
-    pub const ALL: [EventKind; 19] = [
-        EventKind::Declared,
-        EventKind::ManifestSuperseded,
-        EventKind::Registered,
-        EventKind::Claimed,
-        EventKind::Renewed,
-        EventKind::Released,
-        EventKind::Recovered,
-        EventKind::Started,
-        EventKind::Heartbeat,
-        EventKind::Succeeded,
-        EventKind::Failed,
-        EventKind::Cancelled,
-        EventKind::Stalled,
-        EventKind::NotStarted,
-        EventKind::Retried,
-        EventKind::Redispatched,
-        EventKind::Finalized,
-        EventKind::Annotated,
-        EventKind::ConflictRefused,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Declared => "DECLARED",
-            EventKind::ManifestSuperseded => "MANIFEST_SUPERSEDED",
-            EventKind::Registered => "REGISTERED",
-            EventKind::Claimed => "CLAIMED",
-            EventKind::Renewed => "RENEWED",
-            EventKind::Released => "RELEASED",
-            EventKind::Recovered => "RECOVERED",
-            EventKind::Started => "STARTED",
-            EventKind::Heartbeat => "HEARTBEAT",
-            EventKind::Succeeded => "SUCCEEDED",
-            EventKind::Failed => "FAILED",
-            EventKind::Cancelled => "CANCELLED",
-            EventKind::Stalled => "STALLED",
-            EventKind::NotStarted => "NOT_STARTED",
-            EventKind::Retried => "RETRIED",
-            EventKind::Redispatched => "REDISPATCHED",
-            EventKind::Finalized => "FINALIZED",
-            EventKind::Annotated => "ANNOTATED",
-            EventKind::ConflictRefused => "CONFLICT_REFUSED",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-}
-
-impl fmt::Display for EventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Who makes a request. "Operator" is a declared role (attributed and
-/// audited), not an authenticated identity.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "role", content = "id", rename_all = "snake_case")]
-pub enum Actor {
-    /// A worker, session or executor acting for itself.
-    Worker(Id),
-    /// A person or tool acting with operator authority.
-    Operator(Id),
-    /// baton itself: derived changes (expiry, deadlines) written by the next write or a sweep.
-    System,
-}
-
-impl Actor {
-    pub fn is_operator(&self) -> bool {
-        matches!(self, Actor::Operator(_))
-    }
-}
-
-impl fmt::Display for Actor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Actor::Worker(id) => write!(f, "worker:{id}"),
-            Actor::Operator(id) => write!(f, "operator:{id}"),
-            Actor::System => f.write_str("system"),
-        }
-    }
-}
+pub use crate::kinds::{Actor, EventKind, State};
 
 /// The fence placeholder in a decision that asks for a new fence: the store
 /// fills in the real number at commit time. Real fences start at 1.
@@ -217,7 +28,7 @@ pub struct Lease {
 /// by the same grant be recognised as an acknowledgement.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Closure {
-    pub request: crate::request::RequestKind,
+    pub request: crate::kinds::RequestKind,
     pub actor: Actor,
     /// The fence of the grant that closed the task, if a holder closed it.
     pub fence: Option<u64>,
@@ -270,7 +81,8 @@ impl TaskRecord {
     /// Whether the last grant is live at `now`, judged by the stored expiry.
     /// Stores that keep their own clock (etcd) judge liveness themselves.
     pub fn lease_live_at(&self, now: Timestamp) -> bool {
-        self.state.is_held() && self.lease.as_ref().is_some_and(|l| now < l.expires_at)
+        let holds = self.lease.as_ref().is_some_and(|l| now < l.expires_at);
+        crate::decide::live_lease(self, holds)
     }
 
     /// The fence of the last grant, if any.

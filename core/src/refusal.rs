@@ -1,8 +1,7 @@
 //! Refusals: the typed "no" a decision can answer (SPEC §5).
 
 use crate::id::OwnerId;
-use crate::model::State;
-use crate::request::RequestKind;
+use crate::kinds::{RequestKind, State};
 use crate::time::Timestamp;
 use std::fmt;
 

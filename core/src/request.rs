@@ -3,12 +3,11 @@
 
 use crate::error::Error;
 use crate::id::{Id, OwnerId, TaskId};
+use crate::kinds::{Actor, State};
 use crate::manifest::{MAX_EVIDENCE_KEYS, Manifest, validate_evidence_hash};
-use crate::model::{Actor, State};
 use crate::time::Timestamp;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// The shortest TTL, in milliseconds.
 pub const MIN_TTL_MS: u64 = 1;
@@ -117,68 +116,7 @@ pub enum Request {
     Settle,
 }
 
-/// The name of a request, for events, refusals and conflict counting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestKind {
-    Claim,
-    Renew,
-    Release,
-    Recover,
-    Complete,
-    Fail,
-    Cancel,
-    Declare,
-    Register,
-    TaskClaim,
-    Start,
-    Heartbeat,
-    Succeed,
-    TaskFail,
-    Retry,
-    Redispatch,
-    Finalize,
-    Annotate,
-    Settle,
-    /// A lease that expired (written by the system).
-    Expire,
-    /// A start deadline that passed (written by the system).
-    Deadline,
-}
-
-impl RequestKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestKind::Claim => "claim",
-            RequestKind::Renew => "renew",
-            RequestKind::Release => "release",
-            RequestKind::Recover => "recover",
-            RequestKind::Complete => "complete",
-            RequestKind::Fail => "fail",
-            RequestKind::Cancel => "cancel",
-            RequestKind::Declare => "declare",
-            RequestKind::Register => "register",
-            RequestKind::TaskClaim => "task_claim",
-            RequestKind::Start => "start",
-            RequestKind::Heartbeat => "heartbeat",
-            RequestKind::Succeed => "succeed",
-            RequestKind::TaskFail => "task_fail",
-            RequestKind::Retry => "retry",
-            RequestKind::Redispatch => "redispatch",
-            RequestKind::Finalize => "finalize",
-            RequestKind::Annotate => "annotate",
-            RequestKind::Settle => "settle",
-            RequestKind::Expire => "expire",
-            RequestKind::Deadline => "deadline",
-        }
-    }
-}
-
-impl fmt::Display for RequestKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::kinds::RequestKind;
 
 impl Request {
     pub fn kind(&self) -> RequestKind {

@@ -160,6 +160,19 @@ pub struct Capabilities {
     pub multi_process: bool,
     /// The smallest lease TTL the store can honour, in milliseconds.
     pub min_ttl_ms: u64,
+    /// Lease TTLs are whole multiples of this many milliseconds (1 for
+    /// millisecond leases; 1000 for etcd's whole seconds).
+    pub ttl_granularity_ms: u64,
+}
+
+impl Capabilities {
+    /// The lease rules the decision applies for this store.
+    pub fn lease_rules(&self) -> crate::decide::LeaseRules {
+        crate::decide::LeaseRules {
+            granularity_ms: self.ttl_granularity_ms,
+            min_ms: self.min_ttl_ms,
+        }
+    }
 }
 
 /// A backend. See the module docs for the contract every method keeps.

@@ -254,20 +254,49 @@ impl Row {
     }
 }
 
-fn rows() -> Vec<Row> {
+/// The starting points and values every table's rows share.
+struct Fx {
+    bc: fn() -> TaskRecord,
+    fb: u64,
+    fc: u64,
+    fr: u64,
+    fl: u64,
+    ev_ok: BTreeMap<String, String>,
+    run: baton_core::Id,
+    x: baton_core::Id,
+}
+
+fn fx() -> Fx {
+    Fx {
+        bc: bare_claimed,
+        fb: fence_of(&bare_claimed()),
+        fc: fence_of(&claimed()),
+        fr: fence_of(&running()),
+        fl: fence_of(&running_last_step()),
+        ev_ok: BTreeMap::from([
+            ("log".to_owned(), hash('a')),
+            ("extra".to_owned(), hash('b')),
+        ]),
+        run: w("run"),
+        x: w("x"),
+    }
+}
+
+/// The lease requests (`decide/lease.rs`): claim, renew, release, recover,
+/// complete and fail of bare tasks, cancel by the holder.
+#[allow(unused_variables)]
+fn lease_rows() -> Vec<Row> {
     use Expect::*;
-    let bc = bare_claimed;
-    let f = |r: &TaskRecord| fence_of(r);
-    let fb = f(&bc());
-    let fc = f(&claimed());
-    let fr = f(&running());
-    let fl = f(&running_last_step());
-    let ev_ok = BTreeMap::from([
-        ("log".to_owned(), hash('a')),
-        ("extra".to_owned(), hash('b')),
-    ]);
-    let run = w("run");
-    let x = w("x");
+    let Fx {
+        bc,
+        fb,
+        fc,
+        fr,
+        fl,
+        ev_ok,
+        run,
+        x,
+    } = fx();
     vec![
         // claim
         row(
@@ -645,6 +674,25 @@ fn rows() -> Vec<Row> {
             },
             Refuse("illegal_transition"),
         ),
+    ]
+}
+
+/// The registry requests (`decide/registry.rs`): declare, register, task
+/// claim, start, heartbeat, succeed, task fail, retry.
+#[allow(unused_variables)]
+fn registry_rows() -> Vec<Row> {
+    use Expect::*;
+    let Fx {
+        bc,
+        fb,
+        fc,
+        fr,
+        fl,
+        ev_ok,
+        run,
+        x,
+    } = fx();
+    vec![
         // declare
         row(
             "declare a new task",
@@ -998,6 +1046,25 @@ fn rows() -> Vec<Row> {
             Request::Retry { run_id: w("run-2") },
             Refuse("illegal_transition"),
         ),
+    ]
+}
+
+/// Operator requests, the metadata merge, settle and the input rules
+/// (`decide/operator.rs`, `decide/checks.rs`).
+#[allow(unused_variables)]
+fn operator_rows() -> Vec<Row> {
+    use Expect::*;
+    let Fx {
+        bc,
+        fb,
+        fc,
+        fr,
+        fl,
+        ev_ok,
+        run,
+        x,
+    } = fx();
+    vec![
         // redispatch
         row(
             "redispatch a failed task",
@@ -1159,10 +1226,33 @@ fn rows() -> Vec<Row> {
     ]
 }
 
+/// Every row, for the checks that span concerns.
+fn rows() -> Vec<Row> {
+    let mut all = lease_rows();
+    all.extend(registry_rows());
+    all.extend(operator_rows());
+    all
+}
+
 #[test]
-fn every_rule() {
+fn lease_requests() {
+    check(lease_rows());
+}
+
+#[test]
+fn registry_requests() {
+    check(registry_rows());
+}
+
+#[test]
+fn operator_requests_and_input_rules() {
+    check(operator_rows());
+}
+
+/// Each row's expectation, and what every decision must hold whatever the row.
+fn check(rows: Vec<Row>) {
     let mut failures = Vec::new();
-    for r in rows() {
+    for r in rows {
         let d = step(r.rec.as_ref(), r.req.clone(), r.now);
         let ok = match (&r.expect, &d.verdict) {
             (Expect::Commit(s), Verdict::Commit(c)) => c.record.state == *s,
@@ -1397,4 +1487,156 @@ fn decisions_are_pure() {
         let b = step(r.rec.as_ref(), r.req.clone(), r.now);
         assert_eq!(a, b, "{}", r.name);
     }
+}
+
+/// The decision names what happens to the lease; stores with engine leases
+/// apply exactly that.
+#[test]
+fn every_request_names_its_lease_effect() {
+    use baton_core::LeaseEffect::{Ended, Extended, Granted, Unchanged};
+    let c = bare_claimed();
+    let f = fence_of(&c);
+    let r = running();
+    let rf = fence_of(&r);
+    let rows: Vec<(
+        &str,
+        Option<TaskRecord>,
+        Request,
+        Timestamp,
+        baton_core::LeaseEffect,
+    )> = vec![
+        ("claim", None, claim("a", MIN), T0, Granted { ttl_ms: MIN }),
+        (
+            "re-grant to the holder",
+            Some(c.clone()),
+            claim("a", 2 * MIN),
+            at(1000),
+            Granted { ttl_ms: 2 * MIN },
+        ),
+        (
+            "takeover after expiry",
+            Some(c.clone()),
+            claim("b", MIN),
+            at(MIN + 1),
+            Granted { ttl_ms: MIN },
+        ),
+        (
+            "renew",
+            Some(c.clone()),
+            Request::Renew {
+                owner: w("a"),
+                fence: f,
+                ttl_ms: Some(3 * MIN),
+            },
+            at(1000),
+            Extended { ttl_ms: 3 * MIN },
+        ),
+        (
+            "start keeps the lease",
+            Some(claimed()),
+            Request::Start {
+                run_id: w("run"),
+                executor: w("ci"),
+                fence: fence_of(&claimed()),
+            },
+            at(2),
+            Unchanged,
+        ),
+        (
+            "heartbeat",
+            Some(r.clone()),
+            hb(rf, 1),
+            at(10),
+            Extended { ttl_ms: 60_000 },
+        ),
+        (
+            "release",
+            Some(c.clone()),
+            Request::Release {
+                owner: w("a"),
+                fence: f,
+            },
+            at(1),
+            Ended,
+        ),
+        (
+            "complete",
+            Some(c.clone()),
+            Request::Complete {
+                owner: w("a"),
+                fence: f,
+            },
+            at(1),
+            Ended,
+        ),
+        (
+            "a lost race",
+            Some(c.clone()),
+            claim("b", MIN),
+            at(1),
+            Unchanged,
+        ),
+        (
+            "an expiry written down",
+            Some(c.clone()),
+            Request::Settle,
+            at(MIN + 1),
+            Ended,
+        ),
+    ];
+    for (name, rec, req, now, want) in rows {
+        let d = step(rec.as_ref(), req, now);
+        assert_eq!(d.lease, want, "{name}: {:?}", d.verdict);
+    }
+}
+
+/// TTL granularity and minimum are the store's; the decision applies them
+/// once, after defaults, so the reported expiry is the one the store keeps.
+#[test]
+fn lease_rules_round_up_then_raise_to_the_minimum() {
+    let rules = baton_core::LeaseRules {
+        granularity_ms: 1000,
+        min_ms: 2000,
+    };
+    for (asked, kept) in [
+        (Some(1), 2000),
+        (Some(1500), 2000),
+        (Some(2500), 3000),
+        (Some(60_000), 60_000),
+        (None, 30_000),
+    ] {
+        let op = Operation {
+            task: id(TASK),
+            request: Request::Claim {
+                owner: w("a"),
+                ttl_ms: asked,
+            },
+            pre: Preconditions::none(),
+            now: T0,
+        };
+        let d = baton_core::decide_with(&op, None, false, rules);
+        let Verdict::Commit(c) = &d.verdict else {
+            panic!("{asked:?}: {:?}", d.verdict)
+        };
+        assert_eq!(
+            c.record.lease.as_ref().unwrap().expires_at,
+            at(kept),
+            "{asked:?}"
+        );
+        assert_eq!(d.lease, baton_core::LeaseEffect::Granted { ttl_ms: kept });
+    }
+    assert_eq!(baton_core::LeaseRules::default().effective(1), 1);
+    // A declared task's default is its heartbeat timeout, rounded the same way.
+    let rec = registered();
+    let op = Operation {
+        task: id(TASK),
+        request: task_claim("ci"),
+        pre: Preconditions::none(),
+        now: at(5),
+    };
+    let d = baton_core::decide_with(&op, Some(&rec), false, rules);
+    let Verdict::Commit(c) = &d.verdict else {
+        panic!("{:?}", d.verdict)
+    };
+    assert_eq!(c.record.lease.as_ref().unwrap().expires_at, at(5 + 60_000));
 }

@@ -234,29 +234,39 @@ fn key2(a: &str, b: &[u8]) -> Vec<u8> {
     k
 }
 
-/// The one place sled's errors become baton's.
-fn map_err(path: &Path, e: sled::Error) -> Error {
-    let p = path.display();
+/// Whether sled refused to open because another process holds the
+/// directory. sled reports it as an `io::Error` of kind `Other` whose text
+/// is its own (`could not acquire lock on ...`), so the text is all there
+/// is to go on; it is read here and nowhere else.
+fn is_lock_conflict(e: &sled::Error) -> bool {
     match e {
         sled::Error::Io(io) => {
-            let text = io.to_string();
-            if io.kind() == std::io::ErrorKind::WouldBlock
-                || text.contains("could not acquire lock")
-            {
-                Error::unavailable(format!(
-                    "{p}: another process holds the store (sled locks its directory): {text}"
-                ))
-            } else {
-                Error::unavailable(format!("{p}: I/O error: {text}"))
-            }
+            io.kind() == std::io::ErrorKind::WouldBlock
+                || io.to_string().contains("could not acquire lock")
         }
+        _ => false,
+    }
+}
+
+/// The one place sled's errors become baton's; the native error is kept as
+/// the source, the store as context.
+fn map_err(path: &Path, e: sled::Error) -> Error {
+    let p = path.display();
+    let mapped = match &e {
+        sled::Error::Io(io) if is_lock_conflict(&e) => Error::unavailable(format!(
+            "{p}: another process holds the store (sled locks its directory): {io}"
+        )),
+        sled::Error::Io(io) => Error::unavailable(format!("{p}: I/O error: {io}")),
         sled::Error::Corruption { at, .. } => {
             Error::corrupt(format!("{p}: sled found corrupt data at {at:?}"))
         }
         sled::Error::CollectionNotFound(_) => Error::corrupt(format!("{p}: a tree is missing")),
         sled::Error::Unsupported(m) => Error::unsupported(format!("{p}: {m}")),
         sled::Error::ReportableBug(m) => Error::unavailable(format!("{p}: sled failed: {m}")),
-    }
+    };
+    mapped
+        .with_context(format!("sled {}", path.display()))
+        .with_source(e)
 }
 
 impl SledStore {
@@ -272,8 +282,8 @@ impl SledStore {
             match attempt {
                 Ok(Ok(db)) => break db,
                 Ok(Err(e)) => {
+                    let locked = is_lock_conflict(&e);
                     let err = map_err(&path, e);
-                    let locked = err.message.contains("another process holds the store");
                     if locked && started.elapsed() < options.busy_timeout {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
@@ -773,6 +783,7 @@ impl Store for SledStore {
             durable: true,
             multi_process: false,
             min_ttl_ms: 1,
+            ttl_granularity_ms: 1,
         }
     }
 

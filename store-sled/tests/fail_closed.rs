@@ -203,3 +203,31 @@ fn dropping_a_store_releases_the_directory_before_it_returns() {
         drop(db);
     }
 }
+
+#[test]
+fn errors_keep_their_cause_and_name_the_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let held = SledStore::open(&path, SledOptions::default()).unwrap();
+    let opts = SledOptions {
+        busy_timeout: std::time::Duration::from_millis(100),
+        ..Default::default()
+    };
+    // The lock is recognised from sled's error itself, in one place.
+    let e = SledStore::open(&path, opts).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("another process holds the store"), "{e}");
+    drop(held);
+    // A native failure keeps sled's error as the source and names the store.
+    let locked_file = dir.path().join("db-owner");
+    std::fs::create_dir(&locked_file).unwrap();
+    std::fs::write(locked_file.join("db"), b"").unwrap();
+    std::fs::write(locked_file.join("conf"), b"segment_size: nonsense").unwrap();
+    let e = SledStore::open(&locked_file, SledOptions::default()).unwrap_err();
+    assert_eq!(
+        e.context.as_deref(),
+        Some(format!("sled {}", locked_file.display()).as_str()),
+        "{e}"
+    );
+    assert!(e.source.is_some(), "{e}");
+}

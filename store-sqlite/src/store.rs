@@ -765,8 +765,8 @@ impl Inner {
             let mut out = Vec::new();
             let mut push = |seq: i64, count: i64, body: String| -> Result<()> {
                 let draft: EventDraft = self.decode(&body)?;
-                let mut e = Event::from_draft(u64::try_from(seq).unwrap_or(0), draft);
-                e.count = u64::try_from(count).unwrap_or(1);
+                let mut e = Event::from_draft(self.stored_u64("an event sequence", seq)?, draft);
+                e.count = self.stored_u64("an event count", count)?;
                 out.push(e);
                 Ok(())
             };
@@ -806,7 +806,10 @@ impl Inner {
             for row in rows {
                 let (seq, body) = row.map_err(|e| self.err(e))?;
                 let draft: NotificationDraft = self.decode(&body)?;
-                out.push(Notification::from_draft(u64::try_from(seq).unwrap_or(0), draft));
+                out.push(Notification::from_draft(
+                    self.stored_u64("an outbox sequence", seq)?,
+                    draft,
+                ));
             }
             Ok(out)
         })
@@ -831,6 +834,12 @@ impl Inner {
     fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
         serde_json::from_str(json)
             .map_err(|e| self.corrupt(&format!("a stored row does not decode: {e}")))
+    }
+
+    /// A number SQLite stored as a signed integer that baton only ever
+    /// writes non-negative: anything else is damage, never a default.
+    fn stored_u64(&self, what: &str, n: i64) -> Result<u64> {
+        u64::try_from(n).map_err(|_| self.corrupt(&format!("{what} is negative ({n})")))
     }
 
     fn corrupt(&self, what: &str) -> Error {
@@ -858,10 +867,17 @@ fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))
 }
 
-/// The one place SQLite's errors become baton's: every cause named, with the path.
+/// The one place SQLite's errors become baton's: every cause named, with
+/// the path; the native error is kept as the source, the store as context.
 fn map_err(path: &Path, e: rusqlite::Error) -> Error {
+    classify(path, &e)
+        .with_context(format!("sqlite {}", path.display()))
+        .with_source(e)
+}
+
+fn classify(path: &Path, e: &rusqlite::Error) -> Error {
     let p = path.display();
-    match &e {
+    match e {
         rusqlite::Error::SqliteFailure(f, msg) => {
             let detail = msg.clone().unwrap_or_else(|| f.to_string());
             match f.code {
@@ -904,6 +920,7 @@ impl Store for SqliteStore {
             durable: true,
             multi_process: true,
             min_ttl_ms: 1,
+            ttl_granularity_ms: 1,
         }
     }
 

@@ -444,3 +444,23 @@ fn a_full_disk() {
     );
     assert!(lines[1].starts_with("recovered"), "{lines:?}");
 }
+
+#[test]
+fn errors_keep_their_cause_and_name_the_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.db");
+    std::fs::write(
+        &path,
+        b"not a database, long enough to be read as one".repeat(100),
+    )
+    .unwrap();
+    let e = open(&path, Duration::from_secs(1)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert_eq!(
+        e.context.as_deref(),
+        Some(format!("sqlite {}", path.display()).as_str())
+    );
+    let source = e.source.as_ref().expect("SQLite's own error is kept");
+    assert!(source.to_string().contains("not a database"), "{source}");
+    assert!(std::error::Error::source(&e).is_some());
+}

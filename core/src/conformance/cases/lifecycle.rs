@@ -1,0 +1,422 @@
+//! The lease lifecycle: repeats, finality, stalls and attempts, deadlines, release and recovery, operators.
+
+use crate::conformance::fixtures::*;
+use crate::conformance::*;
+
+/// The same terminal request by the same grant is acknowledged with
+/// the first outcome; a different late terminal is refused and audited.
+pub fn idempotent_repeats<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let w = id("w");
+    // complete twice
+    let t = id("done-twice");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+    let first = ctx.block_on(a.complete(&t, &w, f)).unwrap();
+    assert!(matches!(first, Reply::Committed(_)));
+    let again = ctx.block_on(a.complete(&t, &w, f)).unwrap();
+    assert!(again.is_idempotent(), "{again:?}");
+    assert_eq!(again.record(), first.record());
+    let late = ctx.block_on(a.fail(&t, &w, f, None)).unwrap();
+    assert!(matches!(
+        refusal(&late),
+        Refusal::IllegalTransition {
+            state: State::Succeeded,
+            ..
+        }
+    ));
+    assert_eq!(
+        ctx.task_events(&t).last().unwrap().kind,
+        EventKind::ConflictRefused
+    );
+    // fail twice: the first error stands
+    let t = id("failed-twice");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+    ctx.block_on(a.fail(&t, &w, f, Some(json!({"first": 1}))))
+        .unwrap();
+    let again = ctx
+        .block_on(a.fail(&t, &w, f, Some(json!({"second": 2}))))
+        .unwrap();
+    assert!(again.is_idempotent());
+    assert_eq!(again.record().unwrap().error, Some(json!({"first": 1})));
+    // cancel twice
+    let t = id("cancel-twice");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+    assert!(matches!(
+        ctx.block_on(a.cancel(&t, &w, f)).unwrap(),
+        Reply::Committed(_)
+    ));
+    assert!(ctx.block_on(a.cancel(&t, &w, f)).unwrap().is_idempotent());
+    assert!(
+        ctx.block_on(a.cancel_as(&t, Actor::Operator(id("op"))))
+            .unwrap()
+            .is_idempotent()
+    );
+    // succeed twice: evidence is immutable once recorded
+    let t = id("succeed-twice");
+    let run = id("run");
+    ctx.block_on(a.declare(manifest(t.as_str(), 1, &["log"], 60, 1)))
+        .unwrap();
+    ctx.block_on(a.register(&t, &run)).unwrap();
+    let f = fence(&ctx.block_on(a.task_claim(&t, &run, &w, None)).unwrap());
+    ctx.block_on(a.start(&t, &run, &w, f)).unwrap();
+    let ev1 = BTreeMap::from([("log".to_owned(), hash('a'))]);
+    let ev2 = BTreeMap::from([("log".to_owned(), hash('b'))]);
+    assert!(matches!(
+        ctx.block_on(a.succeed(&t, &run, &w, f, ev1.clone()))
+            .unwrap(),
+        Reply::Committed(_)
+    ));
+    let again = ctx
+        .block_on(a.succeed(&t, &run, &w, f, ev2.clone()))
+        .unwrap();
+    assert!(again.is_idempotent());
+    assert_eq!(again.record().unwrap().evidence, ev1);
+    assert_eq!(again.evidence_ignored(&ev2), vec!["log".to_owned()]);
+    assert!(again.evidence_ignored(&ev1).is_empty());
+    assert_eq!(ctx.block_on(a.get(&t)).unwrap().unwrap().evidence, ev1);
+}
+
+/// A request the decision finds invalid inside the store's commit (a
+/// lease that would end past what a timestamp holds) is refused as
+/// invalid, writes nothing, and the same store handle goes on serving.
+pub fn a_bad_request_leaves_the_store_serving<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let (t, w) = (id("end-of-time"), id("w"));
+    if let TestClock::Manual(c) = &ctx.clock {
+        let now = c.now();
+        c.set(crate::time::Timestamp(
+            crate::time::Timestamp::MAX.as_millis() - 1000,
+        ));
+        let e = ctx.block_on(a.claim(&t, &w, Some(60_000))).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::Invalid, "{e}");
+        assert_eq!(e.field.as_deref(), Some("ttl"), "{e}");
+        c.set(now);
+    }
+    let huge = Manifest::from_value(&json!({
+        "task_id": "huge", "executor": "ci", "source_branch": "main", "source_oid": "0",
+        "target_version": "1", "steps": ["a"], "heartbeat_timeout_seconds": 300_000_000_000u64,
+    }))
+    .unwrap_err();
+    assert_eq!(huge.field.as_deref(), Some("heartbeat_timeout_seconds"));
+    assert!(
+        ctx.block_on(a.get(&t)).unwrap().is_none(),
+        "nothing was written"
+    );
+    for i in 0..3 {
+        let g = ctx
+            .block_on(a.claim(&id(&format!("after-{i}")), &w, None))
+            .unwrap();
+        assert!(g.grant().is_some(), "the store still grants: {g:?}");
+    }
+}
+
+/// A SUCCEEDED task is never granted again: not by claim, recover or
+/// redispatch, not after its lease would have expired.
+pub fn completed_never_granted_again<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let (t, w, other) = (id("final"), id("w"), id("other"));
+    let ttl = ctx.short_ttl_ms();
+    let f = fence(&ctx.block_on(a.claim(&t, &w, Some(ttl))).unwrap());
+    ctx.block_on(a.complete(&t, &w, f)).unwrap();
+    ctx.expire(ttl);
+    for owner in [&w, &other] {
+        assert_eq!(
+            refusal(&ctx.block_on(a.claim(&t, owner, None)).unwrap()),
+            &Refusal::Completed
+        );
+        assert_eq!(
+            refusal(&ctx.block_on(a.recover(&t, owner, None)).unwrap()),
+            &Refusal::Completed
+        );
+    }
+    let r = ctx
+        .block_on(a.redispatch(&t, Actor::Operator(id("op")), 2))
+        .unwrap();
+    assert_eq!(refusal(&r), &Refusal::Completed);
+    let r = ctx
+        .block_on(a.finalize(&t, Actor::Operator(id("op")), None))
+        .unwrap();
+    assert_eq!(refusal(&r), &Refusal::Completed);
+    let rec = ctx.block_on(a.get(&t)).unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.current_fence()),
+        (State::Succeeded, Some(f))
+    );
+}
+
+/// Bare tasks are reclaimable after any number of stalls; a declared
+/// task stalls for good after `max_attempts` (default 1).
+pub fn stalls_and_max_attempts<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let bare = id("bare-stalls");
+    let mut last = 0;
+    for round in 1..=4u64 {
+        let g = ctx
+            .block_on(a.claim(&bare, &id(&format!("w{round}")), Some(ttl)))
+            .unwrap()
+            .grant()
+            .unwrap();
+        assert_eq!(g.attempt, round);
+        assert!(g.fence > last);
+        last = g.fence;
+        ctx.expire(ttl);
+        let rec = ctx.block_on(a.get(&bare)).unwrap().unwrap();
+        assert_eq!((rec.state, rec.stalls), (State::Registered, round as u32));
+    }
+    let hb_s = ttl.div_ceil(1000);
+    let run = id("run");
+    // Default max_attempts = 1: one stall and the task is STALLED.
+    let once = id("declared-once");
+    ctx.block_on(a.declare(manifest(once.as_str(), 1, &[], hb_s, 1)))
+        .unwrap();
+    ctx.block_on(a.register(&once, &run)).unwrap();
+    ctx.block_on(a.task_claim(&once, &run, &id("w1"), None))
+        .unwrap();
+    ctx.expire(hb_s * 1000);
+    assert_eq!(
+        ctx.block_on(a.get(&once)).unwrap().unwrap().state,
+        State::Stalled
+    );
+    let r = ctx
+        .block_on(a.task_claim(&once, &run, &id("w2"), None))
+        .unwrap();
+    assert!(matches!(
+        refusal(&r),
+        Refusal::IllegalTransition {
+            state: State::Stalled,
+            ..
+        }
+    ));
+    let stalled: Vec<_> = ctx
+        .task_events(&once)
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Stalled)
+        .collect();
+    assert_eq!(
+        stalled.len(),
+        1,
+        "the stall was persisted once, by the next write"
+    );
+    // max_attempts = 3: two stalls are survived, the third ends it.
+    let thrice = id("declared-thrice");
+    ctx.block_on(a.declare(manifest(thrice.as_str(), 1, &[], hb_s, 3)))
+        .unwrap();
+    ctx.block_on(a.register(&thrice, &run)).unwrap();
+    for round in 1..=3u32 {
+        let g = ctx
+            .block_on(a.task_claim(&thrice, &run, &id("w"), None))
+            .unwrap()
+            .grant()
+            .unwrap();
+        assert_eq!(g.attempt, u64::from(round));
+        ctx.expire(hb_s * 1000);
+        let rec = ctx.block_on(a.get(&thrice)).unwrap().unwrap();
+        let want = if round < 3 {
+            State::Registered
+        } else {
+            State::Stalled
+        };
+        assert_eq!((rec.state, rec.stalls), (want, round));
+    }
+}
+
+/// A retried task's start deadline counts from the retry, so it does not
+/// fall straight back to NOT_STARTED.
+pub fn retried_task_counts_deadline_from_retry<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let t = id("retry-me");
+    let deadline_s = ctx.short_ttl_ms().div_ceil(1000) + 1;
+    let mut m = manifest(t.as_str(), 1, &[], 60, 1);
+    m.start_deadline_seconds = deadline_s;
+    ctx.block_on(a.declare(m)).unwrap();
+    ctx.block_on(a.register(&t, &id("run-1"))).unwrap();
+    ctx.expire(deadline_s * 1000);
+    assert_eq!(
+        ctx.block_on(a.get(&t)).unwrap().unwrap().state,
+        State::NotStarted
+    );
+    let r = ctx.block_on(a.retry(&t, &id("run-2"))).unwrap();
+    let rec = r.record().unwrap();
+    assert_eq!(
+        (rec.state, rec.run_id.clone()),
+        (State::Registered, Some(id("run-2")))
+    );
+    assert_eq!(
+        ctx.block_on(a.get(&t)).unwrap().unwrap().state,
+        State::Registered
+    );
+    assert!(
+        ctx.task_events(&t)
+            .iter()
+            .any(|e| e.kind == EventKind::Retried)
+    );
+    let r = ctx.block_on(a.retry(&t, &id("run-3"))).unwrap();
+    assert!(matches!(
+        refusal(&r),
+        Refusal::IllegalTransition {
+            state: State::Registered,
+            ..
+        }
+    ));
+    let g = ctx
+        .block_on(a.task_claim(&t, &id("run-2"), &id("w"), None))
+        .unwrap();
+    assert!(g.grant().is_some());
+}
+
+/// redispatch, finalize and an operator cancel refuse a non-operator.
+pub fn operator_requests_need_an_operator<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let (t, w) = (id("ops"), id("w"));
+    let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+    ctx.block_on(a.fail(&t, &w, f, None)).unwrap();
+    let before = ctx.block_on(a.get(&t)).unwrap().unwrap();
+    let worker = Actor::Worker(w.clone());
+    let r = ctx.block_on(a.redispatch(&t, worker.clone(), 2)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::OperatorRequired { .. }));
+    let r = ctx.block_on(a.finalize(&t, worker.clone(), None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::OperatorRequired { .. }));
+    let r = ctx.block_on(a.cancel_as(&t, worker)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::OperatorRequired { .. }));
+    assert_eq!(ctx.block_on(a.get(&t)).unwrap().unwrap(), before);
+    let r = ctx
+        .block_on(a.redispatch(&t, Actor::Operator(id("alice")), 2))
+        .unwrap();
+    assert_eq!(r.record().unwrap().state, State::Registered);
+}
+
+/// Renew after expiry is refused even if nobody took the task.
+pub fn renew_after_expiry_refused<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let (t, w) = (id("late-renew"), id("w"));
+    let f = fence(&ctx.block_on(a.claim(&t, &w, Some(ttl))).unwrap());
+    assert!(
+        !ctx.block_on(a.renew(&t, &w, f, Some(ttl)))
+            .unwrap()
+            .is_refused()
+    );
+    ctx.expire(ttl);
+    let r = ctx.block_on(a.renew(&t, &w, f, None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::LeaseExpired { fence, .. } if *fence == f));
+    let r = ctx.block_on(a.complete(&t, &w, f)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::LeaseExpired { .. }),
+        "nor completed late"
+    );
+    assert_eq!(
+        ctx.block_on(a.get(&t)).unwrap().unwrap().state,
+        State::Registered
+    );
+    let r = ctx.block_on(a.renew(&id("nobody"), &w, f, None)).unwrap();
+    assert_eq!(refusal(&r), &Refusal::NotFound);
+}
+
+/// release returns the task without charging a stall; recover takes over
+/// only an expired lease.
+pub fn release_and_recover<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let (t, w, x) = (id("rr"), id("w"), id("x"));
+    let g = ctx
+        .block_on(a.claim(&t, &w, Some(ttl)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    let r = ctx.block_on(a.release(&t, &x, g.fence)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NotHolder { .. }),
+        "only the holder releases"
+    );
+    let r = ctx.block_on(a.release(&t, &w, g.fence)).unwrap();
+    let rec = r.record().unwrap();
+    assert_eq!((rec.state, rec.stalls), (State::Registered, 0));
+    let g2 = ctx
+        .block_on(a.claim(&t, &x, Some(ttl)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(g2.attempt, g.attempt + 1);
+    let r = ctx.block_on(a.recover(&t, &w, None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::LeaseLive { holder, .. } if holder == &x));
+    ctx.expire(ttl);
+    let g3 = ctx
+        .block_on(a.recover(&t, &w, Some(ttl)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert!(g3.fence > g2.fence);
+    assert_eq!((g3.owner.clone(), g3.attempt), (w.clone(), g2.attempt + 1));
+    let r = ctx.block_on(a.complete(&t, &x, g2.fence)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::StaleFence { .. }),
+        "the late worker cannot complete"
+    );
+    assert!(
+        ctx.task_events(&t)
+            .iter()
+            .any(|e| e.kind == EventKind::Recovered)
+    );
+}
+
+/// redispatch moves a finished task to a new iteration (stalls reset,
+/// next claim a new attempt); finalize fails anything but SUCCEEDED.
+pub fn redispatch_and_finalize<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let op = Actor::Operator(id("alice"));
+    let (t, w) = (id("rd"), id("w"));
+    let g = ctx
+        .block_on(a.claim(&t, &w, None))
+        .unwrap()
+        .grant()
+        .unwrap();
+    let r = ctx.block_on(a.redispatch(&t, op.clone(), 2)).unwrap();
+    assert!(matches!(
+        refusal(&r),
+        Refusal::IllegalTransition {
+            state: State::Claimed,
+            ..
+        }
+    ));
+    ctx.block_on(a.fail(&t, &w, g.fence, Some(json!({"e": 1}))))
+        .unwrap();
+    let r = ctx.block_on(a.redispatch(&t, op.clone(), 1)).unwrap();
+    assert_eq!(
+        refusal(&r),
+        &Refusal::IterationNotAdvanced {
+            iteration: 1,
+            current_iteration: 1
+        }
+    );
+    let r = ctx.block_on(a.redispatch(&t, op.clone(), 2)).unwrap();
+    let rec = r.record().unwrap();
+    assert_eq!(
+        (rec.state, rec.iteration, rec.stalls, rec.error.clone()),
+        (State::Registered, 2, 0, None)
+    );
+    let g2 = ctx
+        .block_on(a.claim(&t, &w, None))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(g2.attempt, g.attempt + 1);
+    assert!(g2.fence > g.fence);
+    let r = ctx
+        .block_on(a.finalize(&t, op.clone(), Some(json!({"why": "budget"}))))
+        .unwrap();
+    let rec = r.record().unwrap();
+    assert_eq!(
+        (rec.state, rec.error.clone()),
+        (State::Failed, Some(json!({"why": "budget"})))
+    );
+    assert!(
+        ctx.block_on(a.finalize(&t, op.clone(), None))
+            .unwrap()
+            .is_idempotent()
+    );
+    let r = ctx.block_on(a.complete(&t, &w, g2.fence)).unwrap();
+    assert!(r.is_refused(), "a worker never walks back a terminal");
+    let r = ctx.block_on(a.cancel_as(&id("nobody"), op)).unwrap();
+    assert_eq!(refusal(&r), &Refusal::NotFound);
+}

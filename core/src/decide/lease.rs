@@ -1,0 +1,259 @@
+//! The lease requests (SPEC §4): claim, recover, renew, release, complete,
+//! fail, cancel by the holder; granting and lease ends.
+
+use super::*;
+
+/// Decides a lease request on an existing task.
+pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseRules) -> Verdict {
+    let req = &op.request;
+    let now = op.now;
+    let actor = req.actor();
+    match req {
+        Request::Claim { owner, ttl_ms } => {
+            if !rec.is_bare() {
+                return illegal(rec, req);
+            }
+            claim_like(
+                op,
+                rules,
+                rec,
+                live,
+                owner,
+                ttl_ms.unwrap_or(DEFAULT_BARE_TTL_MS),
+                EventKind::Claimed,
+            )
+        }
+        Request::Recover { owner, ttl_ms } => {
+            if live {
+                // Invariant: live implies a lease.
+                return match &rec.lease {
+                    Some(l) => refuse(Refusal::LeaseLive {
+                        holder: l.owner.clone(),
+                        fence: l.fence,
+                        expiry: l.expires_at,
+                    }),
+                    None => illegal(rec, req),
+                };
+            }
+            if !rec.is_bare() && (rec.lease.is_none() || rec.state != State::Registered) {
+                return match rec.state {
+                    State::Succeeded => refuse(Refusal::Completed),
+                    _ => illegal(rec, req),
+                };
+            }
+            let ttl_ms = match declared_ttl(rec, *ttl_ms) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Invalid(e),
+            };
+            claim_like(op, rules, rec, live, owner, ttl_ms, EventKind::Recovered)
+        }
+        Request::Renew { ttl_ms, .. } => {
+            let ttl_ms = match declared_ttl(rec, *ttl_ms) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Invalid(e),
+            };
+            let expires_at = match lease_end(now, ttl_ms, rules) {
+                Ok(t) => t,
+                Err(e) => return Verdict::Invalid(e),
+            };
+            let mut r = next(rec, now);
+            if let Some(l) = r.lease.as_mut() {
+                l.expires_at = expires_at;
+            }
+            let e = draft(
+                &r,
+                EventKind::Renewed,
+                Some(rec.state),
+                actor,
+                req.fence(),
+                now,
+            )
+            .details(json!({"expires_at": expires_at}));
+            commit(r, vec![e])
+        }
+        Request::Release { .. } => {
+            let mut r = next(rec, now);
+            r.state = State::Registered;
+            r.current_step = 0;
+            r.deadline_from = Some(now);
+            let e = draft(
+                &r,
+                EventKind::Released,
+                Some(rec.state),
+                actor,
+                req.fence(),
+                now,
+            );
+            commit(r, vec![e])
+        }
+        Request::Complete { .. } | Request::Fail { .. } => {
+            if !rec.is_bare() {
+                return illegal(rec, req);
+            }
+            let (to, kind, error) = match req {
+                Request::Fail { error, .. } => (State::Failed, EventKind::Failed, error.clone()),
+                _ => (State::Succeeded, EventKind::Succeeded, None),
+            };
+            close(rec, req, actor, to, kind, now, |r| {
+                if error.is_some() {
+                    r.error = error;
+                }
+            })
+        }
+        Request::Cancel { fence: Some(_), .. } => close(
+            rec,
+            req,
+            actor,
+            State::Cancelled,
+            EventKind::Cancelled,
+            now,
+            |_| {},
+        ),
+        // Every other request is decided by another concern's module.
+        _ => illegal(rec, req),
+    }
+}
+
+/// Grant (or re-grant) `owner` the task: a new fence always; a new attempt
+/// unless the owner already holds the live lease.
+pub(super) fn claim_like(
+    op: &Operation,
+    rules: LeaseRules,
+    rec: &TaskRecord,
+    live: bool,
+    owner: &Id,
+    ttl_ms: u64,
+    kind: EventKind,
+) -> Verdict {
+    let req = &op.request;
+    let expires_at = match lease_end(op.now, ttl_ms, rules) {
+        Ok(t) => t,
+        Err(e) => return Verdict::Invalid(e),
+    };
+    if live {
+        let Some(l) = &rec.lease else {
+            return illegal(rec, req);
+        };
+        if &l.owner != owner {
+            return refuse(Refusal::Held {
+                holder: l.owner.clone(),
+                fence: l.fence,
+                expiry: l.expires_at,
+            });
+        }
+        // The holder claims again: a new fence makes its earlier one stale.
+        let mut r = next(rec, op.now);
+        r.lease = Some(Lease {
+            owner: owner.clone(),
+            attempt: rec.attempt,
+            fence: PENDING_FENCE,
+            expires_at,
+            claimed_at: op.now,
+        });
+        let e = draft(
+            &r,
+            kind,
+            Some(rec.state),
+            req.actor(),
+            Some(PENDING_FENCE),
+            op.now,
+        )
+        .details(json!({"regrant": true, "previous_fence": l.fence, "expires_at": expires_at}));
+        return commit_grant(r, vec![e]);
+    }
+    match rec.state {
+        State::Succeeded => return refuse(Refusal::Completed),
+        State::Registered => {}
+        _ => return illegal(rec, req),
+    }
+    let mut r = next(rec, op.now);
+    r.state = State::Claimed;
+    r.attempt += 1;
+    r.current_step = 0;
+    if !r.is_bare() {
+        r.executor = Some(owner.clone());
+    }
+    r.lease = Some(Lease {
+        owner: owner.clone(),
+        attempt: r.attempt,
+        fence: PENDING_FENCE,
+        expires_at,
+        claimed_at: op.now,
+    });
+    let previous = rec.lease.as_ref().map(|l| l.fence);
+    let e = draft(
+        &r,
+        kind,
+        Some(rec.state),
+        req.actor(),
+        Some(PENDING_FENCE),
+        op.now,
+    )
+    .details(json!({"previous_fence": previous, "expires_at": expires_at}));
+    commit_grant(r, vec![e])
+}
+
+pub(super) fn create_bare(
+    op: &Operation,
+    rules: LeaseRules,
+    owner: &Id,
+    ttl_ms: u64,
+    kind: EventKind,
+) -> Verdict {
+    let now = op.now;
+    let expires_at = match lease_end(now, ttl_ms, rules) {
+        Ok(t) => t,
+        Err(e) => return Verdict::Invalid(e),
+    };
+    let r = TaskRecord {
+        task: op.task.clone(),
+        manifest: None,
+        state: State::Claimed,
+        revision: 1,
+        attempt: 1,
+        stalls: 0,
+        iteration: 1,
+        lease: Some(Lease {
+            owner: owner.clone(),
+            attempt: 1,
+            fence: PENDING_FENCE,
+            expires_at,
+            claimed_at: now,
+        }),
+        run_id: None,
+        executor: None,
+        current_step: 0,
+        evidence: Default::default(),
+        error: None,
+        metadata: Default::default(),
+        closure: None,
+        created_at: now,
+        deadline_from: None,
+        started_at: None,
+        finished_at: None,
+        updated_at: now,
+    };
+    let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
+        .details(json!({"expires_at": expires_at}));
+    Verdict::Commit(finish(r, vec![e], true))
+}
+
+/// When a lease granted or renewed at `now` for `ttl_ms` ends, as the store
+/// can hold it (`rules`): an expiry past what a timestamp can hold is bad
+/// input, never a wrapped or saturated time.
+pub(super) fn lease_end(
+    now: Timestamp,
+    ttl_ms: u64,
+    rules: LeaseRules,
+) -> Result<Timestamp, Error> {
+    let ttl_ms = rules.effective(ttl_ms);
+    now.checked_plus_ms(ttl_ms).ok_or_else(|| {
+        Error::invalid(
+            "ttl",
+            format!(
+                "the lease would end past {} (now {now}, ttl {ttl_ms}ms)",
+                Timestamp::MAX
+            ),
+        )
+    })
+}

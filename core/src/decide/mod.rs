@@ -1,0 +1,355 @@
+//! The transition engine's decision: a pure function of (record, lease
+//! liveness, request, preconditions, actor, now). No IO, no clock.
+//!
+//! A store calls [`decide`] *inside* its atomic commit and applies what it
+//! returns: first the settlement (what time already decided: an expired
+//! lease, a passed start deadline), then the request's change, or the
+//! refusal's CONFLICT_REFUSED event. Reads call [`derive`] and write nothing.
+
+use crate::error::Error;
+use crate::id::Id;
+use crate::model::{
+    Actor, Closure, EventDraft, EventKind, Lease, NotificationDraft, PENDING_FENCE, State,
+    TaskRecord,
+};
+use crate::refusal::Refusal;
+use crate::request::{DEFAULT_BARE_TTL_MS, Operation, Preconditions, Request, RequestKind};
+use crate::time::Timestamp;
+use serde_json::{Value, json};
+
+mod build;
+mod checks;
+mod lease;
+mod notify;
+mod operator;
+mod registry;
+mod settle;
+
+use build::*;
+use checks::*;
+use lease::{claim_like, create_bare, lease_end};
+use notify::finish;
+use registry::create_declared;
+pub use settle::{derive, settle};
+
+/// A change to commit: the new record with its events and notifications.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub record: TaskRecord,
+    pub events: Vec<EventDraft>,
+    pub notifications: Vec<NotificationDraft>,
+    /// The change holds a new grant whose fence the store assigns at commit
+    /// ([`PENDING_FENCE`] stands in for it until [`Decision::assign_fence`]).
+    pub mints_fence: bool,
+}
+
+/// What the request itself comes to.
+// One Verdict is made per request and moved once; boxing the change would
+// only add an allocation to the hot path.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Commit this change.
+    Commit(Change),
+    /// Nothing to change: an idempotent repeat (or a settle with nothing
+    /// more to do). The answer is the current record.
+    Ack,
+    /// A typed no. `conflict` is the CONFLICT_REFUSED event to record, if any.
+    Refuse {
+        refusal: Refusal,
+        conflict: Option<EventDraft>,
+    },
+    /// The input broke a rule that depends on the record (a TTL above the
+    /// heartbeat timeout, a step that goes back). Nothing is written.
+    Invalid(Error),
+}
+
+/// What a decision does to the task's lease, so a store whose leases live
+/// in the engine (etcd) applies it and never infers it from two records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEffect {
+    /// A new grant (a new fence): a lease of `ttl_ms` from now.
+    Granted { ttl_ms: u64 },
+    /// The same grant, renewed (renew, heartbeat): a lease of `ttl_ms` from now.
+    Extended { ttl_ms: u64 },
+    /// The stored grant ends (release, a terminal, an expiry written down).
+    Ended,
+    /// Nothing happens to the lease.
+    Unchanged,
+}
+
+/// How a store can hold leases, applied by the decision to every TTL once
+/// (defaults resolved, then rounded up to the granularity, then raised to
+/// the minimum), so the expiry a grant reports is the one the store keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRules {
+    /// TTLs are whole multiples of this (etcd leases: whole seconds).
+    pub granularity_ms: u64,
+    /// The shortest lease the store can honour.
+    pub min_ms: u64,
+}
+
+impl Default for LeaseRules {
+    /// Millisecond leases from 1 ms: the embedded stores.
+    fn default() -> Self {
+        LeaseRules {
+            granularity_ms: 1,
+            min_ms: 1,
+        }
+    }
+}
+
+impl LeaseRules {
+    /// The TTL a store with these rules gives a request for `ttl_ms`.
+    pub fn effective(self, ttl_ms: u64) -> u64 {
+        let g = self.granularity_ms.max(1);
+        ttl_ms.div_ceil(g).saturating_mul(g).max(self.min_ms)
+    }
+}
+
+/// Everything a store must apply for one request, in one atomic commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The record as the request saw it (after settlement), if the task exists.
+    pub current: Option<TaskRecord>,
+    /// Derived changes (lease expiry, start deadline) persisted before the request.
+    pub settle: Option<Change>,
+    pub verdict: Verdict,
+    /// What the commit does to the lease.
+    pub lease: LeaseEffect,
+}
+
+impl Decision {
+    /// The record to store, if anything changes.
+    pub fn record_to_write(&self) -> Option<&TaskRecord> {
+        match &self.verdict {
+            Verdict::Commit(c) => Some(&c.record),
+            _ => self.settle.as_ref().map(|c| &c.record),
+        }
+    }
+
+    /// The events to append, in order.
+    pub fn events(&self) -> impl Iterator<Item = &EventDraft> {
+        let settle = self.settle.iter().flat_map(|c| c.events.iter());
+        let main: Box<dyn Iterator<Item = &EventDraft>> = match &self.verdict {
+            Verdict::Commit(c) => Box::new(c.events.iter()),
+            Verdict::Refuse {
+                conflict: Some(e), ..
+            } => Box::new(std::iter::once(e)),
+            _ => Box::new(std::iter::empty()),
+        };
+        settle.chain(main)
+    }
+
+    /// The notifications to put in the outbox, in order.
+    pub fn notifications(&self) -> impl Iterator<Item = &NotificationDraft> {
+        let settle = self.settle.iter().flat_map(|c| c.notifications.iter());
+        let main = match &self.verdict {
+            Verdict::Commit(c) => c.notifications.as_slice(),
+            _ => &[],
+        };
+        settle.chain(main.iter())
+    }
+
+    /// Whether the commit needs anything written at all.
+    pub fn writes(&self) -> bool {
+        self.record_to_write().is_some() || self.events().next().is_some()
+    }
+
+    /// Whether the store must assign a new fence at commit.
+    pub fn mints_fence(&self) -> bool {
+        matches!(&self.verdict, Verdict::Commit(c) if c.mints_fence)
+    }
+
+    /// Fills in the fence the store assigned, in the record, its events and
+    /// its notifications alike.
+    pub fn assign_fence(&mut self, fence: u64) {
+        if let Verdict::Commit(c) = &mut self.verdict {
+            if !c.mints_fence {
+                return;
+            }
+            if let Some(lease) = c.record.lease.as_mut()
+                && lease.fence == PENDING_FENCE
+            {
+                lease.fence = fence;
+            }
+            for e in &mut c.events {
+                if e.fence == Some(PENDING_FENCE) {
+                    e.fence = Some(fence);
+                }
+            }
+            for n in &mut c.notifications {
+                if n.payload.get("fence") == Some(&json!(PENDING_FENCE)) {
+                    n.payload["fence"] = json!(fence);
+                }
+            }
+        }
+    }
+}
+
+/// Decides one request. Pure: the same inputs give the same decision.
+///
+/// `current` is the stored record (`None` if the task does not exist) and
+/// `lease_live` whether its lease is live, as the store judges it (from the
+/// stored expiry and `op.now`, or from the engine's own leases).
+pub fn decide(op: &Operation, current: Option<&TaskRecord>, lease_live: bool) -> Decision {
+    decide_with(op, current, lease_live, LeaseRules::default())
+}
+
+/// [`decide`] for a store whose leases follow `rules` (its capabilities).
+pub fn decide_with(
+    op: &Operation,
+    current: Option<&TaskRecord>,
+    lease_live: bool,
+    rules: LeaseRules,
+) -> Decision {
+    let settle = current.and_then(|r| settle(r, lease_live, op.now));
+    let rec = settle.as_ref().map(|c| &c.record).or(current);
+    let live = rec.is_some_and(|r| live_lease(r, lease_live));
+    debug_assert!(
+        !live || rec.is_some_and(|r| r.lease.is_some()),
+        "a live lease is a stored lease"
+    );
+    let verdict = match op.request.validate() {
+        Err(e) => Verdict::Invalid(e),
+        Ok(()) => decide_request(op, rec, live, rules),
+    };
+    let mut d = Decision {
+        current: rec.cloned(),
+        settle,
+        verdict,
+        lease: LeaseEffect::Unchanged,
+    };
+    d.lease = lease_effect(&d, current, op.now);
+    d
+}
+
+/// Whether `record`'s lease is live, given whether the store's judge of
+/// time (the stored expiry at `now`, or an engine's lease) says its lease
+/// holds: only a held state has a live lease. The one definition every
+/// store and read uses.
+pub fn live_lease(record: &TaskRecord, lease_holds: bool) -> bool {
+    lease_holds && record.state.is_held()
+}
+
+/// What the decision does to the lease: a minted fence is a new grant; the
+/// same grant with a new expiry is extended; a stored grant whose task
+/// leaves the held states ends.
+fn lease_effect(d: &Decision, stored: Option<&TaskRecord>, now: Timestamp) -> LeaseEffect {
+    let Some(after) = d.record_to_write() else {
+        return LeaseEffect::Unchanged;
+    };
+    let ttl_ms = |r: &TaskRecord| {
+        r.lease.as_ref().map_or(0, |l| {
+            u64::try_from(l.expires_at.as_millis() - now.as_millis()).unwrap_or(0)
+        })
+    };
+    let was_held = stored.is_some_and(|r| r.state.is_held());
+    if d.mints_fence() {
+        debug_assert!(after.state.is_held(), "a new fence is a held grant");
+        return LeaseEffect::Granted {
+            ttl_ms: ttl_ms(after),
+        };
+    }
+    if after.state.is_held() {
+        let before = d
+            .current
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .map(|l| l.expires_at);
+        let now_expires = after.lease.as_ref().map(|l| l.expires_at);
+        if before != now_expires {
+            return LeaseEffect::Extended {
+                ttl_ms: ttl_ms(after),
+            };
+        }
+        return LeaseEffect::Unchanged;
+    }
+    if was_held {
+        LeaseEffect::Ended
+    } else {
+        LeaseEffect::Unchanged
+    }
+}
+
+fn decide_request(
+    op: &Operation,
+    rec: Option<&TaskRecord>,
+    live: bool,
+    rules: LeaseRules,
+) -> Verdict {
+    let req = &op.request;
+    let actor = req.actor();
+    // Authority first, so a refusal says why rather than blaming the state.
+    if matches!(
+        req,
+        Request::Redispatch { .. } | Request::Finalize { .. } | Request::Cancel { fence: None, .. }
+    ) && !actor.is_operator()
+    {
+        return refuse(Refusal::OperatorRequired {
+            request: req.kind(),
+        });
+    }
+    if let Request::Declare { manifest } = req
+        && manifest.task_id != op.task
+    {
+        return Verdict::Invalid(Error::invalid(
+            "task_id",
+            format!(
+                "the manifest declares {:?}, not {:?}",
+                manifest.task_id.as_str(),
+                op.task.as_str()
+            ),
+        ));
+    }
+    if let Some(refusal) = check_preconditions(&op.pre, rec) {
+        return refuse(refusal);
+    }
+    let Some(rec) = rec else {
+        return match req {
+            Request::Claim { owner, ttl_ms } | Request::Recover { owner, ttl_ms } => {
+                let kind = if matches!(req, Request::Claim { .. }) {
+                    EventKind::Claimed
+                } else {
+                    EventKind::Recovered
+                };
+                create_bare(
+                    op,
+                    rules,
+                    owner,
+                    ttl_ms.unwrap_or(DEFAULT_BARE_TTL_MS),
+                    kind,
+                )
+            }
+            Request::Declare { manifest } => Verdict::Commit(create_declared(op, manifest)),
+            _ => refuse(Refusal::NotFound),
+        };
+    };
+    if req.is_holder_only()
+        && let Some(v) = check_holder(op, rec, live)
+    {
+        return v;
+    }
+    match req {
+        Request::Cancel { fence: None, .. }
+        | Request::Redispatch { .. }
+        | Request::Finalize { .. }
+        | Request::Annotate { .. }
+        | Request::Settle => operator::decide(op, rec),
+        Request::Claim { .. }
+        | Request::Recover { .. }
+        | Request::Renew { .. }
+        | Request::Release { .. }
+        | Request::Complete { .. }
+        | Request::Fail { .. }
+        | Request::Cancel { .. } => lease::decide(op, rec, live, rules),
+        Request::Declare { .. }
+        | Request::Register { .. }
+        | Request::TaskClaim { .. }
+        | Request::Start { .. }
+        | Request::Heartbeat { .. }
+        | Request::Succeed { .. }
+        | Request::TaskFail { .. }
+        | Request::Retry { .. } => registry::decide(op, rec, live, rules),
+    }
+}

@@ -1,0 +1,95 @@
+//! Operator requests (redispatch, finalize, cancel by an operator), the
+//! metadata merge, and a settle with nothing more to do.
+
+use super::*;
+
+/// Decides an operator request, a metadata merge or a settle.
+pub(super) fn decide(op: &Operation, rec: &TaskRecord) -> Verdict {
+    let req = &op.request;
+    let now = op.now;
+    let actor = req.actor();
+    match req {
+        Request::Cancel { fence: None, .. } => {
+            if rec.state == State::Cancelled {
+                return Verdict::Ack;
+            }
+            if rec.state.is_terminal() {
+                return illegal(rec, req);
+            }
+            close(
+                rec,
+                req,
+                actor,
+                State::Cancelled,
+                EventKind::Cancelled,
+                now,
+                |_| {},
+            )
+        }
+        Request::Redispatch { iteration, .. } => {
+            match rec.state {
+                State::Succeeded => return refuse(Refusal::Completed),
+                State::Failed | State::Cancelled | State::Stalled | State::NotStarted => {}
+                _ => return illegal(rec, req),
+            }
+            if *iteration <= rec.iteration {
+                return refuse(Refusal::IterationNotAdvanced {
+                    iteration: *iteration,
+                    current_iteration: rec.iteration,
+                });
+            }
+            let mut r = next(rec, now);
+            r.state = State::Registered;
+            reset_attempt_state(&mut r, now);
+            r.iteration = *iteration;
+            r.stalls = 0;
+            let e = draft(
+                &r,
+                EventKind::Redispatched,
+                Some(rec.state),
+                actor,
+                None,
+                now,
+            )
+            .details(json!({"previous_iteration": rec.iteration, "iteration": iteration}));
+            commit(r, vec![e])
+        }
+        Request::Finalize { error, .. } => {
+            if rec.state == State::Succeeded {
+                return refuse(Refusal::Completed);
+            }
+            if rec
+                .closure
+                .as_ref()
+                .is_some_and(|c| c.request == RequestKind::Finalize)
+            {
+                return Verdict::Ack;
+            }
+            let error = error
+                .clone()
+                .or_else(|| rec.error.clone())
+                .unwrap_or_else(|| json!({"code": "finalized"}));
+            close(
+                rec,
+                req,
+                actor,
+                State::Failed,
+                EventKind::Finalized,
+                now,
+                |r| r.error = Some(error),
+            )
+        }
+        Request::Annotate { metadata, .. } => {
+            let mut r = next(rec, now);
+            r.metadata
+                .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let keys: Vec<&String> = metadata.keys().collect();
+            let e = draft(&r, EventKind::Annotated, Some(rec.state), actor, None, now)
+                .details(json!({"keys": keys}));
+            commit(r, vec![e])
+        }
+        Request::Settle => Verdict::Ack,
+        // Every other request is decided by another concern's module.
+        _ => illegal(rec, req),
+    }
+}

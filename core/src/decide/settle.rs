@@ -1,0 +1,92 @@
+//! What time has already decided: an expired lease, a passed start
+//! deadline. Reads derive it; the next write persists it.
+
+use super::*;
+
+/// The record as it is at `now`: an expired lease shows as such, a passed
+/// start deadline as NOT_STARTED. Reads use this; it never writes.
+pub fn derive(record: &TaskRecord, lease_live: bool, now: Timestamp) -> TaskRecord {
+    match settle(record, lease_live, now) {
+        Some(c) => c.record,
+        None => record.clone(),
+    }
+}
+
+/// What time has already decided about `record`, as a change to persist:
+/// an expired lease stalls its attempt (claimable again while
+/// `stalls < max_attempts`, else STALLED), and a passed start deadline makes
+/// a DECLARED or REGISTERED task NOT_STARTED. `None` when nothing is due.
+pub fn settle(record: &TaskRecord, lease_live: bool, now: Timestamp) -> Option<Change> {
+    let mut r = record.clone();
+    let mut events = Vec::new();
+    if r.state.is_held() && !lease_live {
+        let from = r.state;
+        let (fence, expired_at) = match &r.lease {
+            Some(l) => (Some(l.fence), l.expires_at),
+            None => (None, now),
+        };
+        r.stalls = r.stalls.saturating_add(1);
+        let again = r.max_attempts().is_none_or(|max| r.stalls < max);
+        if again {
+            r.state = State::Registered;
+            r.current_step = 0;
+            // The start deadline counts afresh from when the attempt ended.
+            r.deadline_from = Some(expired_at.min(now));
+        } else {
+            r.state = State::Stalled;
+            r.finished_at = Some(now);
+            r.error = Some(json!({"code": "lease_expired", "expired_at": expired_at}));
+            r.closure = Some(Closure {
+                request: RequestKind::Expire,
+                actor: Actor::System,
+                fence,
+            });
+        }
+        events.push(
+            draft(
+                &r,
+                EventKind::Stalled,
+                Some(from),
+                Actor::System,
+                fence,
+                now,
+            )
+            .details(json!({
+                "expired_at": expired_at,
+                "stalls": r.stalls,
+                "max_attempts": r.max_attempts(),
+            })),
+        );
+    }
+    if matches!(r.state, State::Declared | State::Registered)
+        && r.due_at().is_some_and(|due| due <= now)
+    {
+        let from = r.state;
+        let due = r.due_at().unwrap_or(now);
+        r.state = State::NotStarted;
+        r.finished_at = Some(now);
+        r.error = Some(json!({"code": "start_deadline_exceeded", "deadline": due}));
+        r.closure = Some(Closure {
+            request: RequestKind::Deadline,
+            actor: Actor::System,
+            fence: None,
+        });
+        events.push(
+            draft(
+                &r,
+                EventKind::NotStarted,
+                Some(from),
+                Actor::System,
+                None,
+                now,
+            )
+            .details(json!({"deadline": due})),
+        );
+    }
+    if events.is_empty() {
+        return None;
+    }
+    r.revision += 1;
+    r.updated_at = now;
+    Some(finish(r, events, false))
+}
