@@ -37,6 +37,36 @@ pub enum StoreUrl {
     },
 }
 
+/// `min_ttl` (etcd): whole seconds, up to the longest lease TTL.
+const MIN_TTL_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(7 * 24 * 3600));
+/// `timeout` (etcd): long enough for a round trip, short enough to fail closed.
+const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(600));
+/// `busy_timeout` (SQLite, sled): no wait at all up to an hour.
+const BUSY_TIMEOUT_RANGE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(3600));
+
+/// A store URL's duration parameter, within `range`; the error names it.
+fn param(name: &str, value: &str, (lo, hi): (Duration, Duration)) -> Result<Duration, Error> {
+    let field = format!("store.{name}");
+    let d = humantime::parse_duration(value).map_err(|e| {
+        Error::invalid(
+            &field,
+            format!("must be a duration like 500ms, 2s or 1m (got {value:?}: {e})"),
+        )
+    })?;
+    if d < lo || d > hi {
+        return Err(Error::invalid(
+            &field,
+            format!(
+                "must be from {} to {} (got {value:?})",
+                humantime::format_duration(lo),
+                humantime::format_duration(hi)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
 impl StoreUrl {
     /// Parses `sqlite:PATH[?busy_timeout=DUR]`, `sled:PATH[?busy_timeout=DUR]`,
     /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory:`.
@@ -48,13 +78,9 @@ impl StoreUrl {
             let mut min_ttl = None;
             let mut timeout = None;
             for pair in query.split('&').filter(|p| !p.is_empty()) {
-                let dur = |v: &str| {
-                    humantime::parse_duration(v)
-                        .map_err(|e| bad(&format!("{pair:?} needs a duration like 2s: {e}")))
-                };
                 match pair.split_once('=') {
-                    Some(("min_ttl", v)) => min_ttl = Some(dur(v)?),
-                    Some(("timeout", v)) => timeout = Some(dur(v)?),
+                    Some(("min_ttl", v)) => min_ttl = Some(param("min_ttl", v, MIN_TTL_RANGE)?),
+                    Some(("timeout", v)) => timeout = Some(param("timeout", v, TIMEOUT_RANGE)?),
                     _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
                 }
             }
@@ -83,12 +109,7 @@ impl StoreUrl {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("busy_timeout", v)) => {
-                    let d = humantime::parse_duration(v).map_err(|e| {
-                        bad(&format!(
-                            "busy_timeout must be a duration like 500ms or 5s: {e}"
-                        ))
-                    })?;
-                    busy_timeout = Some(d);
+                    busy_timeout = Some(param("busy_timeout", v, BUSY_TIMEOUT_RANGE)?);
                 }
                 Some(("fault", "unavailable")) if scheme == "memory" => {
                     fault = Some(baton_core::fault::Fault::UnavailableBefore);
@@ -203,7 +224,8 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         } => {
             let mut opts = baton_adapter_fabric::FabricOptions::new(endpoints, &prefix);
             if let Some(t) = min_ttl {
-                opts.min_ttl_secs = t.as_secs().max(1);
+                // Rounded up to whole seconds, as etcd leases are.
+                opts.min_ttl_secs = t.as_millis().div_ceil(1000).try_into().unwrap_or(u64::MAX);
             }
             if let Some(t) = timeout {
                 opts.timeout = t;
@@ -248,11 +270,27 @@ mod tests {
                 timeout: None
             }
         );
+        for (url, field) in [
+            ("etcd://a:1/p?timeout=500000000000y", "store.timeout"),
+            ("etcd://a:1/p?timeout=0s", "store.timeout"),
+            ("etcd://a:1/p?min_ttl=18446744073709557s", "store.min_ttl"),
+            ("etcd://a:1/p?min_ttl=9000000000s", "store.min_ttl"),
+            ("etcd://a:1/p?min_ttl=soon", "store.min_ttl"),
+            ("sqlite:x?busy_timeout=2h", "store.busy_timeout"),
+            (
+                "sled:x?busy_timeout=99999999999999999999s",
+                "store.busy_timeout",
+            ),
+        ] {
+            let e = StoreUrl::parse(url).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{url}: {e}");
+        }
+        assert!(StoreUrl::parse("etcd://a:1/p?min_ttl=1500ms&timeout=10m").is_ok());
         for bad in [
             "ftp:x",
             "nothing",
             "sqlite:",
-            "sqlite:x?busy_timeout=soon",
+            "sqlite:x?colour=soon",
             "sqlite:x?colour=red",
             "sqlite:x?group_commit=maybe",
             "etcd://",
