@@ -8,8 +8,8 @@ use baton_core::{
     Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide_with, live_lease,
 };
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -87,11 +87,18 @@ struct Found {
     holder: Option<KeyValue>,
 }
 
+/// The most records one scan request asks for. A record is at most about
+/// 100 KiB (a 64 KiB manifest, a 16 KiB error, 16 KiB of metadata, evidence),
+/// so a page stays under the 4 MiB an etcd reply may carry.
+const SCAN_PAGE: usize = 32;
+
 /// gRPC's status code UNAVAILABLE (etcd-client does not re-export tonic's `Code`).
 const GRPC_UNAVAILABLE: i32 = 14;
 /// etcd's `rpctypes.ErrGRPCNoLeader`: a member with no leader refuses a
 /// request before proposing it.
 const ETCD_NO_LEADER: &str = "etcdserver: no leader";
+/// etcd's `rpctypes.ErrGRPCLeaseExist`: a lease with that id was granted.
+const ETCD_LEASE_EXISTS: &str = "etcdserver: lease already exists";
 
 /// What an etcd error proves about a request, from its gRPC status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,14 +294,32 @@ impl FabricStore {
         let _ = tokio::time::timeout(self.opts.timeout, c.lease_revoke(id)).await;
     }
 
+    /// Grants a lease under an id of our own choosing, so a grant retried
+    /// after a lost reply finds the lease it made ("already exists")
+    /// instead of making a second one that nothing would ever revoke.
     async fn grant_lease(&self, secs: u64) -> Result<i64> {
         let ttl = i64::try_from(secs).unwrap_or(i64::MAX);
-        let resp = self
-            .safe("lease grant", |mut c| async move {
-                c.lease_grant(ttl, None).await
-            })
-            .await?;
-        Ok(resp.id())
+        // A positive id etcd has not handed out: random, from a v4 UUID.
+        let id = i64::from_be_bytes(
+            uuid::Uuid::new_v4().as_bytes()[..8]
+                .try_into()
+                .unwrap_or([0, 0, 0, 0, 0, 0, 0, 1]),
+        ) & i64::MAX;
+        let id = id.max(1);
+        self.safe("lease grant", |mut c| async move {
+            match c
+                .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(etcd_client::Error::GRpcStatus(s)) if s.message() == ETCD_LEASE_EXISTS => {
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .await?;
+        Ok(id)
     }
 
     async fn apply_op(&self, op: Operation) -> Result<Decision> {
@@ -420,33 +445,34 @@ impl FabricStore {
             }
             let txn = Txn::new().when(compares).and_then(ops);
             let sent = tokio::time::timeout(self.opts.timeout, self.client.clone().txn(txn)).await;
-            match sent {
-                Ok(Ok(resp)) if resp.succeeded() => {
-                    let Some(header) = resp.header() else {
-                        // Committed, but the reply does not say at which
-                        // revision: the stored record does.
-                        return self
-                            .resolve(
-                                &task,
-                                &request_id,
-                                d,
-                                Some("a reply without a header".into()),
-                            )
-                            .await;
-                    };
-                    self.commits.fetch_add(1, Ordering::Relaxed);
-                    d.assign_fence(self.revision("a transaction's revision", header.revision())?);
-                    // The holder key moved to a new lease, or went: the lease it
-                    // was on holds nothing now. Revoke it rather than leave it
-                    // to expire (a long TTL would keep it for hours).
-                    let replaced = found.holder.as_ref().map(KeyValue::lease);
-                    if let Some(old) = replaced.filter(|l| *l != 0 && Some(*l) != lease_id)
-                        && d.lease != LeaseEffect::Unchanged
-                    {
-                        self.revoke(old).await;
+            // The lease the holder key was on, which a committed grant,
+            // renewal or end leaves holding nothing.
+            let replaced =
+                found.holder.as_ref().map(KeyValue::lease).filter(|l| {
+                    *l != 0 && Some(*l) != lease_id && d.lease != LeaseEffect::Unchanged
+                });
+            let landed = match sent {
+                Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
+                    Some(header) => {
+                        self.commits.fetch_add(1, Ordering::Relaxed);
+                        let fence = self.revision("a transaction's revision", header.revision());
+                        fence.map(|f| {
+                            d.assign_fence(f);
+                            d
+                        })
                     }
-                    return Ok(d);
-                }
+                    // Committed, but the reply does not say at which revision:
+                    // the stored record does.
+                    None => {
+                        self.resolve(
+                            &task,
+                            &request_id,
+                            d,
+                            Some("a reply without a header".into()),
+                        )
+                        .await
+                    }
+                },
                 Ok(Ok(_)) => {
                     // Someone changed what we read: let the unused lease go and decide again.
                     if let Some(id) = lease_id {
@@ -457,6 +483,9 @@ impl FabricStore {
                 Ok(Err(e)) if cause_of(&e) == Cause::NeverSent => {
                     // Refused before it reached a leader: nothing was applied, so
                     // deciding again (likely through another member) is safe.
+                    if let Some(id) = lease_id {
+                        self.revoke(id).await;
+                    }
                     if tokio::time::Instant::now() >= deadline {
                         return Err(self.map_err("write", e));
                     }
@@ -464,12 +493,19 @@ impl FabricStore {
                     continue;
                 }
                 Ok(Err(e)) => {
-                    return self
-                        .resolve(&task, &request_id, d, Some(describe(&e)))
-                        .await;
+                    self.resolve(&task, &request_id, d, Some(describe(&e)))
+                        .await
                 }
-                Err(_) => return self.resolve(&task, &request_id, d, None).await,
+                Err(_) => self.resolve(&task, &request_id, d, None).await,
+            };
+            if landed.is_ok()
+                && let Some(old) = replaced
+            {
+                // Revoked rather than left to expire: a long TTL would keep it
+                // for hours.
+                self.revoke(old).await;
             }
+            return landed;
         }
         Err(Error::unavailable(format!(
             "etcd prefix {:?}: {task}: {} attempts all lost to concurrent changes",
@@ -538,9 +574,16 @@ impl FabricStore {
         let mut pinned: Option<i64> = None;
         loop {
             let (s, e) = (start.clone(), end.clone());
+            // Never more keys than the caller still wants (when every state
+            // counts), and never more than fit in one reply.
+            let page = match states {
+                None => SCAN_PAGE.min(limit.saturating_sub(out.len()).max(1)),
+                Some(_) => SCAN_PAGE,
+            };
+            let page = i64::try_from(page).unwrap_or(1);
             let resp = self
                 .safe("list", |mut c| {
-                    let mut o = GetOptions::new().with_range(e.clone()).with_limit(512);
+                    let mut o = GetOptions::new().with_range(e.clone()).with_limit(page);
                     if let Some(r) = pinned {
                         o = o.with_revision(r);
                     }
