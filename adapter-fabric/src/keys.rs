@@ -1,5 +1,9 @@
 //! Key layout under a store's prefix. Task ids are hex-encoded so that no
 //! task's keys are a prefix of another's ('/' may appear in ids).
+//!
+//! A store's keys all begin with its normalised prefix and a NUL byte
+//! (`PREFIX\0t/...`). A prefix holds no NUL, so no store's key space
+//! contains another's, however the prefixes nest (`a` and `a/t`).
 
 pub fn hex(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 2);
@@ -22,16 +26,35 @@ pub struct Keys {
     prefix: String,
 }
 
+/// The prefix a store is named by when none is given.
+pub const DEFAULT_PREFIX: &str = "baton";
+
+/// A prefix as it names a store: `/` separates segments, so leading,
+/// trailing and repeated slashes are dropped (`a`, `/a`, `a/` and `//a//`
+/// name one store); empty is [`DEFAULT_PREFIX`].
+pub fn normalise_prefix(prefix: &str) -> String {
+    let p = prefix
+        .split('/')
+        .filter(|seg| !seg.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    if p.is_empty() {
+        DEFAULT_PREFIX.to_owned()
+    } else {
+        p
+    }
+}
+
 impl Keys {
     pub fn new(prefix: &str) -> Keys {
-        let p = prefix.trim_matches('/');
         Keys {
-            prefix: if p.is_empty() {
-                "baton/".to_owned()
-            } else {
-                format!("{p}/")
-            },
+            prefix: format!("{}\0", normalise_prefix(prefix)),
         }
+    }
+
+    /// Where an earlier layout kept this store's task records (`PREFIX/t/`).
+    pub fn earlier_layout_tasks(prefix: &str) -> String {
+        format!("{}/t/", normalise_prefix(prefix))
     }
 
     /// The task record (never lease-bound).
@@ -102,5 +125,30 @@ mod tests {
         assert!(!k.events_of("a").starts_with(&k.events_of("a/b")));
         assert!(!k.events_of("a/b").starts_with(&k.events_of("a")));
         assert_eq!(prefix_end("ab"), b"ac".to_vec());
+    }
+
+    #[test]
+    fn no_store_contains_another_however_prefixes_nest() {
+        for p in ["a", "/a", "a/", "//a//"] {
+            assert_eq!(normalise_prefix(p), "a");
+        }
+        assert_eq!(normalise_prefix(""), DEFAULT_PREFIX);
+        assert_eq!(normalise_prefix("x//y/"), "x/y");
+        let outer = Keys::new("z");
+        for inner in ["z/o", "z/t", "z/h", "z/e", "z/t/x", "z/o/deep"] {
+            let inner = Keys::new(inner);
+            for (o, i) in [
+                (outer.tasks(), inner.task("victim")),
+                (outer.holders(), inner.holder("victim")),
+                (outer.events(), inner.events_of("victim")),
+                (
+                    outer.outboxes(),
+                    inner.outbox("3f2b8c1e-0000-5000-8000-000000000000"),
+                ),
+            ] {
+                assert!(!i.starts_with(&o), "{i:?} inside {o:?}");
+                assert!(!o.starts_with(&i), "{o:?} inside {i:?}");
+            }
+        }
     }
 }

@@ -160,6 +160,15 @@ fn endpoints(list: &[String]) -> String {
 impl FabricStore {
     /// Connects to the cluster (failing closed within the timeout).
     pub async fn connect(opts: FabricOptions) -> Result<FabricStore> {
+        if let Some(c) = opts.prefix.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid(
+                "prefix",
+                format!(
+                    "must not contain control characters (found U+{:04X})",
+                    c as u32
+                ),
+            ));
+        }
         if opts.endpoints.is_empty() {
             return Err(Error::invalid(
                 "store",
@@ -187,12 +196,46 @@ impl FabricStore {
                 )));
             }
         };
-        Ok(FabricStore {
+        let store = FabricStore {
             client,
             keys: Keys::new(&opts.prefix),
             opts,
             commits: Default::default(),
-        })
+        };
+        store.refuse_earlier_layout().await?;
+        Ok(store)
+    }
+
+    /// An earlier baton kept a store's records at `PREFIX/t/<hex task>`,
+    /// where a store with a nested prefix could reach them. Such a store is
+    /// refused, not silently shown empty: it must be moved or rewritten.
+    async fn refuse_earlier_layout(&self) -> Result<()> {
+        let old = crate::keys::Keys::earlier_layout_tasks(&self.opts.prefix);
+        let resp = self
+            .safe("open", |mut c| {
+                let old = old.clone();
+                async move {
+                    let o = GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_limit(16);
+                    c.get(old, Some(o)).await
+                }
+            })
+            .await?;
+        let earlier = resp.kvs().iter().any(|kv| {
+            kv.key()
+                .strip_prefix(old.as_bytes())
+                .is_some_and(|rest| !rest.is_empty() && rest.iter().all(u8::is_ascii_hexdigit))
+        });
+        if earlier {
+            return Err(Error::unsupported(format!(
+                "etcd prefix {:?}: records in the layout of an earlier baton (keys under {old:?}), which nested prefixes could reach; this build keeps each store under \"PREFIX\\0\" and does not read them",
+                self.opts.prefix
+            ))
+            .with_context(self.context()));
+        }
+        Ok(())
     }
 
     fn context(&self) -> String {

@@ -130,3 +130,77 @@ async fn large_records_list_and_sweep_in_pages_that_fit() {
     assert_eq!(seen, 80);
     a.sweep(true).await.unwrap();
 }
+
+/// Stores with different prefixes never see each other's keys, however the
+/// prefixes nest; `a`, `/a`, `a/` and `//a//` name one store; a store left
+/// in an earlier layout is refused rather than shown empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_isolate_stores_however_they_nest() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let outer = authority(&cluster, "n").await;
+    let w = id("w");
+    outer.claim(&id("mine"), &w, None).await.unwrap();
+    for nested in ["n/t", "n/h", "n/e", "n/o", "n/t/deep"] {
+        let inner = authority(&cluster, nested).await;
+        let g = inner
+            .claim(&id("victim"), &id("o"), Some(60_000))
+            .await
+            .unwrap();
+        assert!(g.grant().is_some(), "{nested}");
+        let m = baton_core::Manifest::from_value(&serde_json::json!({
+            "task_id": "declared", "executor": "ci", "source_branch": "main",
+            "source_oid": "0", "target_version": "1", "steps": ["a"],
+        }))
+        .unwrap();
+        inner.declare(m).await.unwrap();
+    }
+    let all = outer.list(None, None, 100).await.unwrap().items;
+    let names: Vec<&str> = all.iter().map(|r| r.task.as_str()).collect();
+    assert_eq!(names, ["mine"], "the outer store sees only its own task");
+    for cursor in ["a", "mine", "victim", "zzzz", "\u{ff}"] {
+        let page = outer.list(None, Some(cursor), 100).await.unwrap().items;
+        assert!(page.iter().all(|r| r.task.as_str() == "mine"), "{cursor}");
+    }
+    outer.sweep(false).await.unwrap();
+    assert!(outer.get(&id("victim")).await.unwrap().is_none());
+    let events = outer.events(None, None, 100).await.unwrap().items;
+    assert!(
+        events.iter().all(|e| e.task.as_str() == "mine"),
+        "{events:?}"
+    );
+
+    let a = authority(&cluster, "a").await;
+    let g = a
+        .claim(&id("one"), &w, None)
+        .await
+        .unwrap()
+        .grant()
+        .unwrap();
+    for same in ["/a", "a/", "//a//"] {
+        let h = authority(&cluster, same)
+            .await
+            .holder(&id("one"))
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.grant.fence, g.fence, "{same:?} names the store \"a\"");
+    }
+
+    // A store written by an earlier layout (records at PREFIX/t/<hex>).
+    let mut raw = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .unwrap();
+    raw.put("old/t/6869", "{}", None).await.unwrap();
+    let e = FabricStore::connect(FabricOptions::new(cluster.endpoints(), "old"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    assert!(e.message.contains("earlier baton"), "{e}");
+    let e = FabricStore::connect(FabricOptions::new(cluster.endpoints(), "bad\u{0}p"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("prefix"));
+}

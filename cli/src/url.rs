@@ -84,6 +84,15 @@ impl StoreUrl {
                     _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
                 }
             }
+            if let Some(c) = prefix.chars().find(|c| c.is_control()) {
+                return Err(Error::invalid(
+                    "store.prefix",
+                    format!(
+                        "must not contain control characters (found U+{:04X})",
+                        c as u32
+                    ),
+                ));
+            }
             let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
             if endpoints.iter().any(|e| e.is_empty() || !e.contains(':')) {
                 return Err(bad(
