@@ -92,6 +92,26 @@ struct Found {
 /// so a page stays under the 4 MiB an etcd reply may carry.
 const SCAN_PAGE: usize = 32;
 
+/// How many times a scan starts again after its revision was compacted.
+const SCAN_RESTARTS: usize = 5;
+/// gRPC's status code OUT_OF_RANGE: etcd's answer for a read at a revision
+/// it has compacted (or not reached yet).
+const GRPC_OUT_OF_RANGE: i32 = 11;
+
+/// A read at a pinned revision: `Ok(None)` when etcd no longer has that
+/// revision, so the caller can read again at the current one.
+fn not_compacted<T>(
+    r: std::result::Result<T, etcd_client::Error>,
+) -> std::result::Result<Option<T>, etcd_client::Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(etcd_client::Error::GRpcStatus(s)) if i32::from(s.code()) == GRPC_OUT_OF_RANGE => {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// gRPC's status code UNAVAILABLE (etcd-client does not re-export tonic's `Code`).
 const GRPC_UNAVAILABLE: i32 = 14;
 /// etcd's `rpctypes.ErrGRPCNoLeader`: a member with no leader refuses a
@@ -604,6 +624,29 @@ impl FabricStore {
         limit: usize,
         states: Option<&BTreeSet<baton_core::State>>,
     ) -> Result<Vec<Snapshot>> {
+        // A page read at one revision; if that revision is compacted away
+        // between two requests of the scan, the scan starts again at the
+        // current one (bounded), instead of asking for it again and again.
+        for _ in 0..SCAN_RESTARTS {
+            if let Some(found) = self.scan_at_one_revision(after, limit, states).await? {
+                return Ok(found);
+            }
+        }
+        Err(Error::unavailable(format!(
+            "etcd prefix {:?}: list: the cluster compacted the revision being read {SCAN_RESTARTS} times running",
+            self.opts.prefix
+        ))
+        .with_context(self.context()))
+    }
+
+    /// One attempt of [`FabricStore::scan`]; `None` when the revision it
+    /// read at was compacted before it finished.
+    async fn scan_at_one_revision(
+        &self,
+        after: Option<&TaskId>,
+        limit: usize,
+        states: Option<&BTreeSet<baton_core::State>>,
+    ) -> Result<Option<Vec<Snapshot>>> {
         let end = prefix_end(&self.keys.tasks());
         let mut start = match after {
             Some(a) => {
@@ -631,9 +674,12 @@ impl FabricStore {
                         o = o.with_revision(r);
                     }
                     let s = s.clone();
-                    async move { c.get(s, Some(o)).await }
+                    async move { not_compacted(c.get(s, Some(o)).await) }
                 })
                 .await?;
+            let Some(resp) = resp else {
+                return Ok(None);
+            };
             pinned = pinned.or_else(|| resp.header().map(|h| h.revision()));
             let kvs = resp.kvs();
             for kv in kvs {
@@ -666,9 +712,12 @@ impl FabricStore {
                         o = o.with_revision(r);
                     }
                     let from = from.clone();
-                    async move { c.get(from, Some(o)).await }
+                    async move { not_compacted(c.get(from, Some(o)).await) }
                 })
                 .await?;
+            let Some(resp) = resp else {
+                return Ok(None);
+            };
             let hp = self.keys.holders();
             for kv in resp.kvs() {
                 if let Some(t) = std::str::from_utf8(kv.key())
@@ -682,13 +731,14 @@ impl FabricStore {
         }
         // Liveness is the holder key's presence at the scan's revision (the
         // engine's clock), never a comparison with the caller's time.
-        Ok(out
-            .into_iter()
-            .map(|record| {
-                let lease_live = live_lease(&record, live.contains(record.task.as_str()));
-                Snapshot { record, lease_live }
-            })
-            .collect())
+        Ok(Some(
+            out.into_iter()
+                .map(|record| {
+                    let lease_live = live_lease(&record, live.contains(record.task.as_str()));
+                    Snapshot { record, lease_live }
+                })
+                .collect(),
+        ))
     }
 
     /// Items under `prefix` in creation order with seq > `after`.

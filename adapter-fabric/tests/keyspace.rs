@@ -204,3 +204,63 @@ async fn prefixes_isolate_stores_however_they_nest() {
         .unwrap_err();
     assert_eq!(e.field.as_deref(), Some("prefix"));
 }
+
+/// Compactions while lists read page after page: a list that loses its
+/// revision starts again at the current one instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_list_survives_compactions_between_its_pages() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let a = Arc::new(authority(&cluster, "compact").await);
+    let w = id("w");
+    for i in 0..120 {
+        a.claim(&id(&format!("seed-{i:03}")), &w, Some(600_000))
+            .await
+            .unwrap();
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let compactor = {
+        let (a, stop, endpoints) = (a.clone(), stop.clone(), cluster.endpoints());
+        tokio::spawn(async move {
+            let mut raw = etcd_client::Client::connect(endpoints, None).await.unwrap();
+            let mut compactions = 0u32;
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                a.claim(&id(&format!("churn-{n}")), &id("w"), Some(600_000))
+                    .await
+                    .unwrap();
+                let rev = raw
+                    .get("x", None)
+                    .await
+                    .unwrap()
+                    .header()
+                    .unwrap()
+                    .revision();
+                if raw.compact(rev, None).await.is_ok() {
+                    compactions += 1;
+                }
+                // Often, as a cluster under a tight retention compacts.
+                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+            }
+            compactions
+        })
+    };
+    for round in 0..40 {
+        let page = a.list(None, None, 120).await;
+        let page = page.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(page.items.len(), 120, "round {round}");
+        let running = a
+            .list(Some(baton_core::State::Claimed), None, 120)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(running.items.len(), 120);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let compactions = compactor.await.unwrap();
+    assert!(
+        compactions > 10,
+        "the cluster was compacted {compactions} times"
+    );
+}

@@ -45,20 +45,21 @@ const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration
 /// `busy_timeout` (SQLite, sled): no wait at all up to an hour.
 const BUSY_TIMEOUT_RANGE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(3600));
 
-/// A store URL's duration parameter, within `range`; the error names it.
+/// A store URL's duration parameter, within `range`. The error's field is
+/// `store`, as for every part of a store URL, and its message names the
+/// parameter first.
 fn param(name: &str, value: &str, (lo, hi): (Duration, Duration)) -> Result<Duration, Error> {
-    let field = format!("store.{name}");
     let d = humantime::parse_duration(value).map_err(|e| {
         Error::invalid(
-            &field,
-            format!("must be a duration like 500ms, 2s or 1m (got {value:?}: {e})"),
+            "store",
+            format!("{name} must be a duration like 500ms, 2s or 1m (got {value:?}: {e})"),
         )
     })?;
     if d < lo || d > hi {
         return Err(Error::invalid(
-            &field,
+            "store",
             format!(
-                "must be from {} to {} (got {value:?})",
+                "{name} must be from {} to {} (got {value:?})",
                 humantime::format_duration(lo),
                 humantime::format_duration(hi)
             ),
@@ -86,9 +87,9 @@ impl StoreUrl {
             }
             if let Some(c) = prefix.chars().find(|c| c.is_control()) {
                 return Err(Error::invalid(
-                    "store.prefix",
+                    "store",
                     format!(
-                        "must not contain control characters (found U+{:04X})",
+                        "the prefix must not contain control characters (found U+{:04X})",
                         c as u32
                     ),
                 ));
@@ -279,27 +280,25 @@ mod tests {
                 timeout: None
             }
         );
-        for (url, field) in [
-            ("etcd://a:1/p?timeout=500000000000y", "store.timeout"),
-            ("etcd://a:1/p?timeout=0s", "store.timeout"),
-            ("etcd://a:1/p?min_ttl=18446744073709557s", "store.min_ttl"),
-            ("etcd://a:1/p?min_ttl=9000000000s", "store.min_ttl"),
-            ("etcd://a:1/p?min_ttl=soon", "store.min_ttl"),
-            ("sqlite:x?busy_timeout=2h", "store.busy_timeout"),
-            (
-                "sled:x?busy_timeout=99999999999999999999s",
-                "store.busy_timeout",
-            ),
+        for (url, param) in [
+            ("etcd://a:1/p?timeout=500000000000y", "timeout"),
+            ("etcd://a:1/p?timeout=0s", "timeout"),
+            ("etcd://a:1/p?min_ttl=18446744073709557s", "min_ttl"),
+            ("etcd://a:1/p?min_ttl=9000000000s", "min_ttl"),
+            ("etcd://a:1/p?min_ttl=soon", "min_ttl"),
+            ("sqlite:x?busy_timeout=2h", "busy_timeout"),
+            ("sled:x?busy_timeout=99999999999999999999s", "busy_timeout"),
         ] {
             let e = StoreUrl::parse(url).unwrap_err();
-            assert_eq!(e.field.as_deref(), Some(field), "{url}: {e}");
+            assert_eq!(e.field.as_deref(), Some("store"), "{url}: {e}");
+            assert!(e.message.starts_with(param), "{url}: {e}");
         }
         assert!(StoreUrl::parse("etcd://a:1/p?min_ttl=1500ms&timeout=10m").is_ok());
         for bad in [
             "ftp:x",
             "nothing",
             "sqlite:",
-            "sqlite:x?colour=soon",
+            "sqlite:x?busy_timeout=soon",
             "sqlite:x?colour=red",
             "sqlite:x?group_commit=maybe",
             "etcd://",
