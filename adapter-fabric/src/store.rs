@@ -48,6 +48,16 @@ impl FabricOptions {
 #[derive(Clone)]
 pub struct FabricStore {
     client: Client,
+    /// One client per member, for retries: a call that went unanswered is
+    /// sent again to the next member in turn, not back through a balancer
+    /// that may pick the same hung member again.
+    members: Vec<Client>,
+    /// Where the next call starts in `members` (spreads the load).
+    turn: std::sync::Arc<AtomicU64>,
+    /// Per member, until when (ms since `born`) it is passed over because a
+    /// call to it went unanswered.
+    suspect: std::sync::Arc<Vec<AtomicU64>>,
+    born: std::time::Instant,
     keys: Keys,
     opts: FabricOptions,
     commits: std::sync::Arc<AtomicU64>,
@@ -85,6 +95,8 @@ const PER_TXN: u64 = 256;
 struct Found {
     record: Option<(TaskRecord, i64)>,
     holder: Option<KeyValue>,
+    /// The request id of the write that stored the record.
+    written_by: Option<String>,
 }
 
 /// The most records one scan request asks for. A record is at most about
@@ -200,6 +212,15 @@ impl FabricStore {
             .with_connect_timeout(opts.timeout)
             .with_require_leader(true)
             .with_keep_alive(Duration::from_secs(2), opts.timeout);
+        let mut members = Vec::with_capacity(opts.endpoints.len());
+        for ep in &opts.endpoints {
+            // Connections are made as calls need them: a hung member costs
+            // nothing here.
+            let one = Client::connect([ep.as_str()], Some(connect.clone()));
+            if let Ok(Ok(c)) = tokio::time::timeout(opts.timeout, one).await {
+                members.push(c);
+            }
+        }
         let fut = Client::connect(opts.endpoints.clone(), Some(connect));
         let client = match tokio::time::timeout(opts.timeout, fut).await {
             Ok(Ok(c)) => c,
@@ -218,6 +239,10 @@ impl FabricStore {
         };
         let store = FabricStore {
             client,
+            suspect: std::sync::Arc::new(members.iter().map(|_| AtomicU64::new(0)).collect()),
+            members,
+            turn: Default::default(),
+            born: std::time::Instant::now(),
             keys: Keys::new(&opts.prefix),
             opts,
             commits: Default::default(),
@@ -291,11 +316,22 @@ impl FabricStore {
     {
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         let mut last = None;
+        let start = self.next_turn();
         for attempt in 0..10u64 {
-            match tokio::time::timeout_at(deadline, f(self.client.clone())).await {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let until = (now + self.attempt_timeout()).min(deadline);
+            let (client, member) = self.client_for(start, attempt);
+            match tokio::time::timeout_at(until, f(client)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => last = Some(e),
-                Err(_) => break,
+                // A member that does not answer: ask the next.
+                Err(_) => {
+                    self.suspect(member);
+                    continue;
+                }
             }
             tokio::time::sleep(Duration::from_millis(10 * attempt)).await;
         }
@@ -326,14 +362,26 @@ impl FabricStore {
         });
         let record_kv = kvs.next().flatten();
         let holder = kvs.next().flatten();
-        let record = match record_kv {
-            Some(kv) => Some((self.decode_record(&kv)?, kv.mod_revision())),
-            None => None,
+        let (record, written_by) = match record_kv {
+            Some(kv) => {
+                let (r, by) = self.decode_envelope(&kv)?;
+                (Some((r, kv.mod_revision())), Some(by))
+            }
+            None => (None, None),
         };
-        Ok(Found { record, holder })
+        Ok(Found {
+            record,
+            holder,
+            written_by,
+        })
     }
 
     fn decode_record(&self, kv: &KeyValue) -> Result<TaskRecord> {
+        self.decode_envelope(kv).map(|(r, _)| r)
+    }
+
+    /// A stored record, and the id of the request that wrote it.
+    fn decode_envelope(&self, kv: &KeyValue) -> Result<(TaskRecord, String)> {
         let env: Envelope = serde_json::from_slice(kv.value()).map_err(|e| {
             Error::corrupt(format!(
                 "etcd prefix {:?}: a record does not decode: {e}",
@@ -347,14 +395,62 @@ impl FabricStore {
         {
             l.fence = self.revision("a grant's revision", kv.mod_revision())?;
         }
-        Ok(r)
+        Ok((r, env.request))
+    }
+
+    /// How long one call may take before it is sent again (to whichever
+    /// member the client picks next): a third of the deadline, so a member
+    /// that hangs costs one short wait, not the whole deadline.
+    /// The client for attempt `n` of a call that starts at `start`: the
+    /// balanced client when there are no per-member ones, else each member
+    /// in turn.
+    fn client_for(&self, start: u64, n: u64) -> (Client, Option<usize>) {
+        if self.members.is_empty() {
+            return (self.client.clone(), None);
+        }
+        let len = self.members.len();
+        let now = self.since_born_ms();
+        let first = usize::try_from((start + n) % len as u64).unwrap_or(0);
+        // The first member in turn that has not just failed to answer; if
+        // every one has, the one in turn.
+        let i = (0..len)
+            .map(|k| (first + k) % len)
+            .find(|i| self.suspect[*i].load(Ordering::Relaxed) <= now)
+            .unwrap_or(first);
+        (self.members[i].clone(), Some(i))
+    }
+
+    /// Passes over member `i` for a while: a call to it went unanswered.
+    fn suspect(&self, i: Option<usize>) {
+        if let Some(i) = i {
+            let until = self.since_born_ms() + 5_000;
+            self.suspect[i].store(until, Ordering::Relaxed);
+        }
+    }
+
+    fn since_born_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn next_turn(&self) -> u64 {
+        self.turn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn attempt_timeout(&self) -> Duration {
+        (self.opts.timeout / 3).max(Duration::from_millis(100))
     }
 
     /// Revokes a lease that holds no grant any more. Best effort, within the
     /// deadline: a lease that is not revoked still expires with its TTL.
     async fn revoke(&self, id: i64) {
-        let mut c = self.client.clone();
-        let _ = tokio::time::timeout(self.opts.timeout, c.lease_revoke(id)).await;
+        // An answer of any kind ends it (a lease already gone is fine); only
+        // a member that does not answer is asked again, through the next.
+        let _ = self
+            .safe("lease revoke", |mut c| async move {
+                let _ = c.lease_revoke(id).await;
+                Ok::<(), etcd_client::Error>(())
+            })
+            .await;
     }
 
     /// Grants a lease under an id of our own choosing, so a grant retried
@@ -390,8 +486,16 @@ impl FabricStore {
         let task = op.task.as_str().to_owned();
         let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
-        for _ in 0..self.opts.max_attempts {
+        // Writes sent whose replies never came: each is guarded by the
+        // revisions it read, so once anything else commits on top of those it
+        // can never land; until then, the record says whether it did.
+        let mut unanswered: Vec<(String, Decision, Option<i64>)> = Vec::new();
+        let start = self.next_turn();
+        for attempt in 0..self.opts.max_attempts as u64 {
             let found = self.find(&task).await?;
+            if let Some(landed) = self.landed(&found, &mut unanswered).await {
+                return landed;
+            }
             let record = found.record.as_ref().map(|(r, _)| r);
             let live = record.is_some_and(|r| live_lease(r, found.holder.is_some()));
             let mut d = decide_with(&op, record, live, rules);
@@ -507,7 +611,11 @@ impl FabricStore {
                 ));
             }
             let txn = Txn::new().when(compares).and_then(ops);
-            let sent = tokio::time::timeout(self.opts.timeout, self.client.clone().txn(txn)).await;
+            let (mut client, member) = self.client_for(start, attempt);
+            let sent = tokio::time::timeout(self.attempt_timeout(), client.txn(txn)).await;
+            if sent.is_err() {
+                self.suspect(member);
+            }
             // The lease the holder key was on, which a committed grant,
             // renewal or end leaves holding nothing.
             let replaced =
@@ -555,25 +663,78 @@ impl FabricStore {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                Ok(Err(e)) => {
-                    self.resolve(&task, &request_id, d, Some(describe(&e)))
-                        .await
+                // No reply (a member that hangs, a reply lost): read again and
+                // either find this write landed or decide anew on what is there.
+                Ok(Err(_)) | Err(_) => {
+                    unanswered.push((request_id, d, lease_id));
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    continue;
                 }
-                Err(_) => self.resolve(&task, &request_id, d, None).await,
             };
-            if landed.is_ok()
-                && let Some(old) = replaced
-            {
-                // Revoked rather than left to expire: a long TTL would keep it
-                // for hours.
-                self.revoke(old).await;
+            if landed.is_ok() {
+                // Revoked rather than left to expire (a long TTL would keep
+                // them for hours): the lease the holder key left, and those of
+                // earlier attempts, which can no longer land.
+                if let Some(old) = replaced {
+                    self.revoke(old).await;
+                }
+                for (_, _, lease) in unanswered.drain(..) {
+                    if let Some(id) = lease {
+                        self.revoke(id).await;
+                    }
+                }
             }
             return landed;
+        }
+        if !unanswered.is_empty() {
+            // Out of time with writes unanswered: one last look.
+            return match self.find(&task).await {
+                Ok(found) => match self.landed(&found, &mut unanswered).await {
+                    Some(landed) => landed,
+                    None => Err(Error::indeterminate(format!(
+                        "etcd: {task}: {} writes went unanswered within {:?} and none has landed yet; one may still: read before retrying",
+                        unanswered.len(),
+                        self.opts.timeout
+                    ))
+                    .with_context(self.context())),
+                },
+                Err(e) => Err(Error::indeterminate(format!(
+                    "etcd: {task}: a write went unanswered and the cluster cannot be read ({}); read before retrying",
+                    e.message
+                ))
+                .with_context(self.context())),
+            };
         }
         Err(Error::unavailable(format!(
             "etcd prefix {:?}: {task}: {} attempts all lost to concurrent changes",
             self.opts.prefix, self.opts.max_attempts
         )))
+    }
+
+    /// Whether one of the unanswered writes is the one that stored the record
+    /// just read: then it is the answer (the others can never land, so
+    /// their leases are revoked).
+    async fn landed(
+        &self,
+        found: &Found,
+        unanswered: &mut Vec<(String, Decision, Option<i64>)>,
+    ) -> Option<Result<Decision>> {
+        let by = found.written_by.as_ref()?;
+        let rev = found.record.as_ref()?.1;
+        let i = unanswered.iter().position(|(id, _, _)| id == by)?;
+        let (_, mut d, _) = unanswered.swap_remove(i);
+        for (_, _, lease) in unanswered.drain(..) {
+            if let Some(id) = lease {
+                self.revoke(id).await;
+            }
+        }
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Some(self.revision("a transaction's revision", rev).map(|fence| {
+            d.assign_fence(fence);
+            d
+        }))
     }
 
     /// A transaction's reply was lost: find out whether it landed.

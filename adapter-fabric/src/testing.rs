@@ -246,6 +246,25 @@ impl EtcdCluster {
         }
     }
 
+    /// Freezes member `i` with SIGSTOP: its sockets stay open and accept,
+    /// but it answers nothing (a hung process, a stalled VM).
+    pub fn pause(&self, i: usize) {
+        if let Some(pid) = self.members[i].pid {
+            let _ = Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// Thaws a member frozen by [`EtcdCluster::pause`].
+    pub fn resume(&self, i: usize) {
+        if let Some(pid) = self.members[i].pid {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+
     /// Restarts a killed member with its data.
     pub fn restart(&mut self, i: usize) {
         let _ = std::fs::remove_file(self.members[i].data.join(".keep"));

@@ -209,3 +209,53 @@ async fn two_of_three_killed_unavailable_quickly_nothing_granted_then_back() {
         "service is back"
     );
 }
+
+/// One member of three hung (SIGSTOP, not killed: its sockets accept and
+/// nothing answers): the cluster has quorum, so at least 99% of operations
+/// succeed, none taking longer than the timeout plus one retry, whether a
+/// process connects afresh for each (as the CLI does) or keeps its client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_follower_is_not_an_outage() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let timeout = Duration::from_secs(3);
+    let retry = timeout / 3;
+    let leader = cluster.leader().expect("a leader");
+    let hung = (leader + 1) % 3;
+    cluster.pause(hung);
+    let kept = authority(&cluster, "hung", timeout).await;
+    let (mut ok, mut slowest) = (0, Duration::ZERO);
+    let total = 100;
+    for i in 0..total {
+        let started = Instant::now();
+        let reply = if i % 3 == 0 {
+            // A fresh process's view: connect, then claim.
+            let mut o = FabricOptions::new(cluster.endpoints(), "hung");
+            o.timeout = timeout;
+            match FabricStore::connect(o).await {
+                Ok(s) => {
+                    let a = Authority::new(s, Arc::new(SystemClock));
+                    a.claim(&id(&format!("t{i}")), &id("w"), None).await
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            kept.claim(&id(&format!("t{i}")), &id("w"), None).await
+        };
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        if reply.is_ok_and(|r| r.grant().is_some()) {
+            ok += 1;
+        }
+    }
+    cluster.resume(hung);
+    assert!(
+        ok * 100 >= total * 99,
+        "{ok} of {total} succeeded with one member hung"
+    );
+    assert!(
+        slowest <= 2 * (timeout + retry),
+        "the slowest (connect and) claim took {slowest:?}"
+    );
+}
