@@ -273,7 +273,12 @@ impl SledStore {
     /// Opens (creating if needed) the store in directory `path`, waiting up
     /// to the busy timeout for another process to let go of it.
     pub fn open(path: impl AsRef<Path>, options: SledOptions) -> Result<SledStore> {
-        let path = path.as_ref().to_path_buf();
+        let context = format!("sled {}", path.as_ref().display());
+        Self::open_here(path.as_ref(), options).map_err(|e| e.with_context(context))
+    }
+
+    fn open_here(path: &Path, options: SledOptions) -> Result<SledStore> {
+        let path = path.to_path_buf();
         check_directory(&path)?;
         let started = Instant::now();
         let db = loop {

@@ -83,16 +83,18 @@ impl SqliteStore {
     /// schema forward. The parent directory must exist.
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
-        refuse_mount_point(&path)?;
-        check_log_matches_index(&path)?;
-        Self::open_checked(path, options).map_err(|mut e| {
-            if e.kind == ErrorKind::Corrupt && !e.message.contains("write-ahead log") {
-                e.message.push_str(
-                    "; if this file was put in place of another while that one's write-ahead log (-wal) remained, see README.md, \"Backup and restore\"",
-                );
-            }
-            e
-        })
+        let context = format!("sqlite {}", path.display());
+        refuse_mount_point(&path)
+            .and_then(|()| check_log_matches_index(&path))
+            .and_then(|()| Self::open_checked(path, options))
+            .map_err(|mut e| {
+                if e.kind == ErrorKind::Corrupt && !e.message.contains("write-ahead log") {
+                    e.message.push_str(
+                        "; if this file was put in place of another while that one's write-ahead log (-wal) remained, see README.md, \"Backup and restore\"",
+                    );
+                }
+                e.with_context(context)
+            })
     }
 
     fn open_checked(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
@@ -500,6 +502,11 @@ impl Inner {
     /// invisible to every other process, and a second name for the file
     /// would let another process lock it apart from this one.
     fn check_identity(&self) -> Result<()> {
+        self.check_files()
+            .map_err(|e| e.with_context(format!("sqlite {}", self.path.display())))
+    }
+
+    fn check_files(&self) -> Result<()> {
         let p = self.path.display();
         match std::fs::metadata(&self.path) {
             Ok(m)

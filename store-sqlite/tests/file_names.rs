@@ -129,6 +129,16 @@ fn a_hard_link_is_refused_under_either_name() {
     let e = rt.block_on(a.claim(&id("t"), &id("w3"), None)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable);
     assert!(e.message.contains("hard link"), "{e}");
+    assert_eq!(
+        e.context.as_deref(),
+        Some(format!("sqlite {}", a_path.display()).as_str()),
+        "the store is named once, as context"
+    );
+    let e = open(&b_path).unwrap_err();
+    assert_eq!(
+        e.context.as_deref(),
+        Some(format!("sqlite {}", b_path.display()).as_str())
+    );
     assert!(rt.block_on(a.get(&id("t"))).is_err(), "reads refuse too");
     // With one name again, it works, and nothing was granted meanwhile.
     std::fs::remove_file(&b_path).unwrap();
