@@ -829,3 +829,41 @@ impl Store for SledStore {
         self.run(move |inner| inner.ack(&ids)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+
+    /// sled can keep its directory lock for a moment after its handle is
+    /// dropped (its own background threads hold the file). Here another
+    /// open file holds that same lock, released 300 ms later: dropping the
+    /// store's guard returns only once it is free.
+    #[test]
+    fn dropping_waits_until_the_directory_lock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("db"), b"").unwrap();
+        let held = try_lock_dir(dir.path())
+            .unwrap()
+            .expect("the lock is free to take");
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let started = Instant::now();
+        drop(ReleaseOnDrop {
+            path: dir.path().to_path_buf(),
+            wait: Duration::from_secs(5),
+        });
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "returned after {:?}, while the lock was still held",
+            started.elapsed()
+        );
+        assert!(
+            try_lock_dir(dir.path()).unwrap().is_some(),
+            "the lock is free when the drop returns"
+        );
+        releaser.join().unwrap();
+    }
+}

@@ -177,34 +177,6 @@ fn an_unrelated_directory_is_refused() {
 }
 
 #[test]
-fn dropping_a_store_releases_the_directory_before_it_returns() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    for round in 0..20 {
-        let store = SledStore::open(&path, SledOptions::default()).unwrap();
-        let a = Authority::new(store.clone(), Arc::new(SystemClock));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            for i in 0..50 {
-                a.claim(&id(&format!("r{round}-{i}")), &id("w"), None)
-                    .await
-                    .unwrap();
-            }
-        });
-        drop(rt);
-        drop(a);
-        drop(store);
-        // sled itself, with no waiting of its own: the lock must be free now.
-        let db = sled::open(&path).unwrap_or_else(|e| panic!("round {round}: {e}"));
-        drop(db);
-    }
-}
-
-#[test]
 fn errors_keep_their_cause_and_name_the_store_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
