@@ -95,7 +95,7 @@ impl Out {
                     View::Grant => lines(&self.items, |v| grant_line(v, now, colour)),
                     View::Refusal => lines(&self.items, |v| refusal_line(v, colour)),
                     View::Tasks => task_table(&self.items, self.next.as_deref(), now, colour),
-                    View::Events => event_table(&self.items, self.next.as_deref(), colour),
+                    View::Events => event_table(&self.items, self.next.as_deref()),
                 }
             }
         };
@@ -382,27 +382,24 @@ fn table(header: &[&str], rows: &[Vec<String>], next: Option<&str>) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let mut out = String::new();
-    let line = |cells: Vec<String>, visible: &[usize]| -> String {
+    let line = |cells: &[String]| -> String {
         let mut l = cells
             .iter()
             .zip(&widths)
-            .zip(visible)
-            .map(|((c, w), v)| format!("{c}{}", " ".repeat(w.saturating_sub(*v))))
+            .map(|(c, w)| format!("{c:<w$}"))
             .collect::<Vec<_>>()
             .join("  ");
         l.truncate(l.trim_end().len());
         l + "\n"
     };
-    let header_cells: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
-    let header_len: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let mut out = String::new();
     if rows.is_empty() {
         out.push_str("(none)\n");
     } else {
-        out.push_str(&line(header_cells, &header_len));
+        let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+        out.push_str(&line(&header));
         for r in rows {
-            let visible: Vec<usize> = r.iter().map(|c| c.chars().count()).collect();
-            out.push_str(&line(r.clone(), &visible));
+            out.push_str(&line(r));
         }
     }
     if let Some(n) = next {
@@ -455,7 +452,7 @@ fn task_table(
     paint_column(t, 1, &rows, colour)
 }
 
-fn event_table(items: &[Value], next: Option<&str>, colour: Colour) -> String {
+fn event_table(items: &[Value], next: Option<&str>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|e| {
@@ -481,18 +478,17 @@ fn event_table(items: &[Value], next: Option<&str>, colour: Colour) -> String {
             ]
         })
         .collect();
-    let t = table(
+    table(
         &["SEQ", "AT", "TASK", "KIND", "FROM->TO", "ACTOR", "FENCE"],
         &rows,
         next,
-    );
-    paint_column(t, usize::MAX, &rows, colour)
+    )
 }
 
 /// Colours the state column of a finished table (widths were measured
 /// on the plain text, so alignment holds).
 fn paint_column(table: String, column: usize, rows: &[Vec<String>], colour: Colour) -> String {
-    if !colour.0 || column == usize::MAX || rows.is_empty() {
+    if !colour.0 || rows.is_empty() {
         return table;
     }
     let mut out = String::new();
