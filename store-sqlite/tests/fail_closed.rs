@@ -5,35 +5,11 @@
 
 mod common;
 
-use baton_core::{Authority, Error, ErrorKind, Id, SystemClock};
-use baton_store_sqlite::{SqliteOptions, SqliteStore};
-use common::{child, child_args, report, reported};
+use baton_core::{Error, ErrorKind};
+use common::{child, child_args, id, open_with as open, report, reported, rt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
-
-fn id(s: &str) -> Id {
-    Id::parse("id", s).unwrap()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn open(path: &Path, busy: Duration) -> baton_core::Result<Authority<SqliteStore>> {
-    let store = SqliteStore::open(
-        path,
-        SqliteOptions {
-            busy_timeout: busy,
-            ..Default::default()
-        },
-    )?;
-    Ok(Authority::new(store, Arc::new(SystemClock)))
-}
 
 /// Opens the store and tries to claim a task; returns the error it must give.
 fn claim_error(path: &Path) -> Error {

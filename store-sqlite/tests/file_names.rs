@@ -8,33 +8,14 @@
 
 mod common;
 
-use baton_core::{Authority, ErrorKind, Id, SystemClock};
-use baton_store_sqlite::{SqliteOptions, SqliteStore};
-use common::{child, child_args, report, reported};
+use baton_core::{Authority, ErrorKind};
+use baton_store_sqlite::SqliteStore;
+use common::{child, child_args, id, report, reported, rt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-fn id(s: &str) -> Id {
-    Id::parse("id", s).unwrap()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn open(path: &Path) -> baton_core::Result<Authority<SqliteStore>> {
-    let store = SqliteStore::open(
-        path,
-        SqliteOptions {
-            busy_timeout: Duration::from_secs(5),
-            ..Default::default()
-        },
-    )?;
-    Ok(Authority::new(store, Arc::new(SystemClock)))
+    common::open_with(path, Duration::from_secs(5))
 }
 
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {

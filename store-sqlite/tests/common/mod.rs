@@ -2,7 +2,35 @@
 //! itself with `BATON_CHILD` set, executing one ignored entry point.
 #![allow(dead_code)]
 
+use baton_core::{Authority, Id, SystemClock};
+use baton_store_sqlite::{SqliteOptions, SqliteStore};
+use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn id(s: &str) -> Id {
+    Id::parse("id", s).expect("a valid test id")
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a test runtime")
+}
+
+/// An authority on the store at `path`, on the system clock.
+pub fn open_with(path: &Path, busy: Duration) -> baton_core::Result<Authority<SqliteStore>> {
+    let store = SqliteStore::open(
+        path,
+        SqliteOptions {
+            busy_timeout: busy,
+            ..Default::default()
+        },
+    )?;
+    Ok(Authority::new(store, Arc::new(SystemClock)))
+}
 
 pub const CHILD_ENV: &str = "BATON_CHILD";
 
