@@ -75,6 +75,16 @@ impl Keys {
         format!("{}h/", self.prefix)
     }
 
+    /// The deadline key: exists exactly until the start deadline the task
+    /// waits on (or, while held, will wait on once its lease ends) passes.
+    pub fn deadline(&self, task: &str) -> String {
+        format!("{}d/{}", self.prefix, hex(task))
+    }
+
+    pub fn deadlines(&self) -> String {
+        format!("{}d/", self.prefix)
+    }
+
     /// An event of `task`, by the record revision that wrote it and its index.
     pub fn event(&self, task: &str, revision: u64, idx: usize) -> String {
         format!("{}e/{}/{revision:016x}{idx:04x}", self.prefix, hex(task))
@@ -135,11 +145,12 @@ mod tests {
         assert_eq!(normalise_prefix(""), DEFAULT_PREFIX);
         assert_eq!(normalise_prefix("x//y/"), "x/y");
         let outer = Keys::new("z");
-        for inner in ["z/o", "z/t", "z/h", "z/e", "z/t/x", "z/o/deep"] {
+        for inner in ["z/o", "z/t", "z/h", "z/d", "z/e", "z/t/x", "z/o/deep"] {
             let inner = Keys::new(inner);
             for (o, i) in [
                 (outer.tasks(), inner.task("victim")),
                 (outer.holders(), inner.holder("victim")),
+                (outer.deadlines(), inner.deadline("victim")),
                 (outer.events(), inner.events_of("victim")),
                 (
                     outer.outboxes(),

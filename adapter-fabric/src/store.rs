@@ -4,8 +4,9 @@ use crate::keys::{Keys, prefix_end, unhex};
 use async_trait::async_trait;
 use baton_core::model::{NotificationDraft, PENDING_FENCE};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, LeaseEffect, ListQuery, Notification,
-    Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide_with, live_lease,
+    Capabilities, ClockKind, DeadlineEffect, Decision, Error, Event, Judged, LeaseEffect,
+    ListQuery, Notification, Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp,
+    decide_with,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions,
@@ -91,12 +92,39 @@ struct Stored<T> {
 /// The most events or notifications one transaction writes (the seq scheme's limit).
 const PER_TXN: u64 = 256;
 
-/// What a read of one task found: the record with its revision, and the holder key.
+/// What a read of one task found: the record with its revision, the holder
+/// key and the deadline key, all at one revision.
 struct Found {
     record: Option<(TaskRecord, i64)>,
     holder: Option<KeyValue>,
+    deadline: Option<KeyValue>,
     /// The request id of the write that stored the record.
     written_by: Option<String>,
+}
+
+impl Found {
+    /// The engine's judgement: a lease holds while its holder key exists, a
+    /// start deadline has not passed while its deadline key exists. Both
+    /// keys live on etcd leases, so the leader's clock decides, never ours.
+    fn judged(&self) -> Judged {
+        Judged {
+            lease_holds: self.holder.is_some(),
+            deadline_passed: self.deadline.is_none(),
+        }
+    }
+}
+
+/// Whole seconds of an etcd lease for `ms` (at least one).
+fn lease_secs(ms: u64) -> u64 {
+    ms.div_ceil(1000).max(1)
+}
+
+/// A key's revision guard: unchanged since it was read, or still absent.
+fn unchanged(key: &str, read: Option<&KeyValue>) -> Compare {
+    match read {
+        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+        None => Compare::create_revision(key, CompareOp::Equal, 0),
+    }
 }
 
 /// The most records one scan request asks for. A record is at most about
@@ -346,13 +374,16 @@ impl FabricStore {
         })
     }
 
-    /// Reads a task's record and holder key at one revision.
+    /// Reads a task's record, holder key and deadline key at one revision.
     async fn find(&self, task: &str) -> Result<Found> {
-        let (tk, hk) = (self.keys.task(task), self.keys.holder(task));
+        let keys = [
+            self.keys.task(task),
+            self.keys.holder(task),
+            self.keys.deadline(task),
+        ];
         let resp = self
             .safe("read", |mut c| {
-                let txn = Txn::new()
-                    .and_then([TxnOp::get(tk.clone(), None), TxnOp::get(hk.clone(), None)]);
+                let txn = Txn::new().and_then(keys.clone().map(|k| TxnOp::get(k, None)));
                 async move { c.txn(txn).await }
             })
             .await?;
@@ -362,6 +393,7 @@ impl FabricStore {
         });
         let record_kv = kvs.next().flatten();
         let holder = kvs.next().flatten();
+        let deadline = kvs.next().flatten();
         let (record, written_by) = match record_kv {
             Some(kv) => {
                 let (r, by) = self.decode_envelope(&kv)?;
@@ -372,6 +404,7 @@ impl FabricStore {
         Ok(Found {
             record,
             holder,
+            deadline,
             written_by,
         })
     }
@@ -453,6 +486,35 @@ impl FabricStore {
             .await;
     }
 
+    /// Revokes leases that hold nothing, all at once.
+    async fn revoke_all(&self, ids: &[i64]) {
+        futures_util::future::join_all(ids.iter().map(|id| self.revoke(*id))).await;
+    }
+
+    /// Grants the leases a decision needs (the holder key's and the
+    /// deadline key's, each of the given whole seconds) at once; if one
+    /// cannot be granted, the other is revoked and nothing is written.
+    async fn grant_leases(
+        &self,
+        holder: Option<u64>,
+        deadline: Option<u64>,
+    ) -> Result<(Option<i64>, Option<i64>)> {
+        let grant = |secs: Option<u64>| async move {
+            match secs {
+                Some(s) => self.grant_lease(s).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        match tokio::join!(grant(holder), grant(deadline)) {
+            (Ok(h), Ok(d)) => Ok((h, d)),
+            (Ok(Some(id)), Err(e)) | (Err(e), Ok(Some(id))) => {
+                self.revoke(id).await;
+                Err(e)
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    }
+
     /// Grants a lease under an id of our own choosing, so a grant retried
     /// after a lost reply finds the lease it made ("already exists")
     /// instead of making a second one that nothing would ever revoke.
@@ -484,12 +546,17 @@ impl FabricStore {
     async fn apply_op(&self, op: Operation) -> Result<Decision> {
         let rules = self.capabilities().lease_rules();
         let task = op.task.as_str().to_owned();
-        let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
+        let (tk, hk, dk) = (
+            self.keys.task(&task),
+            self.keys.holder(&task),
+            self.keys.deadline(&task),
+        );
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
-        // Writes sent whose replies never came: each is guarded by the
-        // revisions it read, so once anything else commits on top of those it
-        // can never land; until then, the record says whether it did.
-        let mut unanswered: Vec<(String, Decision, Option<i64>)> = Vec::new();
+        // Writes sent whose replies never came, with the leases each made:
+        // each is guarded by the revisions it read, so once anything else
+        // commits on top of those it can never land; until then, the record
+        // says whether it did.
+        let mut unanswered: Vec<(String, Decision, Vec<i64>)> = Vec::new();
         let start = self.next_turn();
         for attempt in 0..self.opts.max_attempts as u64 {
             let found = self.find(&task).await?;
@@ -497,22 +564,38 @@ impl FabricStore {
                 return landed;
             }
             let record = found.record.as_ref().map(|(r, _)| r);
-            let live = record.is_some_and(|r| live_lease(r, found.holder.is_some()));
-            let mut d = decide_with(&op, record, live, rules);
+            let mut d = decide_with(&op, record, found.judged(), rules);
             if !d.writes() {
                 return Ok(d);
             }
             let request_id = uuid::Uuid::new_v4().to_string();
-            let mut compares = vec![match &found.record {
-                Some((_, rev)) => Compare::mod_revision(tk.clone(), CompareOp::Equal, *rev),
-                None => Compare::create_revision(tk.clone(), CompareOp::Equal, 0),
-            }];
-            compares.push(match &found.holder {
-                Some(h) => Compare::mod_revision(hk.clone(), CompareOp::Equal, h.mod_revision()),
-                None => Compare::create_revision(hk.clone(), CompareOp::Equal, 0),
-            });
+            // Guarded by all three keys as read: a lease or deadline that
+            // ran out since (its key deleted by the engine) fails the
+            // transaction, and the decision is made again on the new facts.
+            let mut compares = vec![
+                match &found.record {
+                    Some((_, rev)) => Compare::mod_revision(tk.clone(), CompareOp::Equal, *rev),
+                    None => Compare::create_revision(tk.clone(), CompareOp::Equal, 0),
+                },
+                unchanged(&hk, found.holder.as_ref()),
+                unchanged(&dk, found.deadline.as_ref()),
+            ];
             let mut ops = Vec::new();
-            let mut lease_id = None;
+            let (lease_id, deadline_lease) = self
+                .grant_leases(
+                    match d.lease {
+                        LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
+                            Some(lease_secs(ttl_ms))
+                        }
+                        LeaseEffect::Ended | LeaseEffect::Unchanged => None,
+                    },
+                    match d.deadline {
+                        DeadlineEffect::Set { in_ms } => Some(lease_secs(in_ms)),
+                        DeadlineEffect::Cleared | DeadlineEffect::Unchanged => None,
+                    },
+                )
+                .await?;
+            let made: Vec<i64> = lease_id.into_iter().chain(deadline_lease).collect();
             if let Some(after) = d.record_to_write() {
                 let env = Envelope {
                     record: after.clone(),
@@ -520,12 +603,10 @@ impl FabricStore {
                 };
                 ops.push(TxnOp::put(tk.clone(), encode(&env)?, None));
             }
-            match d.lease {
-                LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
+            match (d.lease, lease_id) {
+                (LeaseEffect::Granted { .. } | LeaseEffect::Extended { .. }, Some(id)) => {
                     // A holder key on an etcd lease of the grant's length: the
                     // grant is live exactly while the engine keeps the key.
-                    let id = self.grant_lease(ttl_ms.div_ceil(1000).max(1)).await?;
-                    lease_id = Some(id);
                     let owner = d
                         .record_to_write()
                         .and_then(|r| r.lease.as_ref())
@@ -537,10 +618,25 @@ impl FabricStore {
                         Some(PutOptions::new().with_lease(id)),
                     ));
                 }
-                LeaseEffect::Ended if found.holder.is_some() => {
+                (LeaseEffect::Ended, _) if found.holder.is_some() => {
                     ops.push(TxnOp::delete(hk.clone(), None));
                 }
-                LeaseEffect::Ended | LeaseEffect::Unchanged => {}
+                _ => {}
+            }
+            match (d.deadline, deadline_lease) {
+                // The deadline key on an etcd lease that ends when the
+                // deadline passes: the engine's clock judges it.
+                (DeadlineEffect::Set { .. }, Some(id)) => {
+                    ops.push(TxnOp::put(
+                        dk.clone(),
+                        "",
+                        Some(PutOptions::new().with_lease(id)),
+                    ));
+                }
+                (DeadlineEffect::Cleared, _) if found.deadline.is_some() => {
+                    ops.push(TxnOp::delete(dk.clone(), None));
+                }
+                _ => {}
             }
             let revision = d.record_to_write().map_or(0, |r| r.revision);
             let drafts: Vec<baton_core::model::EventDraft> = d.events().cloned().collect();
@@ -616,12 +712,23 @@ impl FabricStore {
             if sent.is_err() {
                 self.suspect(member);
             }
-            // The lease the holder key was on, which a committed grant,
-            // renewal or end leaves holding nothing.
-            let replaced =
-                found.holder.as_ref().map(KeyValue::lease).filter(|l| {
-                    *l != 0 && Some(*l) != lease_id && d.lease != LeaseEffect::Unchanged
-                });
+            // The leases the holder and deadline keys were on, which a
+            // committed grant, renewal, new wait or end leaves holding nothing.
+            let holder_left = found
+                .holder
+                .as_ref()
+                .map(KeyValue::lease)
+                .filter(|_| d.lease != LeaseEffect::Unchanged);
+            let deadline_left = found
+                .deadline
+                .as_ref()
+                .map(KeyValue::lease)
+                .filter(|_| d.deadline != DeadlineEffect::Unchanged);
+            let replaced: Vec<i64> = holder_left
+                .into_iter()
+                .chain(deadline_left)
+                .filter(|l| *l != 0 && !made.contains(l))
+                .collect();
             let landed = match sent {
                 Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
                     Some(header) => {
@@ -645,18 +752,14 @@ impl FabricStore {
                     }
                 },
                 Ok(Ok(_)) => {
-                    // Someone changed what we read: let the unused lease go and decide again.
-                    if let Some(id) = lease_id {
-                        self.revoke(id).await;
-                    }
+                    // Someone changed what we read: let the unused leases go and decide again.
+                    self.revoke_all(&made).await;
                     continue;
                 }
                 Ok(Err(e)) if cause_of(&e) == Cause::NeverSent => {
                     // Refused before it reached a leader: nothing was applied, so
                     // deciding again (likely through another member) is safe.
-                    if let Some(id) = lease_id {
-                        self.revoke(id).await;
-                    }
+                    self.revoke_all(&made).await;
                     if tokio::time::Instant::now() >= deadline {
                         return Err(self.map_err("write", e));
                     }
@@ -666,7 +769,7 @@ impl FabricStore {
                 // No reply (a member that hangs, a reply lost): read again and
                 // either find this write landed or decide anew on what is there.
                 Ok(Err(_)) | Err(_) => {
-                    unanswered.push((request_id, d, lease_id));
+                    unanswered.push((request_id, d, made));
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }
@@ -677,14 +780,12 @@ impl FabricStore {
                 // Revoked rather than left to expire (a long TTL would keep
                 // them for hours): the lease the holder key left, and those of
                 // earlier attempts, which can no longer land.
-                if let Some(old) = replaced {
-                    self.revoke(old).await;
-                }
-                for (_, _, lease) in unanswered.drain(..) {
-                    if let Some(id) = lease {
-                        self.revoke(id).await;
-                    }
-                }
+                let stale: Vec<i64> = unanswered
+                    .drain(..)
+                    .flat_map(|(_, _, leases)| leases)
+                    .chain(replaced)
+                    .collect();
+                self.revoke_all(&stale).await;
             }
             return landed;
         }
@@ -719,17 +820,17 @@ impl FabricStore {
     async fn landed(
         &self,
         found: &Found,
-        unanswered: &mut Vec<(String, Decision, Option<i64>)>,
+        unanswered: &mut Vec<(String, Decision, Vec<i64>)>,
     ) -> Option<Result<Decision>> {
         let by = found.written_by.as_ref()?;
         let rev = found.record.as_ref()?.1;
         let i = unanswered.iter().position(|(id, _, _)| id == by)?;
         let (_, mut d, _) = unanswered.swap_remove(i);
-        for (_, _, lease) in unanswered.drain(..) {
-            if let Some(id) = lease {
-                self.revoke(id).await;
-            }
-        }
+        let stale: Vec<i64> = unanswered
+            .drain(..)
+            .flat_map(|(_, _, leases)| leases)
+            .collect();
+        self.revoke_all(&stale).await;
         self.commits.fetch_add(1, Ordering::Relaxed);
         Some(self.revision("a transaction's revision", rev).map(|fence| {
             d.assign_fence(fence);
@@ -860,46 +961,72 @@ impl FabricStore {
                 start.push(0);
             }
         }
-        // Which of them hold a live grant, at the same revision.
-        let mut live = BTreeSet::new();
-        if let (Some(first), Some(last)) = (out.first(), out.last()) {
-            let from = self.keys.holder(first.task.as_str());
-            let mut to = self.keys.holder(last.task.as_str()).into_bytes();
-            to.push(0);
-            let resp = self
-                .safe("list", |mut c| {
-                    let mut o = GetOptions::new().with_range(to.clone()).with_keys_only();
-                    if let Some(r) = pinned {
-                        o = o.with_revision(r);
-                    }
-                    let from = from.clone();
-                    async move { not_compacted(c.get(from, Some(o)).await) }
-                })
-                .await?;
-            let Some(resp) = resp else {
-                return Ok(None);
-            };
-            let hp = self.keys.holders();
-            for kv in resp.kvs() {
-                if let Some(t) = std::str::from_utf8(kv.key())
-                    .ok()
-                    .and_then(|k| k.strip_prefix(&hp))
-                    .and_then(unhex)
-                {
-                    live.insert(t);
-                }
-            }
-        }
-        // Liveness is the holder key's presence at the scan's revision (the
-        // engine's clock), never a comparison with the caller's time.
+        // Which of them hold a live grant, and which wait on a deadline that
+        // has not passed, at the same revision.
+        let (holders, deadlines) = (self.keys.holders(), self.keys.deadlines());
+        let (live, waiting) = tokio::join!(
+            self.tasks_with_key(&out, pinned, |t| self.keys.holder(t), &holders),
+            self.tasks_with_key(&out, pinned, |t| self.keys.deadline(t), &deadlines),
+        );
+        let (Some(live), Some(waiting)) = (live?, waiting?) else {
+            return Ok(None);
+        };
+        // The keys' presence at the scan's revision is the engine's
+        // judgement, never a comparison with the caller's time.
         Ok(Some(
             out.into_iter()
                 .map(|record| {
-                    let lease_live = live_lease(&record, live.contains(record.task.as_str()));
-                    Snapshot { record, lease_live }
+                    let t = record.task.as_str();
+                    let judged = Judged {
+                        lease_holds: live.contains(t),
+                        deadline_passed: !waiting.contains(t),
+                    };
+                    Snapshot { record, judged }
                 })
                 .collect(),
         ))
+    }
+
+    /// Which of `records` (in id order) have a key of the kind `key_of`
+    /// names (under `under`), at revision `pinned`; `None` when that
+    /// revision was compacted.
+    async fn tasks_with_key(
+        &self,
+        records: &[TaskRecord],
+        pinned: Option<i64>,
+        key_of: impl Fn(&str) -> String,
+        under: &str,
+    ) -> Result<Option<BTreeSet<String>>> {
+        let mut found = BTreeSet::new();
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(Some(found));
+        };
+        let from = key_of(first.task.as_str());
+        let mut to = key_of(last.task.as_str()).into_bytes();
+        to.push(0);
+        let resp = self
+            .safe("list", |mut c| {
+                let mut o = GetOptions::new().with_range(to.clone()).with_keys_only();
+                if let Some(r) = pinned {
+                    o = o.with_revision(r);
+                }
+                let from = from.clone();
+                async move { not_compacted(c.get(from, Some(o)).await) }
+            })
+            .await?;
+        let Some(resp) = resp else {
+            return Ok(None);
+        };
+        for kv in resp.kvs() {
+            if let Some(t) = std::str::from_utf8(kv.key())
+                .ok()
+                .and_then(|k| k.strip_prefix(under))
+                .and_then(unhex)
+            {
+                found.insert(t);
+            }
+        }
+        Ok(Some(found))
     }
 
     /// Items under `prefix` in creation order with seq > `after`.
@@ -968,10 +1095,8 @@ impl Store for FabricStore {
 
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
         let found = self.find(task.as_str()).await?;
-        Ok(found.record.map(|(record, _)| {
-            let lease_live = live_lease(&record, found.holder.is_some());
-            Snapshot { record, lease_live }
-        }))
+        let judged = found.judged();
+        Ok(found.record.map(|(record, _)| Snapshot { record, judged }))
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {

@@ -5,6 +5,7 @@
 
 use baton_adapter_fabric::testing::EtcdCluster;
 use baton_adapter_fabric::{FabricOptions, FabricStore};
+use baton_core::conformance::fixtures::manifest;
 use baton_core::{Authority, ErrorKind, Id, SystemClock};
 use std::sync::Arc;
 
@@ -21,11 +22,22 @@ async fn authority(c: &EtcdCluster, prefix: &str) -> Authority<FabricStore> {
     )
 }
 
-async fn leases(c: &EtcdCluster) -> usize {
+/// How many leases the cluster holds, once it shows `want` or 3 s pass: a
+/// member may list leases before it has applied a revoke the leader
+/// answered, but a lease that leaked (1 h TTLs here) never goes away.
+async fn leases(c: &EtcdCluster, want: usize) -> usize {
     let mut client = etcd_client::Client::connect(c.endpoints(), None)
         .await
         .unwrap();
-    client.leases().await.unwrap().leases().len()
+    let mut n = usize::MAX;
+    for _ in 0..30 {
+        n = client.leases().await.unwrap().leases().len();
+        if n == want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,13 +56,17 @@ async fn no_lease_outlives_its_grant_and_ack_touches_only_the_outbox() {
             .grant()
             .unwrap();
     }
-    assert_eq!(leases(&cluster).await, 1, "one lease for one live grant");
+    assert_eq!(leases(&cluster, 1).await, 1, "one lease for one live grant");
     let again = a.claim(&t, &w, hour).await.unwrap().grant().unwrap();
     assert!(again.fence > g.fence);
-    assert_eq!(leases(&cluster).await, 1, "a re-grant replaces its lease");
+    assert_eq!(
+        leases(&cluster, 1).await,
+        1,
+        "a re-grant replaces its lease"
+    );
     a.complete(&t, &w, again.fence).await.unwrap();
     assert_eq!(
-        leases(&cluster).await,
+        leases(&cluster, 0).await,
         0,
         "a finished grant leaves no lease"
     );
@@ -58,10 +74,41 @@ async fn no_lease_outlives_its_grant_and_ack_touches_only_the_outbox() {
     let g = a.claim(&r, &w, hour).await.unwrap().grant().unwrap();
     a.release(&r, &w, g.fence).await.unwrap();
     assert_eq!(
-        leases(&cluster).await,
+        leases(&cluster, 0).await,
         0,
         "a released grant leaves no lease"
     );
+    // A declared task also keeps its start deadline on a lease: one while it
+    // waits, two while held (the grant's, and the deadline after it), none
+    // once it ends; each renewal replaces both.
+    let (dt, run) = (id("declared"), id("run"));
+    a.declare(manifest(dt.as_str(), 1, &[], 3_600, 1))
+        .await
+        .unwrap();
+    a.register(&dt, &run).await.unwrap();
+    assert_eq!(leases(&cluster, 1).await, 1, "a waiting task's deadline");
+    let g = a
+        .task_claim(&dt, &run, &w, None)
+        .await
+        .unwrap()
+        .grant()
+        .unwrap();
+    a.start(&dt, &run, &w, g.fence).await.unwrap();
+    for _ in 0..5 {
+        let r = a.heartbeat(&dt, &run, &w, g.fence, 1, None).await.unwrap();
+        assert!(r.record().is_some(), "{r:?}");
+    }
+    assert_eq!(
+        leases(&cluster, 2).await,
+        2,
+        "a held task's grant and deadline"
+    );
+    let r = a
+        .succeed(&dt, &run, &w, g.fence, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(r.record().unwrap().state, baton_core::State::Succeeded);
+    assert_eq!(leases(&cluster, 0).await, 0, "an ended task keeps no lease");
 
     // A store nested inside another's prefix: acknowledging through the
     // outer store with ids that spell the inner store's keys deletes nothing.

@@ -2,7 +2,7 @@
 
 use baton_benches::id;
 use baton_core::conformance::fixtures::manifest;
-use baton_core::{Operation, Preconditions, Request, Timestamp, Verdict, decide};
+use baton_core::{Judged, Operation, Preconditions, Request, Timestamp, Verdict, decide};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 
@@ -23,6 +23,16 @@ fn commit(mut d: baton_core::Decision) -> baton_core::TaskRecord {
     }
 }
 
+/// What a store's judge of time says: the lease holds, or neither holds.
+const HOLDS: Judged = Judged {
+    lease_holds: true,
+    deadline_passed: false,
+};
+const NEITHER: Judged = Judged {
+    lease_holds: false,
+    deadline_passed: false,
+};
+
 fn bench(c: &mut Criterion) {
     let claim = op(
         Request::Claim {
@@ -32,9 +42,9 @@ fn bench(c: &mut Criterion) {
         0,
     );
     c.bench_function("decide/claim a new task", |b| {
-        b.iter(|| decide(black_box(&claim), None, false))
+        b.iter(|| decide(black_box(&claim), None, NEITHER))
     });
-    let held = commit(decide(&claim, None, false));
+    let held = commit(decide(&claim, None, NEITHER));
     let other = op(
         Request::Claim {
             owner: id("x"),
@@ -43,7 +53,7 @@ fn bench(c: &mut Criterion) {
         1,
     );
     c.bench_function("decide/claim a held task (refused)", |b| {
-        b.iter(|| decide(black_box(&other), Some(&held), true))
+        b.iter(|| decide(black_box(&other), Some(&held), HOLDS))
     });
     let renew = op(
         Request::Renew {
@@ -54,19 +64,19 @@ fn bench(c: &mut Criterion) {
         1,
     );
     c.bench_function("decide/renew (stale fence, conflict event)", |b| {
-        b.iter(|| decide(black_box(&renew), Some(&held), true))
+        b.iter(|| decide(black_box(&renew), Some(&held), HOLDS))
     });
     // A declared task at RUNNING with 3 steps.
     let m = manifest("t", 3, &["log"], 60, 1);
     let mut r = commit(decide(
         &op(Request::Declare { manifest: m }, 0),
         None,
-        false,
+        NEITHER,
     ));
     r = commit(decide(
         &op(Request::Register { run_id: id("run") }, 1),
         Some(&r),
-        false,
+        NEITHER,
     ));
     r = commit(decide(
         &op(
@@ -78,7 +88,7 @@ fn bench(c: &mut Criterion) {
             2,
         ),
         Some(&r),
-        false,
+        NEITHER,
     ));
     let f = r.current_fence().unwrap_or(0);
     r = commit(decide(
@@ -91,7 +101,7 @@ fn bench(c: &mut Criterion) {
             3,
         ),
         Some(&r),
-        true,
+        HOLDS,
     ));
     let hb = op(
         Request::Heartbeat {
@@ -104,11 +114,11 @@ fn bench(c: &mut Criterion) {
         4,
     );
     c.bench_function("decide/heartbeat", |b| {
-        b.iter(|| decide(black_box(&hb), Some(&r), true))
+        b.iter(|| decide(black_box(&hb), Some(&r), HOLDS))
     });
     let expired = op(Request::Settle, 3_600_000);
     c.bench_function("decide/settle an expired lease", |b| {
-        b.iter(|| decide(black_box(&expired), Some(&r), false))
+        b.iter(|| decide(black_box(&expired), Some(&r), NEITHER))
     });
 }
 

@@ -58,3 +58,117 @@ fn etcd_urls_work_end_to_end_and_report_the_effective_lease() {
     let (code, e) = baton(&format!("{url}?min_ttl=soon"), &["holder", "job"]);
     assert_eq!((code, e["error"]["field"].as_str()), (2, Some("store")));
 }
+
+/// `faketime`, or `None` with the reason printed (a failure instead under
+/// `BATON_TEST_ETCD=1`, as `scripts/test` runs, which installs it).
+fn faketime() -> Option<&'static str> {
+    let path = "/usr/bin/faketime";
+    if std::path::Path::new(path).exists() {
+        return Some(path);
+    }
+    if std::env::var("BATON_TEST_ETCD").as_deref() == Ok("1") {
+        panic!(
+            "BATON_TEST_ETCD=1 but faketime is not installed: apt-get install faketime (scripts/test does it)"
+        );
+    }
+    eprintln!("skipped: faketime is not installed (apt-get install faketime)");
+    None
+}
+
+/// `baton` under `faketime -f SKEW`: a process whose clock is wrong.
+fn baton_skewed(faketime: &str, skew: &str, url: &str, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(faketime)
+        .args(["-f", skew, BIN, "--store", url])
+        .args(args)
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&text).unwrap_or(Value::Null),
+    )
+}
+
+fn declared(dir: &std::path::Path, task: &str, heartbeat_s: u64, start_s: u64) -> String {
+    let m = serde_json::json!({
+        "task_id": task, "executor": "ci", "source_branch": "main", "source_oid": "abc123",
+        "target_version": "2.0", "steps": ["build"], "required_evidence": [],
+        "heartbeat_timeout_seconds": heartbeat_s, "start_deadline_seconds": start_s,
+        "max_attempts": 3,
+    });
+    let p = dir.join(format!("{task}.json"));
+    std::fs::write(&p, m.to_string()).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn processes_with_clocks_an_hour_off_move_no_deadline() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let Some(ft) = faketime() else {
+        return;
+    };
+    let url = cluster.url("faketime");
+    let dir = tempfile::tempdir().unwrap();
+    // Three REGISTERED tasks with a 600 s start deadline: a sweep an hour
+    // ahead moves none of them.
+    for t in ["a", "b", "c"] {
+        let (code, out) = baton(
+            &url,
+            &["task", "declare", &declared(dir.path(), t, 60, 600)],
+        );
+        assert_eq!(code, 0, "{out}");
+        let (code, out) = baton(&url, &["task", "register", t, "--run", "run"]);
+        assert_eq!(code, 0, "{out}");
+    }
+    let (code, out) = baton_skewed(ft, "+1h", &url, &["sweep"]);
+    assert_eq!(code, 0, "{out}");
+    for t in ["a", "b", "c"] {
+        let (_, shown) = baton(&url, &["task", "show", t]);
+        assert_eq!(shown["state"], "REGISTERED", "{t}: {shown}");
+    }
+    // A claimant an hour behind: its 2 s lease ends by the engine's clock,
+    // its late renew hears lease_expired, and the attempt returns to
+    // REGISTERED (one stall of three), not NOT_STARTED.
+    let (code, out) = baton(&url, &["task", "declare", &declared(dir.path(), "l", 2, 5)]);
+    assert_eq!(code, 0, "{out}");
+    baton(&url, &["task", "register", "l", "--run", "run"]);
+    let (code, g) = baton_skewed(
+        ft,
+        "-1h",
+        &url,
+        &["task", "claim", "l", "--run", "run", "--executor", "x"],
+    );
+    assert_eq!(code, 0, "{g}");
+    let fence = g["fence"].as_u64().unwrap().to_string();
+    // The process really ran an hour behind: the expiry it reports is its own.
+    let expiry = baton_core::Timestamp::parse_rfc3339(g["expiry"].as_str().unwrap()).unwrap();
+    let now = baton_core::Clock::now(&baton_core::SystemClock);
+    assert!(expiry.as_millis() < now.as_millis() - 1_800_000, "{g}");
+    std::thread::sleep(std::time::Duration::from_millis(3_500));
+    let (code, r) = baton_skewed(
+        ft,
+        "-1h",
+        &url,
+        &["renew", "l", "--owner", "x", "--fence", &fence],
+    );
+    assert_eq!(
+        (code, r["refused"].as_str()),
+        (1, Some("lease_expired")),
+        "{r}"
+    );
+    let (code, g2) = baton_skewed(
+        ft,
+        "+1h",
+        &url,
+        &["task", "claim", "l", "--run", "run", "--executor", "y"],
+    );
+    assert_eq!(code, 0, "{g2}");
+    assert_eq!(g2["attempt"], 2, "{g2}");
+}

@@ -298,8 +298,8 @@ impl<S: Store> Authority<S> {
         let Some(snap) = self.store.read(task, now).await? else {
             return Ok(Err(Refusal::NotFound));
         };
-        let rec = derive(&snap.record, snap.lease_live, now);
-        let live = snap.lease_live && rec.state.is_held();
+        let rec = derive(&snap.record, snap.judged, now);
+        let live = snap.lease_live() && rec.state.is_held();
         Ok(Ok(Grant::of(&rec).map(|grant| Holder { grant, live })))
     }
 
@@ -316,8 +316,8 @@ impl<S: Store> Authority<S> {
         let Some(snap) = self.store.read(task, now).await? else {
             return Ok(Err(Refusal::NotFound));
         };
-        let rec = derive(&snap.record, snap.lease_live, now);
-        let live = snap.lease_live && rec.state.is_held();
+        let rec = derive(&snap.record, snap.judged, now);
+        let live = snap.lease_live() && rec.state.is_held();
         let current_fence = rec.current_fence();
         Ok(Ok(Verification {
             current: live && current_fence == Some(fence) && !rec.state.is_terminal(),
@@ -479,7 +479,7 @@ impl<S: Store> Authority<S> {
             .store
             .read(task, now)
             .await?
-            .map(|s| derive(&s.record, s.lease_live, now)))
+            .map(|s| derive(&s.record, s.judged, now)))
     }
 
     /// The release gate: passes only for SUCCEEDED.
@@ -527,7 +527,7 @@ impl<S: Store> Authority<S> {
             let exhausted = batch.len() < want;
             for snap in batch {
                 cursor = Some(snap.record.task.clone());
-                let rec = derive(&snap.record, snap.lease_live, now);
+                let rec = derive(&snap.record, snap.judged, now);
                 if state.is_none_or(|s| rec.state == s) {
                     items.push(rec);
                 }
@@ -603,7 +603,7 @@ impl<S: Store> Authority<S> {
             let exhausted = batch.len() < 500;
             for snap in batch {
                 cursor = Some(snap.record.task.clone());
-                let derived = derive(&snap.record, snap.lease_live, now);
+                let derived = derive(&snap.record, snap.judged, now);
                 if derived.state == snap.record.state {
                     continue;
                 }

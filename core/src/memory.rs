@@ -2,7 +2,7 @@
 //! "reopening" a clone sees everything the first one committed. It passes
 //! the conformance suite like every other backend.
 
-use crate::decide::{Decision, decide};
+use crate::decide::{Decision, Judged, decide};
 use crate::error::{Error, Result};
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
@@ -96,8 +96,7 @@ impl Store for MemoryStore {
     async fn apply(&self, op: Operation) -> Result<Decision> {
         let mut inner = self.lock()?;
         let current = inner.tasks.get(&op.task);
-        let live = current.is_some_and(|r| r.lease_live_at(op.now));
-        let mut decision = decide(&op, current, live);
+        let mut decision = decide(&op, current, Judged::of(current, op.now));
         commit(&mut inner, &mut decision);
         Ok(decision)
     }

@@ -22,6 +22,12 @@ pub struct Lease {
     pub fence: u64,
     pub expires_at: Timestamp,
     pub claimed_at: Timestamp,
+    /// The store's judge of time found this grant's lease run out (set by
+    /// the settlement that wrote the expiry down), as opposed to a grant
+    /// given back or closed. A late request under it is `lease_expired`
+    /// whatever the caller's clock says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired: bool,
 }
 
 /// How a task reached its terminal state: lets a repeat of the same request
@@ -81,7 +87,7 @@ impl TaskRecord {
     /// Whether the last grant is live at `now`, judged by the stored expiry.
     /// Stores that keep their own clock (etcd) judge liveness themselves.
     pub fn lease_live_at(&self, now: Timestamp) -> bool {
-        let holds = self.lease.as_ref().is_some_and(|l| now < l.expires_at);
+        let holds = crate::decide::Judged::at(self, now).lease_holds;
         crate::decide::live_lease(self, holds)
     }
 
@@ -100,6 +106,24 @@ impl TaskRecord {
                 let m = self.manifest.as_ref()?;
                 self.deadline_from.map(|t| t.plus_ms(m.start_deadline_ms()))
             }
+            _ => None,
+        }
+    }
+
+    /// When the start deadline the task waits on passes: for DECLARED and
+    /// REGISTERED, [`TaskRecord::due_at`]; for a held declared task, the one
+    /// it will wait on once its lease ends (the lease's end plus the start
+    /// deadline), so an expiry found late still counts from when it
+    /// happened. Judged against the record's own times by stores without an
+    /// engine clock ([`crate::decide::Judged::at`]).
+    pub fn start_deadline_at(&self) -> Option<Timestamp> {
+        match self.state {
+            State::Claimed | State::Running => {
+                let m = self.manifest.as_ref()?;
+                let l = self.lease.as_ref()?;
+                Some(l.expires_at.plus_ms(m.start_deadline_ms()))
+            }
+            State::Declared | State::Registered => self.due_at(),
             _ => None,
         }
     }

@@ -25,6 +25,7 @@
 //! * **Reads never write.**
 
 use crate::decide::Decision;
+use crate::decide::Judged;
 use crate::error::Result;
 use crate::id::TaskId;
 use crate::model::{Event, Notification, State, TaskRecord};
@@ -34,19 +35,24 @@ use async_trait::async_trait;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-/// A stored record with whether its lease is live, as the store judges it.
+/// A stored record with what the store's judge of time says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub record: TaskRecord,
-    pub lease_live: bool,
+    pub judged: Judged,
 }
 
 impl Snapshot {
-    /// Liveness judged from the stored expiry at `now` (stores without an
-    /// engine clock of their own).
+    /// Judged from the stored times at `now` (stores without an engine
+    /// clock of their own).
     pub fn at(record: TaskRecord, now: Timestamp) -> Snapshot {
-        let lease_live = record.lease_live_at(now);
-        Snapshot { record, lease_live }
+        let judged = Judged::at(&record, now);
+        Snapshot { record, judged }
+    }
+
+    /// Whether the stored grant is live: a held state whose lease holds.
+    pub fn lease_live(&self) -> bool {
+        crate::decide::live_lease(&self.record, self.judged.lease_holds)
     }
 }
 

@@ -5,8 +5,8 @@
 
 use baton_core::conformance::fixtures::{hash, id, manifest};
 use baton_core::{
-    Actor, Decision, EventKind, Operation, Preconditions, Refusal, Request, State, TaskRecord,
-    Timestamp, Verdict, decide, derive,
+    Actor, Decision, EventKind, Judged, Operation, Preconditions, Refusal, Request, State,
+    TaskRecord, Timestamp, Verdict, decide, derive,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,8 +37,7 @@ fn step_pre(
         pre,
         now,
     };
-    let live = rec.is_some_and(|r| r.lease_live_at(now));
-    let mut d = decide(&op, rec, live);
+    let mut d = decide(&op, rec, Judged::of(rec, now));
     if d.mints_fence() {
         let top = rec.and_then(|r| r.current_fence()).unwrap_or(0);
         d.assign_fence(top + 10);
@@ -193,8 +192,12 @@ fn hb(fence: u64, step: u32) -> Request {
         ttl_ms: None,
     }
 }
+/// The record as reads show it at `now`, judged by its own stored times.
+fn judged_at(r: &TaskRecord, now: Timestamp) -> TaskRecord {
+    derive(r, Judged::at(r, now), now)
+}
 fn not_started() -> TaskRecord {
-    derive(&registered(), false, at(600_001))
+    judged_at(&registered(), at(600_001))
 }
 fn declared_succeeded() -> TaskRecord {
     let r = running_last_step();
@@ -1372,14 +1375,14 @@ fn expiry_stalls_the_attempt_until_max_attempts() {
     );
     let r = then(Some(r), Request::Register { run_id: w("run") }, at(1));
     let r = then(Some(r), task_claim("x"), at(2));
-    let s = derive(&r, false, at(MIN + 2));
+    let s = judged_at(&r, at(MIN + 2));
     assert_eq!(
         (s.state, s.stalls, s.revision),
         (State::Registered, 1, r.revision + 1)
     );
     let r = then(Some(r), task_claim("y"), at(MIN + 3));
     assert_eq!((r.state, r.attempt, r.stalls), (State::Claimed, 2, 1));
-    let s = derive(&r, false, at(2 * MIN + 4));
+    let s = judged_at(&r, at(2 * MIN + 4));
     assert_eq!((s.state, s.stalls), (State::Stalled, 2));
     // The settlement's event is the STALLED one, by the system.
     let d = step(Some(&r), Request::Settle, at(2 * MIN + 4));
@@ -1391,8 +1394,8 @@ fn expiry_stalls_the_attempt_until_max_attempts() {
 #[test]
 fn start_deadline_counts_from_register_and_release() {
     let r = registered(); // registered at +1 ms, deadline 600 s
-    assert_eq!(derive(&r, false, at(600_000)).state, State::Registered);
-    assert_eq!(derive(&r, false, at(600_001)).state, State::NotStarted);
+    assert_eq!(judged_at(&r, at(600_000)).state, State::Registered);
+    assert_eq!(judged_at(&r, at(600_001)).state, State::NotStarted);
     let c = then(Some(r), task_claim("x"), at(500_000));
     let f = fence_of(&c);
     let rel = then(
@@ -1404,11 +1407,11 @@ fn start_deadline_counts_from_register_and_release() {
         at(550_000),
     );
     assert_eq!(
-        derive(&rel, false, at(700_000)).state,
+        judged_at(&rel, at(700_000)).state,
         State::Registered,
         "counts from the release"
     );
-    assert_eq!(derive(&rel, false, at(1_150_000)).state, State::NotStarted);
+    assert_eq!(judged_at(&rel, at(1_150_000)).state, State::NotStarted);
 }
 
 #[test]
@@ -1469,7 +1472,7 @@ fn a_new_fence_is_filled_everywhere() {
     };
     let mut r = registered();
     r.manifest.as_mut().unwrap().notification_events = [EventKind::Claimed].into();
-    let mut d = decide(&op, Some(&r), false);
+    let mut d = decide(&op, Some(&r), Judged::of(Some(&r), op.now));
     assert!(d.mints_fence());
     d.assign_fence(77);
     let Verdict::Commit(c) = &d.verdict else {
@@ -1614,7 +1617,7 @@ fn lease_rules_round_up_then_raise_to_the_minimum() {
             pre: Preconditions::none(),
             now: T0,
         };
-        let d = baton_core::decide_with(&op, None, false, rules);
+        let d = baton_core::decide_with(&op, None, Judged::default(), rules);
         let Verdict::Commit(c) = &d.verdict else {
             panic!("{asked:?}: {:?}", d.verdict)
         };
@@ -1634,9 +1637,223 @@ fn lease_rules_round_up_then_raise_to_the_minimum() {
         pre: Preconditions::none(),
         now: at(5),
     };
-    let d = baton_core::decide_with(&op, Some(&rec), false, rules);
+    let d = baton_core::decide_with(&op, Some(&rec), Judged::of(Some(&rec), op.now), rules);
     let Verdict::Commit(c) = &d.verdict else {
         panic!("{:?}", d.verdict)
     };
     assert_eq!(c.record.lease.as_ref().unwrap().expires_at, at(5 + 60_000));
+}
+
+/// Decides `req` at `now` with the facts a store's judge of time gives.
+fn judged_step(rec: &TaskRecord, req: Request, judged: Judged, now: Timestamp) -> Decision {
+    let op = Operation {
+        task: id(TASK),
+        request: req,
+        pre: Preconditions::none(),
+        now,
+    };
+    decide(&op, Some(rec), judged)
+}
+
+/// A declared task (one step, three attempts, 60 s heartbeat, 600 s start
+/// deadline) claimed at +2 ms by `x`.
+fn claimed_three_attempts() -> TaskRecord {
+    let r = then(
+        None,
+        Request::Declare {
+            manifest: m(1, &[], 3),
+        },
+        T0,
+    );
+    let r = then(Some(r), Request::Register { run_id: w("run") }, at(1));
+    then(Some(r), task_claim("x"), at(2))
+}
+
+#[test]
+fn only_the_judge_of_time_passes_a_start_deadline() {
+    const HOUR: u64 = 3_600_000;
+    let r = registered(); // due at +600 001 ms by its own times
+    let waiting = Judged::default();
+    let passed = Judged {
+        lease_holds: false,
+        deadline_passed: true,
+    };
+    // A caller an hour ahead cannot end the wait the judge says goes on...
+    assert_eq!(
+        derive(&r, waiting, at(600_001 + HOUR)).state,
+        State::Registered
+    );
+    let d = judged_step(&r, Request::Settle, waiting, at(600_001 + HOUR));
+    assert!(d.settle.is_none(), "{:?}", d.settle);
+    // ...and a caller an hour behind cannot prolong one the judge says is over.
+    let s = derive(&r, passed, T0);
+    assert_eq!(s.state, State::NotStarted);
+    assert_eq!(
+        s.error.as_ref().and_then(|e| e.get("code")).cloned(),
+        Some(json!("start_deadline_exceeded"))
+    );
+}
+
+#[test]
+fn only_the_judge_of_time_ends_a_lease() {
+    const HOUR: u64 = 3_600_000;
+    let c = claimed_three_attempts();
+    let f = fence_of(&c);
+    let renew = |owner: &str| Request::Renew {
+        owner: w(owner),
+        fence: f,
+        ttl_ms: None,
+    };
+    let holds = Judged {
+        lease_holds: true,
+        deadline_passed: false,
+    };
+    // Past the stored expiry by an hour, the lease the judge says holds is live.
+    let d = judged_step(&c, renew("x"), holds, at(2 + 60_000 + HOUR));
+    assert!(matches!(d.verdict, Verdict::Commit(_)), "{:?}", d.verdict);
+    let d = judged_step(&c, task_claim("y"), holds, at(2 + 60_000 + HOUR));
+    assert!(
+        matches!(
+            &d.verdict,
+            Verdict::Refuse {
+                refusal: Refusal::Held { .. },
+                ..
+            }
+        ),
+        "{:?}",
+        d.verdict
+    );
+    // An hour before the stored expiry, the lease the judge says ran out is
+    // expired: the holder hears lease_expired, and the attempt returns to
+    // REGISTERED (one stall of three), not NOT_STARTED, since the judge says
+    // the start deadline after the expiry has not passed.
+    let gone = Judged::default();
+    let early = Timestamp::from_millis(at(2).as_millis() - 3_600_000);
+    let d = judged_step(&c, renew("x"), gone, early);
+    let settled = d.settle.as_ref().expect("the expiry is written down");
+    assert_eq!(
+        (settled.record.state, settled.record.stalls),
+        (State::Registered, 1)
+    );
+    assert!(settled.record.lease.as_ref().unwrap().expired);
+    match &d.verdict {
+        Verdict::Refuse {
+            refusal: Refusal::LeaseExpired { fence, .. },
+            ..
+        } => assert_eq!(*fence, f),
+        v => panic!("renew after the judge's expiry: {v:?}"),
+    }
+    // Once written down, a late renew from any clock still hears lease_expired.
+    let later = settled.record.clone();
+    for now in [early, at(2 + 60_000 + HOUR)] {
+        let d = judged_step(&later, renew("x"), gone, now);
+        assert!(
+            matches!(
+                &d.verdict,
+                Verdict::Refuse {
+                    refusal: Refusal::LeaseExpired { .. },
+                    ..
+                }
+            ),
+            "{now}: {:?}",
+            d.verdict
+        );
+    }
+    // A grant given back is not an expired one: a late renew is illegal.
+    let rel = then(
+        Some(c.clone()),
+        Request::Release {
+            owner: w("x"),
+            fence: f,
+        },
+        at(3),
+    );
+    let d = judged_step(&rel, renew("x"), gone, at(2 + 60_000 + HOUR));
+    assert!(
+        matches!(
+            &d.verdict,
+            Verdict::Refuse {
+                refusal: Refusal::IllegalTransition { .. },
+                ..
+            }
+        ),
+        "{:?}",
+        d.verdict
+    );
+}
+
+#[test]
+fn a_decision_says_what_it_does_to_the_start_deadline() {
+    use baton_core::DeadlineEffect::{Cleared, Set, Unchanged};
+    let start = 600_000;
+    let decl = step(
+        None,
+        Request::Declare {
+            manifest: m(1, &[], 3),
+        },
+        T0,
+    );
+    assert_eq!(decl.deadline, Set { in_ms: start });
+    let r = then(
+        None,
+        Request::Declare {
+            manifest: m(1, &[], 3),
+        },
+        T0,
+    );
+    let reg = step(Some(&r), Request::Register { run_id: w("run") }, at(10));
+    assert_eq!(reg.deadline, Set { in_ms: start });
+    let r = then(Some(r), Request::Register { run_id: w("run") }, at(10));
+    // A grant: its lease plus the start deadline, which an expiry counts from.
+    let grant = step(Some(&r), task_claim("x"), at(20));
+    assert_eq!(
+        grant.deadline,
+        Set {
+            in_ms: 60_000 + start
+        }
+    );
+    let c = then(Some(r), task_claim("x"), at(20));
+    let f = fence_of(&c);
+    let renew = step(
+        Some(&c),
+        Request::Renew {
+            owner: w("x"),
+            fence: f,
+            ttl_ms: Some(5_000),
+        },
+        at(30),
+    );
+    assert_eq!(
+        renew.deadline,
+        Set {
+            in_ms: 5_000 + start
+        }
+    );
+    // The wait an expiry begins keeps the deadline the last grant set.
+    let expiry = step(Some(&c), Request::Settle, at(20 + 60_000));
+    assert!(expiry.settle.is_some());
+    assert_eq!(expiry.deadline, Unchanged);
+    // A release begins a wait of its own.
+    let rel = step(
+        Some(&c),
+        Request::Release {
+            owner: w("x"),
+            fence: f,
+        },
+        at(40),
+    );
+    assert_eq!(rel.deadline, Set { in_ms: start });
+    // An end drops it; a bare task never has one.
+    let fail = step(
+        Some(&c),
+        Request::TaskFail {
+            run_id: w("run"),
+            executor: w("x"),
+            fence: f,
+            error: json!({"code": "boom"}),
+        },
+        at(40),
+    );
+    assert_eq!(fail.deadline, Cleared, "{:?}", fail.verdict);
+    assert_eq!(step(None, claim("a", 1_000), T0).deadline, Unchanged);
 }

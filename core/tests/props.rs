@@ -7,8 +7,8 @@
 
 use baton_core::conformance::fixtures::manifest;
 use baton_core::{
-    Actor, Id, Operation, Preconditions, Request, RequestKind, State, TaskRecord, Timestamp,
-    Verdict, decide,
+    Actor, Id, Judged, Operation, Preconditions, Request, RequestKind, State, TaskRecord,
+    Timestamp, Verdict, decide,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -155,7 +155,7 @@ proptest! {
             m.start_deadline_seconds = 60;
             for req in [Request::Declare { manifest: m }, Request::Register { run_id: id("run") }] {
                 let op = Operation { task: task.clone(), request: req, pre: Preconditions::none(), now: w.now };
-                let d = decide(&op, w.records.get(&t), false);
+                let d = decide(&op, w.records.get(&t), Judged::of(w.records.get(&t), w.now));
                 if let Verdict::Commit(c) = d.verdict { w.records.insert(t, c.record); }
             }
         }
@@ -164,9 +164,10 @@ proptest! {
             let task = id(&format!("t{}", s.task));
             let req = request(s, &w);
             let before = w.records.get(&s.task).cloned();
-            let live = before.as_ref().is_some_and(|r| r.lease_live_at(w.now));
             let op = Operation { task, request: req.clone(), pre: Preconditions::none(), now: w.now };
-            let mut d = decide(&op, before.as_ref(), live);
+            let judged = Judged::of(before.as_ref(), w.now);
+            let live = before.as_ref().is_some_and(|r| r.lease_live_at(w.now));
+            let mut d = decide(&op, before.as_ref(), judged);
             if d.mints_fence() {
                 w.fence += 1;
                 d.assign_fence(w.fence);

@@ -13,8 +13,8 @@
 use baton_core::conformance::fixtures::manifest;
 use baton_core::fault::{Fault, FaultStore};
 use baton_core::{
-    Actor, Decision, Event, EventKind, Id, MemoryStore, Operation, Preconditions, Request, Result,
-    State, Store, TaskId, Timestamp, Verdict, decide,
+    Actor, Decision, Event, EventKind, Id, Judged, MemoryStore, Operation, Preconditions, Request,
+    Result, State, Store, TaskId, Timestamp, Verdict, decide,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -56,11 +56,7 @@ impl Canary {
     fn prepare(&self, op: &Operation) -> Decision {
         let records = self.records.lock().unwrap();
         let current = records.get(&op.task);
-        decide(
-            op,
-            current,
-            current.is_some_and(|r| r.lease_live_at(op.now)),
-        )
+        decide(op, current, Judged::of(current, op.now))
     }
     fn commit(&self, mut d: Decision) -> Decision {
         if d.mints_fence() {

@@ -7,8 +7,8 @@ use baton_core::commit::{GroupCommitter, isolate};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Operation, Result,
-    Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, Event, Judged, ListQuery, Notification, Operation,
+    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
 };
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::{Transactional, Tree};
@@ -506,8 +506,7 @@ impl Inner {
                             ),
                             None => None,
                         };
-                    let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
-                    let mut d = decide(op, current.as_ref(), live);
+                    let mut d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
                     if !d.writes() {
                         decisions.push(d);
                         continue;

@@ -7,8 +7,8 @@ use baton_core::commit::{GroupCommitter, isolate};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, ListQuery, Notification, Operation,
-    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Judged, ListQuery, Notification,
+    Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -637,8 +637,7 @@ impl Inner {
         let current = current
             .map(|json| self.decode::<TaskRecord>(&json))
             .transpose()?;
-        let live = current.as_ref().is_some_and(|r| r.lease_live_at(op.now));
-        let mut d = decide(op, current.as_ref(), live);
+        let mut d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
         if !d.writes() {
             return Ok((d, false));
         }

@@ -42,7 +42,9 @@ pub(super) fn check_holder(op: &Operation, rec: &TaskRecord, live: bool) -> Opti
         return Some(Verdict::Ack);
     }
     if !live {
-        if op.now >= lease.expires_at {
+        // Expired as the store's judge found it (the settlement marks it),
+        // not as the caller's clock would have it.
+        if lease.expired {
             return Some(conflict(
                 op,
                 rec,

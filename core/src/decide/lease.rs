@@ -149,6 +149,7 @@ pub(super) fn claim_like(
             fence: PENDING_FENCE,
             expires_at,
             claimed_at: op.now,
+            expired: false,
         });
         let e = draft(
             &r,
@@ -179,6 +180,7 @@ pub(super) fn claim_like(
         fence: PENDING_FENCE,
         expires_at,
         claimed_at: op.now,
+        expired: false,
     });
     let previous = rec.lease.as_ref().map(|l| l.fence);
     let e = draft(
@@ -219,6 +221,7 @@ pub(super) fn create_bare(
             fence: PENDING_FENCE,
             expires_at,
             claimed_at: now,
+            expired: false,
         }),
         run_id: None,
         executor: None,

@@ -1,5 +1,6 @@
-//! The transition engine's decision: a pure function of (record, lease
-//! liveness, request, preconditions, actor, now). No IO, no clock.
+//! The transition engine's decision: a pure function of (record, what the
+//! store's judge of time says about it, request, preconditions, actor,
+//! now). No IO, no clock.
 //!
 //! A store calls [`decide`] *inside* its atomic commit and applies what it
 //! returns: first the settlement (what time already decided: an expired
@@ -78,6 +79,55 @@ pub enum LeaseEffect {
     Unchanged,
 }
 
+/// What the store's judge of time says about a stored record, read in the
+/// same commit (or at the same revision) as the record. Every time-based
+/// rule reads these facts and never compares the caller's clock with a
+/// stored time, so a store whose engine keeps time (etcd) decides every
+/// deadline itself and a client with a skewed clock can neither advance
+/// nor delay one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Judged {
+    /// The last grant's lease still holds.
+    pub lease_holds: bool,
+    /// The start deadline of [`TaskRecord::start_deadline_at`] has passed:
+    /// the one a waiting task waits on, or, for a held task, the one it
+    /// waits on once its lease ends.
+    pub deadline_passed: bool,
+}
+
+impl Judged {
+    /// The facts judged from the record's own stored times at `now`: the
+    /// judge of stores that keep no clock of their own (SQLite, sled,
+    /// memory), where the caller's clock is the store's.
+    pub fn at(record: &TaskRecord, now: Timestamp) -> Judged {
+        Judged {
+            lease_holds: record.lease.as_ref().is_some_and(|l| now < l.expires_at),
+            deadline_passed: record.start_deadline_at().is_some_and(|d| d <= now),
+        }
+    }
+
+    /// [`Judged::at`] for a record that may not exist.
+    pub fn of(record: Option<&TaskRecord>, now: Timestamp) -> Judged {
+        record.map_or_else(Judged::default, |r| Judged::at(r, now))
+    }
+}
+
+/// What a decision does to the start deadline a declared task waits on,
+/// so a store whose engine keeps time (etcd: a key on a lease) restarts or
+/// drops it and never infers it from two records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineEffect {
+    /// The deadline is `in_ms` from now: a wait begins (declare, register,
+    /// release, retry, redispatch), or a grant is made or renewed (its
+    /// lease's length plus the start deadline, which the wait after an
+    /// expiry counts from).
+    Set { in_ms: u64 },
+    /// The task waits on no start deadline any more (it ended).
+    Cleared,
+    /// Nothing happens to the deadline.
+    Unchanged,
+}
+
 /// How a store can hold leases, applied by the decision to every TTL once
 /// (defaults resolved, then rounded up to the granularity, then raised to
 /// the minimum), so the expiry a grant reports is the one the store keeps.
@@ -117,6 +167,8 @@ pub struct Decision {
     pub verdict: Verdict,
     /// What the commit does to the lease.
     pub lease: LeaseEffect,
+    /// What the commit does to the start deadline.
+    pub deadline: DeadlineEffect,
 }
 
 impl Decision {
@@ -190,22 +242,22 @@ impl Decision {
 /// Decides one request. Pure: the same inputs give the same decision.
 ///
 /// `current` is the stored record (`None` if the task does not exist) and
-/// `lease_live` whether its lease is live, as the store judges it (from the
-/// stored expiry and `op.now`, or from the engine's own leases).
-pub fn decide(op: &Operation, current: Option<&TaskRecord>, lease_live: bool) -> Decision {
-    decide_with(op, current, lease_live, LeaseRules::default())
+/// `judged` what the store's judge of time says about it ([`Judged::at`]
+/// from the stored times and `op.now`, or the engine's own leases).
+pub fn decide(op: &Operation, current: Option<&TaskRecord>, judged: Judged) -> Decision {
+    decide_with(op, current, judged, LeaseRules::default())
 }
 
 /// [`decide`] for a store whose leases follow `rules` (its capabilities).
 pub fn decide_with(
     op: &Operation,
     current: Option<&TaskRecord>,
-    lease_live: bool,
+    judged: Judged,
     rules: LeaseRules,
 ) -> Decision {
-    let settle = current.and_then(|r| settle(r, lease_live, op.now));
+    let settle = current.and_then(|r| settle(r, judged, op.now));
     let rec = settle.as_ref().map(|c| &c.record).or(current);
-    let live = rec.is_some_and(|r| live_lease(r, lease_live));
+    let live = rec.is_some_and(|r| live_lease(r, judged.lease_holds));
     debug_assert!(
         !live || rec.is_some_and(|r| r.lease.is_some()),
         "a live lease is a stored lease"
@@ -219,8 +271,10 @@ pub fn decide_with(
         settle,
         verdict,
         lease: LeaseEffect::Unchanged,
+        deadline: DeadlineEffect::Unchanged,
     };
     d.lease = lease_effect(&d, current, op.now);
+    d.deadline = deadline_effect(&d, op.now);
     d
 }
 
@@ -269,6 +323,48 @@ fn lease_effect(d: &Decision, stored: Option<&TaskRecord>, now: Timestamp) -> Le
         LeaseEffect::Ended
     } else {
         LeaseEffect::Unchanged
+    }
+}
+
+/// What the decision does to the start deadline of a declared task: a
+/// grant made or renewed restarts it at the lease's end plus the start
+/// deadline; a wait the request begins (a new `deadline_from`) restarts it
+/// in full; a task that leaves the waiting and held states drops it. A wait
+/// that begins because a lease expired keeps the deadline its last grant
+/// set, which counts from the expiry.
+fn deadline_effect(d: &Decision, now: Timestamp) -> DeadlineEffect {
+    let Some(after) = d.record_to_write() else {
+        return DeadlineEffect::Unchanged;
+    };
+    let Some(m) = &after.manifest else {
+        return DeadlineEffect::Unchanged;
+    };
+    match after.state {
+        State::Claimed | State::Running => match d.lease {
+            LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
+                DeadlineEffect::Set {
+                    in_ms: ttl_ms.saturating_add(m.start_deadline_ms()),
+                }
+            }
+            LeaseEffect::Ended | LeaseEffect::Unchanged => DeadlineEffect::Unchanged,
+        },
+        State::Declared | State::Registered => {
+            // Compared with the record after settlement, so the wait an
+            // expiry began (which the last grant's deadline already counts)
+            // is the same wait.
+            let same_wait = d.current.as_ref().is_some_and(|before| {
+                matches!(before.state, State::Declared | State::Registered)
+                    && before.deadline_from == after.deadline_from
+            });
+            match after.due_at() {
+                _ if same_wait => DeadlineEffect::Unchanged,
+                Some(due) => DeadlineEffect::Set {
+                    in_ms: u64::try_from(due.as_millis() - now.as_millis()).unwrap_or(0),
+                },
+                None => DeadlineEffect::Cleared,
+            }
+        }
+        _ => DeadlineEffect::Cleared,
     }
 }
 

@@ -1,12 +1,14 @@
 //! What time has already decided: an expired lease, a passed start
-//! deadline. Reads derive it; the next write persists it.
+//! deadline. Reads derive it; the next write persists it. Whether either
+//! has happened is the store's judgement ([`Judged`]), never a comparison
+//! made here with the caller's clock; `now` only stamps what is written.
 
 use super::*;
 
 /// The record as it is at `now`: an expired lease shows as such, a passed
 /// start deadline as NOT_STARTED. Reads use this; it never writes.
-pub fn derive(record: &TaskRecord, lease_live: bool, now: Timestamp) -> TaskRecord {
-    match settle(record, lease_live, now) {
+pub fn derive(record: &TaskRecord, judged: Judged, now: Timestamp) -> TaskRecord {
+    match settle(record, judged, now) {
         Some(c) => c.record,
         None => record.clone(),
     }
@@ -16,13 +18,16 @@ pub fn derive(record: &TaskRecord, lease_live: bool, now: Timestamp) -> TaskReco
 /// an expired lease stalls its attempt (claimable again while
 /// `stalls < max_attempts`, else STALLED), and a passed start deadline makes
 /// a DECLARED or REGISTERED task NOT_STARTED. `None` when nothing is due.
-pub fn settle(record: &TaskRecord, lease_live: bool, now: Timestamp) -> Option<Change> {
+pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Change> {
     let mut r = record.clone();
     let mut events = Vec::new();
-    if r.state.is_held() && !lease_live {
+    if r.state.is_held() && !judged.lease_holds {
         let from = r.state;
-        let (fence, expired_at) = match &r.lease {
-            Some(l) => (Some(l.fence), l.expires_at),
+        let (fence, expired_at) = match r.lease.as_mut() {
+            Some(l) => {
+                l.expired = true;
+                (Some(l.fence), l.expires_at)
+            }
             None => (None, now),
         };
         r.stalls = r.stalls.saturating_add(1);
@@ -30,7 +35,8 @@ pub fn settle(record: &TaskRecord, lease_live: bool, now: Timestamp) -> Option<C
         if again {
             r.state = State::Registered;
             r.current_step = 0;
-            // The start deadline counts afresh from when the attempt ended.
+            // The start deadline counts afresh from when the attempt ended
+            // (whether it has passed is still the judge's: `start_deadline_at`).
             r.deadline_from = Some(expired_at.min(now));
         } else {
             r.state = State::Stalled;
@@ -59,7 +65,8 @@ pub fn settle(record: &TaskRecord, lease_live: bool, now: Timestamp) -> Option<C
         );
     }
     if matches!(r.state, State::Declared | State::Registered)
-        && r.due_at().is_some_and(|due| due <= now)
+        && r.due_at().is_some()
+        && judged.deadline_passed
     {
         let from = r.state;
         let due = r.due_at().unwrap_or(now);
