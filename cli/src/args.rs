@@ -35,8 +35,9 @@ pub enum Format {
 pub enum Command {
     /// Claim a bare task (created if nobody declared it).
     Claim {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
         #[arg(long, allow_hyphen_values = true)]
@@ -44,44 +45,49 @@ pub enum Command {
     },
     /// Extend the holder's lease.
     Renew {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Give the task back without charging a stall.
     Release {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
     /// Take over a task whose lease expired.
     Recover {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Mark a bare task done (holder only).
     Complete {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
     /// Mark a bare task failed (holder only).
     Fail {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_OWNER")]
         owner: String,
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
         /// A JSON object describing the failure.
         #[arg(long)]
@@ -89,6 +95,7 @@ pub enum Command {
     },
     /// Cancel: by the holder with its fence, or by an operator.
     Cancel {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[arg(long, requires = "fence", conflicts_with = "operator")]
         owner: Option<String>,
@@ -97,12 +104,28 @@ pub enum Command {
         #[arg(long, required_unless_present = "owner")]
         operator: Option<String>,
     },
+    /// Run a command under a lease kept for it: claim, renew while it runs,
+    /// stop it before the lease could end, report its outcome.
+    Run {
+        task: String,
+        #[arg(long)]
+        owner: String,
+        /// Lease length (default 30s); renewed every third of it.
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: Option<String>,
+        #[command(flatten)]
+        opts: RunOptions,
+    },
     /// The last grant, and whether it is live.
-    Holder { task: String },
+    Holder {
+        #[arg(env = "BATON_TASK")]
+        task: String,
+    },
     /// Whether FENCE is the fence of a live grant (exit 1 when not).
     Verify {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
     /// Declared tasks: the registry.
@@ -189,13 +212,33 @@ pub struct BenchWorkerArgs {
     pub go: PathBuf,
 }
 
+/// What `run` and `task run` share.
+#[derive(Debug, Args, Clone)]
+pub struct RunOptions {
+    /// Retry a refused claim (held by another) with jittered backoff for up to DUR.
+    #[arg(long, allow_hyphen_values = true)]
+    pub wait: Option<String>,
+    /// Between SIGTERM and SIGKILL (default 5s; at most a third of the TTL).
+    #[arg(long, default_value = "5s", allow_hyphen_values = true)]
+    pub grace: String,
+    /// How often to renew (default: a third of the TTL).
+    #[arg(long, allow_hyphen_values = true)]
+    pub renew_every: Option<String>,
+    /// Write the run's report (one JSON object) here instead of standard error.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
 #[derive(Debug, Args)]
 pub struct Run {
-    #[arg(long)]
+    #[arg(long, env = "BATON_RUN")]
     pub run: String,
-    #[arg(long)]
+    #[arg(long, env = "BATON_EXECUTOR")]
     pub executor: String,
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
     pub fence: u64,
 }
 
@@ -212,15 +255,33 @@ pub struct Paging {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Declare a task from a JSON manifest (FILE, or standard input).
-    Declare {
-        file: Option<PathBuf>,
-    },
+    Declare { file: Option<PathBuf> },
     Register {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_RUN")]
         run: String,
     },
     Claim {
+        #[arg(env = "BATON_TASK")]
+        task: String,
+        #[arg(long, env = "BATON_RUN")]
+        run: String,
+        #[arg(long, env = "BATON_EXECUTOR")]
+        executor: String,
+        /// Default and maximum: the manifest's heartbeat_timeout_seconds.
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: Option<String>,
+    },
+    Start {
+        #[arg(env = "BATON_TASK")]
+        task: String,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Claim and start the declared task, run a command under its lease,
+    /// and succeed (with the evidence files hashed) or fail it.
+    Run {
         task: String,
         #[arg(long)]
         run: String,
@@ -229,13 +290,14 @@ pub enum TaskCommand {
         /// Default and maximum: the manifest's heartbeat_timeout_seconds.
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
-    },
-    Start {
-        task: String,
+        /// KEY=PATH: the file the command leaves as evidence KEY, hashed once it exits 0.
+        #[arg(long)]
+        evidence: Vec<String>,
         #[command(flatten)]
-        run: Run,
+        opts: RunOptions,
     },
     Heartbeat {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         run: Run,
@@ -246,6 +308,7 @@ pub enum TaskCommand {
         ttl: Option<String>,
     },
     Succeed {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         run: Run,
@@ -254,6 +317,7 @@ pub enum TaskCommand {
         evidence: Vec<String>,
     },
     Fail {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         run: Run,
@@ -261,11 +325,13 @@ pub enum TaskCommand {
         error: String,
     },
     Retry {
+        #[arg(env = "BATON_TASK")]
         task: String,
-        #[arg(long)]
+        #[arg(long, env = "BATON_RUN")]
         run: String,
     },
     Redispatch {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[arg(long)]
         operator: String,
@@ -273,6 +339,7 @@ pub enum TaskCommand {
         iteration: u64,
     },
     Finalize {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[arg(long)]
         operator: String,
@@ -280,15 +347,18 @@ pub enum TaskCommand {
         error: Option<String>,
     },
     Show {
+        #[arg(env = "BATON_TASK")]
         task: String,
     },
     Events {
+        #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         page: Paging,
     },
     /// Passes only for SUCCEEDED (exit 1 when blocking).
     Gate {
+        #[arg(env = "BATON_TASK")]
         task: String,
     },
     List {

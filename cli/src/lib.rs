@@ -13,6 +13,7 @@ pub mod args;
 pub mod bench;
 mod demo;
 mod output;
+mod supervise;
 mod url;
 
 pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
@@ -68,11 +69,59 @@ where
             )));
         }
     };
+    if let Some(spec) = match run_spec(&cli) {
+        Ok(spec) => spec,
+        Err(e) => return report_error(&e),
+    } {
+        // On the main thread, as `block_on` runs it: see `supervise::spawn`.
+        return runtime.block_on(supervise::main(spec));
+    }
     let format = cli.format;
     match runtime.block_on(execute(&cli)) {
         Ok(out) => out.print(format.unwrap_or(Format::Json)),
         Err(e) => report_error(&e),
     }
+}
+
+/// The supervised run a command line asks for, checked, if it asks for one.
+fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
+    let store = cli.store.as_deref().unwrap_or(DEFAULT_STORE);
+    let (task, holder, ttl, evidence, opts) = match &cli.command {
+        Command::Run {
+            task,
+            owner,
+            ttl,
+            opts,
+        } => (
+            task,
+            supervise::Holder::Bare {
+                owner: id("owner", owner)?,
+            },
+            ttl,
+            &[][..],
+            opts,
+        ),
+        Command::Task(TaskCommand::Run {
+            task,
+            run,
+            executor,
+            ttl,
+            evidence,
+            opts,
+        }) => (
+            task,
+            supervise::Holder::Declared {
+                run: id("run", run)?,
+                executor: id("executor", executor)?,
+            },
+            ttl,
+            &evidence[..],
+            opts,
+        ),
+        _ => return Ok(None),
+    };
+    StoreUrl::parse(store)?;
+    supervise::Spec::new(store, task, holder, ttl.as_deref(), evidence, opts).map(Some)
 }
 
 fn usage_error(e: clap::Error) -> i32 {
@@ -220,6 +269,7 @@ where
         | Command::Completions { .. } => Ok(()),
         // Declaring reads a manifest (a file or standard input): not an argument rule.
         Command::Task(TaskCommand::Declare { .. }) => Ok(()),
+        Command::Run { .. } | Command::Task(TaskCommand::Run { .. }) => run_spec(&cli).map(|_| ()),
         other => plan(other).map(|_| ()),
     }
 }
@@ -233,7 +283,7 @@ fn field_name(arg: &str) -> String {
         .replace('-', "_")
 }
 
-fn report_error(e: &Error) -> i32 {
+pub(crate) fn report_error(e: &Error) -> i32 {
     let mut body = json!({"error": {
         "kind": e.kind.as_str(),
         "message": e.message,
@@ -591,6 +641,9 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 },
             ),
             TaskCommand::Retry { task, run: r } => write(t(task)?, R::Retry { run_id: run(r)? }),
+            TaskCommand::Run { .. } => {
+                return Err(Error::invalid("command", "run is run before planning"));
+            }
             TaskCommand::Redispatch {
                 task,
                 operator: op,
@@ -638,10 +691,11 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         Command::Demo
         | Command::Bench(_)
         | Command::BenchWorker(_)
-        | Command::Completions { .. } => {
+        | Command::Completions { .. }
+        | Command::Run { .. } => {
             return Err(Error::invalid(
                 "command",
-                "demo, bench and completions are run before planning",
+                "demo, bench, completions and run are run before planning",
             ));
         }
     })

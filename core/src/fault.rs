@@ -26,7 +26,7 @@ pub enum Fault {
 #[derive(Debug)]
 pub struct FaultStore<S> {
     inner: S,
-    always: Option<Fault>,
+    always: Mutex<Option<Fault>>,
     next: Mutex<Option<Fault>>,
 }
 
@@ -35,7 +35,7 @@ impl<S> FaultStore<S> {
     pub fn new(inner: S) -> Self {
         FaultStore {
             inner,
-            always: None,
+            always: Mutex::new(None),
             next: Mutex::new(None),
         }
     }
@@ -44,7 +44,7 @@ impl<S> FaultStore<S> {
     pub fn always(inner: S, fault: Fault) -> Self {
         FaultStore {
             inner,
-            always: Some(fault),
+            always: Mutex::new(Some(fault)),
             next: Mutex::new(None),
         }
     }
@@ -53,6 +53,13 @@ impl<S> FaultStore<S> {
     pub fn inject_next(&self, fault: Fault) {
         if let Ok(mut n) = self.next.lock() {
             *n = Some(fault);
+        }
+    }
+
+    /// From now on every write suffers `fault` (or none: `None`).
+    pub fn set_always(&self, fault: Option<Fault>) {
+        if let Ok(mut a) = self.always.lock() {
+            *a = fault;
         }
     }
 
@@ -71,7 +78,8 @@ impl<S: Store> Store for FaultStore<S> {
     }
     async fn apply(&self, op: Operation) -> Result<Decision> {
         let once = self.next.lock().ok().and_then(|mut n| n.take());
-        match once.or(self.always) {
+        let always = self.always.lock().ok().and_then(|a| *a);
+        match once.or(always) {
             Some(Fault::UnavailableBefore) => Err(Error::unavailable(
                 "injected fault: the store did not answer",
             )),

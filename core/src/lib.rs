@@ -18,6 +18,8 @@ pub mod error;
 pub mod fault;
 pub mod id;
 pub mod json;
+#[cfg(feature = "keeper")]
+pub mod keeper;
 pub mod kinds;
 pub mod manifest;
 pub mod memory;
@@ -37,6 +39,8 @@ pub use decide::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use id::{Id, OwnerId, TaskId};
+#[cfg(feature = "keeper")]
+pub use keeper::{KeepOptions, Keeper, Kept, Loss, Outcome};
 pub use manifest::Manifest;
 pub use memory::MemoryStore;
 pub use model::{Actor, Event, EventKind, Grant, Lease, Notification, State, TaskRecord};

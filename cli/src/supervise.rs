@@ -1,0 +1,576 @@
+//! `baton run` and `baton task run`: a command under a lease the wrapper
+//! keeps for it. The wrapper claims, starts the child in its own process
+//! group (dying with the wrapper), renews from here (never from the child,
+//! so a busy child cannot starve renewal), and stops the child before the
+//! lease could end: SIGTERM when no renewal was confirmed by
+//! `expiry - grace - margin`, SIGKILL at `expiry - margin`, SIGKILL at once
+//! when a renewal is refused. Then it reports the outcome with the fence.
+//! The rules (who may renew, what a report does) stay in core's decision;
+//! this is process plumbing.
+
+use crate::args::RunOptions;
+use crate::output;
+use crate::url::authority_for;
+use crate::{exit, exit_code_for, parse_ttl, report_error};
+use baton_core::{
+    Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
+};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Exit status when the lease was lost or the report refused (`EX_TEMPFAIL`).
+pub const LOST: i32 = 75;
+/// Exit status when the command exists but cannot be run.
+pub const CANNOT_RUN: i32 = 126;
+/// Exit status when the command does not exist.
+pub const NO_COMMAND: i32 = 127;
+
+/// Who holds the task: a bare task's owner, or a declared task's run and executor.
+#[derive(Debug, Clone)]
+pub enum Holder {
+    Bare { owner: Id },
+    Declared { run: Id, executor: Id },
+}
+
+/// A validated `run` or `task run`, ready to go.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub store: String,
+    pub task: TaskId,
+    pub holder: Holder,
+    pub ttl_ms: Option<u64>,
+    pub wait_ms: Option<u64>,
+    pub grace_ms: u64,
+    pub renew_every_ms: Option<u64>,
+    pub report: Option<PathBuf>,
+    pub evidence: Vec<(String, PathBuf)>,
+    pub command: Vec<OsString>,
+}
+
+impl Spec {
+    /// Checks every input before anything is claimed.
+    pub fn new(
+        store: &str,
+        task: &str,
+        holder: Holder,
+        ttl: Option<&str>,
+        evidence: &[String],
+        opts: &RunOptions,
+    ) -> Result<Spec, Error> {
+        let field = |name: &str, e: Error| Error::invalid(name, e.message);
+        let wait_ms = parse_ttl(opts.wait.as_deref()).map_err(|e| field("wait", e))?;
+        let grace_ms = parse_ttl(Some(&opts.grace))
+            .map_err(|e| field("grace", e))?
+            .unwrap_or(0);
+        let renew_every_ms =
+            parse_ttl(opts.renew_every.as_deref()).map_err(|e| field("renew_every", e))?;
+        let mut files = Vec::new();
+        for item in evidence {
+            match item.split_once('=') {
+                Some((k, p)) if !k.is_empty() && !p.is_empty() => {
+                    files.push((k.to_owned(), PathBuf::from(p)));
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "evidence",
+                        format!("must be KEY=PATH (got {item:?})"),
+                    ));
+                }
+            }
+        }
+        if opts.command.is_empty() {
+            return Err(Error::invalid("command", "give the command after `--`"));
+        }
+        Ok(Spec {
+            store: store.to_owned(),
+            task: Id::parse("task", task)?,
+            holder,
+            ttl_ms: parse_ttl(ttl)?,
+            wait_ms,
+            grace_ms,
+            renew_every_ms,
+            report: opts.report.clone(),
+            evidence: files,
+            command: opts.command.clone(),
+        })
+    }
+}
+
+/// Why the wrapper is stopping the child.
+#[derive(Debug, Clone)]
+enum Stopping {
+    Lost(Loss),
+    Signal(Signal),
+}
+
+/// What the run came to, for the report.
+struct Report {
+    outcome: &'static str,
+    exit: i32,
+    reason: Option<String>,
+}
+
+/// Runs the spec and returns the wrapper's exit status.
+pub async fn main(spec: Spec) -> i32 {
+    let started = std::time::Instant::now();
+    let auth = match authority_for(&spec.store).await {
+        Ok(a) => Arc::new(a),
+        Err(e) => return report_error(&e),
+    };
+    let grant = match claim(&auth, &spec).await {
+        Ok(Ok(g)) => g,
+        Ok(Err(refusal)) => {
+            let mut body = serde_json::to_value(&refusal)
+                .unwrap_or_else(|_| json!({"refused": refusal.reason()}));
+            body["message"] = json!(refusal.to_string());
+            output::write_stderr(&body.to_string());
+            return if refusal == Refusal::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::REFUSED
+            };
+        }
+        Err(e) => return report_error(&e),
+    };
+    let opened_at = auth.now();
+    let run_id = match &spec.holder {
+        Holder::Declared { run, .. } => Some(run.clone()),
+        Holder::Bare { .. } => None,
+    };
+    let mut child = match spawn(&spec, &grant) {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing ran: give the task back rather than fail it.
+            let exit = if e.kind() == std::io::ErrorKind::NotFound {
+                NO_COMMAND
+            } else {
+                CANNOT_RUN
+            };
+            let released = auth.release(&grant.task, &grant.owner, grant.fence).await;
+            let report = Report {
+                outcome: "released",
+                exit,
+                reason: Some(format!(
+                    "cannot run {:?}: {e}{}",
+                    spec.command[0],
+                    released
+                        .err()
+                        .map(|r| format!(" (and the release failed: {r})"))
+                        .unwrap_or_default()
+                )),
+            };
+            write_report(
+                &spec,
+                &grant,
+                None,
+                &report,
+                opened_at,
+                auth.now(),
+                started,
+                0,
+            );
+            return exit;
+        }
+    };
+    // The child's process group is its pid (`process_group(0)`).
+    let group = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw);
+    let keeper = auth.keep(
+        grant.clone(),
+        KeepOptions {
+            ttl_ms: spec.ttl_ms,
+            renew_every_ms: spec.renew_every_ms,
+            grace_ms: spec.grace_ms,
+            margin_ms: None,
+            run_id,
+        },
+    );
+    let status = supervise(&mut child, group, &keeper, &auth, spec.grace_ms).await;
+    let (status, stopping) = match status {
+        Ok(s) => s,
+        Err(e) => {
+            // The child cannot be waited on: stop its group, and let the lease go.
+            signal_group(group, Signal::SIGKILL);
+            let report = Report {
+                outcome: "lost",
+                exit: LOST,
+                reason: Some(format!("cannot wait for the command: {e}")),
+            };
+            write_report(
+                &spec,
+                &keeper.grant(),
+                None,
+                &report,
+                opened_at,
+                auth.now(),
+                started,
+                keeper.kept().renewals,
+            );
+            return LOST;
+        }
+    };
+    let child_json = child_status(&status);
+    let child_exit = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let renewals = keeper.kept().renewals;
+    let last = keeper.grant();
+    let report = match stopping {
+        Some(Stopping::Lost(loss)) => {
+            // Whatever the child started in its group goes with it.
+            signal_group(group, Signal::SIGKILL);
+            Report {
+                outcome: "lost",
+                exit: LOST,
+                reason: Some(loss.describe()),
+            }
+        }
+        Some(Stopping::Signal(sig)) => {
+            signal_group(group, Signal::SIGKILL);
+            match keeper.release().await {
+                Ok(r) => match r.refusal() {
+                    None => Report {
+                        outcome: "released",
+                        exit: child_exit,
+                        reason: Some(format!("the wrapper got {}", sig.as_str())),
+                    },
+                    Some(refusal) => Report {
+                        outcome: "refused",
+                        exit: LOST,
+                        reason: Some(format!("the release was refused: {refusal}")),
+                    },
+                },
+                Err(e) => indeterminate(&e),
+            }
+        }
+        None => {
+            let outcome = match status.code() {
+                Some(0) => match hash_evidence(&spec.evidence) {
+                    Ok(evidence) => Outcome::Success { evidence },
+                    Err(error) => Outcome::Failure { error },
+                },
+                Some(code) => Outcome::Failure {
+                    error: json!({"exit_code": code}),
+                },
+                None => Outcome::Failure {
+                    error: child_json.clone(),
+                },
+            };
+            let failed = matches!(outcome, Outcome::Failure { .. });
+            // An exit of 0 whose evidence cannot be read is a failure: exit 1.
+            let exit = if failed && child_exit == 0 {
+                1
+            } else {
+                child_exit
+            };
+            match keeper.finish(outcome).await {
+                Ok(r) => match r.refusal() {
+                    None => Report {
+                        outcome: if failed { "failed" } else { "completed" },
+                        exit,
+                        reason: r
+                            .record()
+                            .and_then(|rec| rec.error.as_ref())
+                            .map(|e| e.to_string()),
+                    },
+                    Some(refusal) => Report {
+                        outcome: "refused",
+                        exit: LOST,
+                        reason: Some(format!("the report was refused: {refusal}")),
+                    },
+                },
+                Err(e) => indeterminate(&e),
+            }
+        }
+    };
+    write_report(
+        &spec,
+        &last,
+        Some(child_json),
+        &report,
+        opened_at,
+        auth.now(),
+        started,
+        renewals,
+    );
+    report.exit
+}
+
+fn indeterminate(e: &Error) -> Report {
+    Report {
+        outcome: "indeterminate",
+        exit: exit_code_for(e),
+        reason: Some(e.to_string()),
+    }
+}
+
+/// Claims (and, for a declared task, starts) the task, retrying a claim
+/// refused because another holds it while `--wait` lasts.
+async fn claim<S: Store + 'static>(
+    a: &Arc<baton_core::Authority<S>>,
+    spec: &Spec,
+) -> Result<Result<Grant, Refusal>, Error> {
+    let deadline = spec
+        .wait_ms
+        .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
+    let mut backoff = 100u64;
+    loop {
+        let reply = match &spec.holder {
+            Holder::Bare { owner } => a.claim(&spec.task, owner, spec.ttl_ms).await?,
+            Holder::Declared { run, executor } => {
+                a.task_claim(&spec.task, run, executor, spec.ttl_ms).await?
+            }
+        };
+        match (reply.grant(), reply.refusal()) {
+            (Some(g), None) => {
+                if let Holder::Declared { run, executor } = &spec.holder {
+                    let started = a.start(&spec.task, run, executor, g.fence).await?;
+                    if let Some(r) = started.refusal() {
+                        let _ = a.release(&g.task, &g.owner, g.fence).await;
+                        return Ok(Err(r.clone()));
+                    }
+                }
+                return Ok(Ok(g));
+            }
+            (_, Some(r)) => {
+                let waitable = matches!(r, Refusal::Held { .. } | Refusal::LeaseLive { .. });
+                let now = std::time::Instant::now();
+                match deadline {
+                    Some(d) if waitable && now < d => {
+                        let pause = Duration::from_millis(jitter(backoff)).min(d - now);
+                        tokio::time::sleep(pause).await;
+                        backoff = (backoff * 2).min(2_000);
+                    }
+                    _ => return Ok(Err(r.clone())),
+                }
+            }
+            (None, None) => return Ok(Err(Refusal::NotFound)),
+        }
+    }
+}
+
+/// `ms` give or take a quarter.
+fn jitter(ms: u64) -> u64 {
+    let noise =
+        std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), ms);
+    ms - ms / 4 + noise % (ms / 2 + 1)
+}
+
+/// Starts the command in its own process group with the lease in its
+/// environment. Called from the future `block_on` runs, so on the main
+/// thread: the parent-death signal fires when the thread that forked the
+/// child ends, and the main thread ends only with the wrapper.
+fn spawn(spec: &Spec, grant: &Grant) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .env("BATON_STORE", &spec.store)
+        .env("BATON_TASK", grant.task.as_str())
+        .env("BATON_FENCE", grant.fence.to_string())
+        .env("BATON_ATTEMPT", grant.attempt.to_string())
+        .env("BATON_EXPIRY", grant.expiry.to_string());
+    match &spec.holder {
+        Holder::Bare { owner } => {
+            cmd.env("BATON_OWNER", owner.as_str());
+        }
+        Holder::Declared { run, executor } => {
+            cmd.env("BATON_RUN", run.as_str())
+                .env("BATON_EXECUTOR", executor.as_str());
+        }
+    }
+    // The child keeps stdin, stdout and stderr; baton's own lines go to stderr.
+    cmd.kill_on_drop(false);
+    contain(&mut cmd);
+    cmd.spawn()
+}
+
+/// Puts the child in a process group of its own, and has the kernel kill
+/// it if the wrapper dies (`PR_SET_PDEATHSIG`), even by SIGKILL.
+#[allow(unsafe_code)]
+fn contain(cmd: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before exec. It makes
+    // two async-signal-safe system calls (prctl, getppid), allocates
+    // nothing and touches no lock, as `pre_exec` requires.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))?;
+            // The wrapper died between fork and prctl: do not run orphaned.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("the wrapper is gone"));
+            }
+            Ok(())
+        });
+    }
+}
+
+fn signal_group(group: Option<Pid>, sig: Signal) {
+    if let Some(g) = group {
+        // ESRCH (the group is gone) is what we want anyway.
+        let _ = killpg(g, sig);
+    }
+}
+
+/// Waits for the child, stopping it when the lease is lost or the wrapper
+/// is signalled. Returns its status and why the wrapper stopped it, if it did.
+async fn supervise<S: Store + 'static>(
+    child: &mut tokio::process::Child,
+    group: Option<Pid>,
+    keeper: &Keeper<S>,
+    auth: &baton_core::Authority<S>,
+    grace_ms: u64,
+) -> std::io::Result<(std::process::ExitStatus, Option<Stopping>)> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut stopping: Option<Stopping> = None;
+    let mut lost = false;
+    let mut kill_at: Option<Timestamp> = None;
+    loop {
+        let forwarded = tokio::select! {
+            biased;
+            status = child.wait() => return Ok((status?, stopping)),
+            loss = keeper.wait_lost(), if !lost => {
+                lost = true;
+                match &loss {
+                    // The grant is gone: the store may grant it again now.
+                    Loss::Refused(_) => signal_group(group, Signal::SIGKILL),
+                    Loss::Unrenewed { .. } => {
+                        signal_group(group, Signal::SIGTERM);
+                        let by = keeper.stopped_by();
+                        kill_at = Some(kill_at.map_or(by, |k| k.min(by)));
+                    }
+                }
+                stopping = Some(Stopping::Lost(loss));
+                None
+            }
+            _ = sleep_until(auth, kill_at) => {
+                signal_group(group, Signal::SIGKILL);
+                kill_at = None;
+                None
+            }
+            _ = term.recv() => Some(Signal::SIGTERM),
+            _ = int.recv() => Some(Signal::SIGINT),
+            _ = hup.recv() => Some(Signal::SIGHUP),
+        };
+        if let Some(sig) = forwarded {
+            signal_group(group, sig);
+            if stopping.is_none() {
+                stopping = Some(Stopping::Signal(sig));
+            }
+            // SIGKILL after the grace, and never later than the lease allows.
+            let by = auth.now().plus_ms(grace_ms).min(keeper.stopped_by());
+            kill_at = Some(kill_at.map_or(by, |k| k.min(by)));
+        }
+    }
+}
+
+/// Sleeps until the authority's clock reaches `t`; forever when `None`.
+async fn sleep_until<S: Store>(auth: &baton_core::Authority<S>, t: Option<Timestamp>) {
+    let Some(t) = t else {
+        return std::future::pending().await;
+    };
+    loop {
+        let now = auth.now();
+        if now >= t {
+            return;
+        }
+        let left = u64::try_from(t.as_millis() - now.as_millis()).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(left.min(20))).await;
+    }
+}
+
+fn child_status(status: &std::process::ExitStatus) -> Value {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => json!({"exit_code": code}),
+        (None, Some(sig)) => {
+            let name = Signal::try_from(sig)
+                .map_or_else(|_| format!("SIG{sig}"), |s| s.as_str().to_owned());
+            json!({"signal": name})
+        }
+        (None, None) => Value::Null,
+    }
+}
+
+/// Hashes each evidence file (`sha256:HEX`), or says which cannot be read.
+fn hash_evidence(files: &[(String, PathBuf)]) -> Result<BTreeMap<String, String>, Value> {
+    use sha2::{Digest, Sha256};
+    let mut out = BTreeMap::new();
+    for (key, path) in files {
+        let mut hasher = Sha256::new();
+        let read = std::fs::File::open(path).and_then(|mut f| std::io::copy(&mut f, &mut hasher));
+        if let Err(e) = read {
+            return Err(json!({
+                "code": "evidence_unreadable",
+                "key": key,
+                "path": path.display().to_string(),
+                "message": e.to_string(),
+            }));
+        }
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        out.insert(key.clone(), format!("sha256:{hex}"));
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_report(
+    spec: &Spec,
+    grant: &Grant,
+    child: Option<Value>,
+    report: &Report,
+    opened_at: Timestamp,
+    ended_at: Timestamp,
+    started: std::time::Instant,
+    renewals: u64,
+) {
+    let mut body = json!({
+        "outcome": report.outcome,
+        "task": grant.task.as_str(),
+        "fence": grant.fence,
+        "attempt": grant.attempt,
+        "child": child,
+        "exit": report.exit,
+        "renewals": renewals,
+        "started_at": opened_at,
+        "ended_at": ended_at,
+        "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    });
+    match &spec.holder {
+        Holder::Bare { owner } => body["owner"] = json!(owner.as_str()),
+        Holder::Declared { run, executor } => {
+            body["run"] = json!(run.as_str());
+            body["executor"] = json!(executor.as_str());
+        }
+    }
+    if let Some(r) = &report.reason {
+        body["reason"] = json!(r);
+    }
+    let line = body.to_string();
+    match &spec.report {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, format!("{line}\n")) {
+                output::write_stderr(&format!(
+                    "{{\"warning\": \"cannot write the report to {}: {e}\"}}",
+                    path.display()
+                ));
+                output::write_stderr(&line);
+            }
+        }
+        None => output::write_stderr(&line),
+    }
+}

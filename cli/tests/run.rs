@@ -1,0 +1,609 @@
+//! `baton run` and `baton task run` with real processes, real signals and
+//! real stores: renewals while the child runs, exit statuses, the wrapper
+//! signalled or killed, and no two runs of a task ever overlapping when the
+//! store goes away mid-run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    #[cfg_attr(not(feature = "sled"), allow(dead_code))]
+    Sled,
+}
+
+macro_rules! per_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(super::Backend::Sqlite) } )*
+        }
+        #[cfg(feature = "sled")]
+        mod sled {
+            $( #[test] fn $name() { super::$name(super::Backend::Sled) } )*
+        }
+    };
+}
+
+per_backend!(
+    a_child_that_outlives_its_ttl_is_renewed_and_completes,
+    exit_statuses_and_signals_are_the_childs,
+    a_command_that_cannot_run_leaves_nothing_claimed,
+    a_declared_task_runs_with_its_evidence_hashed,
+);
+
+struct Env {
+    dir: tempfile::TempDir,
+    store: String,
+}
+
+impl Env {
+    fn new(backend: Backend) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = match backend {
+            Backend::Sqlite => format!("sqlite:{}", dir.path().join("b.db").display()),
+            Backend::Sled => format!("sled:{}", dir.path().join("b.sled").display()),
+        };
+        Env { dir, store }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--store").arg(&self.store).args(args);
+        for v in [
+            "BATON_STORE",
+            "BATON_TASK",
+            "BATON_OWNER",
+            "BATON_FENCE",
+            "BATON_RUN",
+            "BATON_EXECUTOR",
+        ] {
+            c.env_remove(v);
+        }
+        c
+    }
+
+    fn baton(&self, args: &[&str]) -> (i32, Value) {
+        let out = self.cmd(args).output().unwrap();
+        (out.status.code().unwrap_or(-1), json_of(&out))
+    }
+
+    /// `baton run`/`task run ... -- sh -c SCRIPT`, with its report.
+    fn run(&self, args: &[&str], script: &str) -> (i32, Value) {
+        let report = self.path(&format!("report-{}.json", uuid_like()));
+        let out = self
+            .cmd(args)
+            .arg("--report")
+            .arg(&report)
+            .args(["--", "sh", "-c", script, BIN])
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), read_report(&report, &out))
+    }
+
+    fn events(&self, task: &str) -> Vec<String> {
+        let out = self.cmd(&["task", "events", task]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+fn json_of(out: &Output) -> Value {
+    let text = if out.stdout.is_empty() {
+        &out.stderr
+    } else {
+        &out.stdout
+    };
+    serde_json::from_slice(text).unwrap_or(Value::Null)
+}
+
+fn read_report(path: &Path, out: &Output) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("no report ({e}): {out:?}"));
+    serde_json::from_str(text.trim()).unwrap()
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn a_child_that_outlives_its_ttl_is_renewed_and_completes(b: Backend) {
+    let env = Env::new(b);
+    // The child sees its lease, and its own `baton verify` finds it current.
+    let (code, report) = env.run(
+        &["run", "long", "--owner", "w", "--ttl", "1s"],
+        r#"test "$BATON_TASK" = long && test "$BATON_OWNER" = w && test -n "$BATON_FENCE" \
+           && test -n "$BATON_EXPIRY" && test "$BATON_ATTEMPT" = 1 || exit 9
+           sleep 3"#,
+    );
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}");
+    assert!(report["renewals"].as_u64().unwrap() >= 5, "{report}");
+    let events = env.events("long");
+    let renewed = events.iter().filter(|k| *k == "RENEWED").count();
+    assert!(renewed >= 5, "{events:?}");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("SUCCEEDED"),
+        "{events:?}"
+    );
+}
+
+fn exit_statuses_and_signals_are_the_childs(b: Backend) {
+    let env = Env::new(b);
+    let (code, report) = env.run(&["run", "seven", "--owner", "w"], "exit 7");
+    assert_eq!(
+        (code, report["outcome"].as_str()),
+        (7, Some("failed")),
+        "{report}"
+    );
+    let (_, shown) = env.baton(&["task", "show", "seven"]);
+    assert_eq!(shown["state"], "FAILED");
+    assert_eq!(shown["error"]["exit_code"], 7, "{shown}");
+    let (code, report) = env.run(&["run", "segv", "--owner", "w"], "kill -SEGV $$");
+    assert_eq!(code, 128 + 11, "{report}");
+    assert_eq!(report["child"]["signal"], "SIGSEGV", "{report}");
+    let (_, shown) = env.baton(&["task", "show", "segv"]);
+    assert_eq!(shown["error"]["signal"], "SIGSEGV", "{shown}");
+    // A refused claim starts nothing.
+    let (code, held) = env.baton(&["claim", "busy", "--owner", "other", "--ttl", "1m"]);
+    assert_eq!(code, 0, "{held}");
+    let marker = env.path("ran");
+    let (code, _) = env.baton(&[
+        "run",
+        "busy",
+        "--owner",
+        "w",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(!marker.exists(), "a refused run started its command");
+}
+
+fn a_command_that_cannot_run_leaves_nothing_claimed(b: Backend) {
+    let env = Env::new(b);
+    let (code, report) = env.run(&["run", "nope", "--owner", "w"], "exec /no/such/command");
+    // `sh` itself reports 127 for a missing command; baton's own check is below.
+    assert_eq!(code, 127, "{report}");
+    let out = env
+        .cmd(&["run", "missing", "--owner", "w", "--", "/no/such/command"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    let (_, h) = env.baton(&["holder", "missing"]);
+    assert_eq!(h["live"], false, "released, not held: {h}");
+    assert_eq!(h["state"], "REGISTERED", "{h}");
+    let script = env.path("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = env
+        .cmd(&[
+            "run",
+            "noexec",
+            "--owner",
+            "w",
+            "--",
+            script.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    let (code, g) = env.baton(&["claim", "noexec", "--owner", "next"]);
+    assert_eq!(code, 0, "the next claimant gets it at once: {g}");
+}
+
+fn manifest(env: &Env, task: &str, steps: &[&str], evidence: &[&str]) -> String {
+    let m = serde_json::json!({
+        "task_id": task, "executor": "ci", "source_branch": "main", "source_oid": "abc123",
+        "target_version": "2.0", "steps": steps, "required_evidence": evidence,
+        "heartbeat_timeout_seconds": 2,
+    });
+    let p = env.path(&format!("{task}.json"));
+    std::fs::write(&p, m.to_string()).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+fn a_declared_task_runs_with_its_evidence_hashed(b: Backend) {
+    let env = Env::new(b);
+    // Two steps where the child can report them, else one (reached at start).
+    let steps: &[&str] = if b == Backend::Sqlite {
+        &["build", "test"]
+    } else {
+        &["build"]
+    };
+    for t in ["built", "nothing"] {
+        let (code, out) = env.baton(&["task", "declare", &manifest(&env, t, steps, &["log"])]);
+        assert_eq!(code, 0, "{out}");
+        let (code, out) = env.baton(&["task", "register", t, "--run", "r1"]);
+        assert_eq!(code, 0, "{out}");
+    }
+    let log = env.path("build.log");
+    let (code, report) = env.run(
+        &[
+            "task",
+            "run",
+            "built",
+            "--run",
+            "r1",
+            "--executor",
+            "ci",
+            "--evidence",
+            &format!("log={}", log.display()),
+        ],
+        &format!(
+            // The child reports its steps with no flags: they come from its
+            // environment. (A sled store admits one process at a time, and the
+            // wrapper holds it: there the child cannot call baton.)
+            r#"test "$BATON_RUN" = r1 && test "$BATON_EXECUTOR" = ci || exit 9
+               if [ {steps} = yes ]; then
+                 "$0" task heartbeat --step 1 >/dev/null || exit 10
+                 "$0" task heartbeat --step 2 >/dev/null || exit 11
+               fi
+               echo built > {log}"#,
+            log = log.display(),
+            steps = if b == Backend::Sqlite { "yes" } else { "no" },
+        ),
+    );
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}");
+    if b == Backend::Sqlite {
+        let beats = env
+            .events("built")
+            .iter()
+            .filter(|k| *k == "HEARTBEAT")
+            .count();
+        assert_eq!(beats, 2, "the child's own heartbeats");
+    }
+    let (code, gate) = env.baton(&["task", "gate", "built"]);
+    assert_eq!(code, 0, "{gate}");
+    let (_, shown) = env.baton(&["task", "show", "built"]);
+    // sha256 of "built\n".
+    assert_eq!(
+        shown["evidence"]["log"].as_str(),
+        Some(format!("sha256:{}", sha256_hex(b"built\n")).as_str()),
+        "{shown}"
+    );
+    // Exit 0 without the evidence file: failed, naming the key and the path.
+    let (code, report) = env.run(
+        &[
+            "task",
+            "run",
+            "nothing",
+            "--run",
+            "r1",
+            "--executor",
+            "ci",
+            "--evidence",
+            "log=/no/such/file",
+        ],
+        "true",
+    );
+    assert_eq!(
+        (code, report["outcome"].as_str()),
+        (1, Some("failed")),
+        "{report}"
+    );
+    let (_, shown) = env.baton(&["task", "show", "nothing"]);
+    assert_eq!(shown["state"], "FAILED", "{shown}");
+    assert_eq!(shown["error"]["code"], "evidence_unreadable", "{shown}");
+    assert_eq!(shown["error"]["key"], "log", "{shown}");
+}
+
+/// SHA-256 as the CLI prints it, from the system's `sha256sum`.
+fn sha256_hex(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn wait_for(path: &Path, within: Duration) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < within, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for our purpose: its state letter is Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn spawn_run(env: &Env, args: &[&str], script: &str, report: &Path) -> Child {
+    env.cmd(args)
+        .arg("--report")
+        .arg(report)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigterm_to_the_wrapper_stops_the_child_then_releases() {
+    let env = Env::new(Backend::Sqlite);
+    let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
+    // A child that ignores SIGTERM (writing that it got it): SIGKILL after the grace.
+    let script = format!(
+        "trap 'echo got >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
+        term = term.display(),
+        pid = pid.display()
+    );
+    let mut wrapper = spawn_run(
+        &env,
+        &[
+            "run", "t", "--owner", "w", "--ttl", "10s", "--grace", "700ms",
+        ],
+        &script,
+        &report,
+    );
+    wait_for(&pid, Duration::from_secs(5));
+    let child: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(wrapper.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wrapper.wait().unwrap();
+    let took = sent.elapsed();
+    assert!(!alive(child), "the child outlived the wrapper");
+    assert!(
+        std::fs::read_to_string(&term).unwrap().contains("got"),
+        "no SIGTERM reached the child"
+    );
+    assert!(
+        took >= Duration::from_millis(600),
+        "SIGKILL before the grace: {took:?}"
+    );
+    assert_eq!(status.code(), Some(128 + 9), "the child's status: killed");
+    let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
+    assert_eq!(r["outcome"], "released", "{r}");
+    let (code, g) = env.baton(&["claim", "t", "--owner", "next"]);
+    assert_eq!(code, 0, "released: the next claimant gets it at once: {g}");
+}
+
+#[test]
+fn sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires() {
+    let env = Env::new(Backend::Sqlite);
+    let (pid, report) = (env.path("pid"), env.path("report"));
+    let script = format!(
+        "echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
+        pid = pid.display()
+    );
+    let mut wrapper = spawn_run(
+        &env,
+        &["run", "t", "--owner", "w", "--ttl", "2s"],
+        &script,
+        &report,
+    );
+    wait_for(&pid, Duration::from_secs(5));
+    let child: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let t = Instant::now();
+    while alive(child) {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the child outlived a SIGKILLed wrapper"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, r) = env.baton(&["claim", "t", "--owner", "next"]);
+    assert_eq!(
+        (code, r["refused"].as_str()),
+        (1, Some("held")),
+        "the lease holds until it expires: {r}"
+    );
+    std::thread::sleep(Duration::from_millis(2_200));
+    let (code, g) = env.baton(&["claim", "t", "--owner", "next"]);
+    assert_eq!(code, 0, "{g}");
+}
+
+/// Copies a live SQLite store consistently (its log included) and puts the
+/// copy in its place, removing the old log: every process that had the old
+/// file open refuses from then on, as the store has "gone away".
+fn replace_sqlite_store(db: &Path) {
+    let copy = db.with_extension("copy");
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.busy_timeout(Duration::from_secs(5)).unwrap();
+    c.execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
+        .unwrap();
+    drop(c);
+    std::fs::rename(&copy, db).unwrap();
+    for ext in ["db-wal", "db-shm"] {
+        let _ = std::fs::remove_file(db.with_extension(ext));
+    }
+}
+
+/// The interval a child recorded (`/proc/uptime`, one host's monotonic clock).
+fn interval(path: &Path) -> (f64, f64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let find = |what: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(what)
+                    .map(|v| v.trim().parse::<f64>().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {what} in {}: {text:?}", path.display()))
+    };
+    (find("start "), find("stop "))
+}
+
+/// A child that records when it started and stopped (on SIGTERM, or after
+/// `secs`), on the monotonic clock.
+fn recording_child(log: &Path, secs: &str) -> String {
+    format!(
+        "now() {{ cut -d' ' -f1 /proc/uptime; }}; echo \"start $(now)\" >> {log}; \
+         trap 'echo \"stop $(now)\" >> {log}; exit 143' TERM; \
+         end=$(( $(cut -d. -f1 /proc/uptime) + {secs} )); \
+         while [ $(cut -d. -f1 /proc/uptime) -lt $end ]; do sleep 0.02; done; \
+         echo \"stop $(now)\" >> {log}",
+        log = log.display()
+    )
+}
+
+#[test]
+fn no_two_runs_of_a_task_overlap_when_the_sqlite_store_goes_away() {
+    // 20 rounds, five at a time, each on a store of its own.
+    for batch in 0..4 {
+        let rounds: Vec<_> = (0..5)
+            .map(|i| {
+                let env = Env::new(Backend::Sqlite);
+                let n = batch * 5 + i;
+                let (first_log, second_log) = (env.path("first.log"), env.path("second.log"));
+                let first = spawn_run(
+                    &env,
+                    &[
+                        "run", "t", "--owner", "first", "--ttl", "2s", "--grace", "300ms",
+                    ],
+                    &recording_child(&first_log, "30"),
+                    &env.path("first.json"),
+                );
+                (n, env, first, first_log, second_log)
+            })
+            .collect();
+        let mut seconds = Vec::new();
+        for (n, env, first, first_log, second_log) in rounds {
+            wait_for(&first_log, Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(300));
+            replace_sqlite_store(&env.dir.path().join("b.db"));
+            // Started at once: it gets the task only once the first lease ends.
+            let second = spawn_run(
+                &env,
+                &[
+                    "run", "t", "--owner", "second", "--ttl", "2s", "--wait", "10s",
+                ],
+                &recording_child(&second_log, "0"),
+                &env.path("second.json"),
+            );
+            seconds.push((n, env, first, second, first_log, second_log));
+        }
+        for (n, env, mut first, mut second, first_log, second_log) in seconds {
+            let a = first.wait().unwrap();
+            let b = second.wait().unwrap();
+            let ra: Value = serde_json::from_str(
+                std::fs::read_to_string(env.path("first.json"))
+                    .unwrap()
+                    .trim(),
+            )
+            .unwrap();
+            assert_eq!(
+                (a.code(), ra["outcome"].as_str()),
+                (Some(75), Some("lost")),
+                "round {n}: {ra}"
+            );
+            assert_eq!(b.code(), Some(0), "round {n}");
+            let (s1, e1) = interval(&first_log);
+            let (s2, e2) = interval(&second_log);
+            assert!(s1 <= e1 && s2 <= e2);
+            assert!(
+                e1 < s2,
+                "round {n}: the runs overlap: first {s1}..{e1}, second {s2}..{e2}"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "fabric")]
+#[test]
+fn no_two_runs_of_a_task_overlap_when_the_etcd_cluster_stops() {
+    use baton_adapter_fabric::testing::EtcdCluster;
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    for n in 0..3 {
+        let env = Env {
+            dir: tempfile::tempdir().unwrap(),
+            store: cluster.url(&format!("run-{n}")),
+        };
+        let (first_log, second_log) = (env.path("first.log"), env.path("second.log"));
+        let mut first = spawn_run(
+            &env,
+            &[
+                "run", "t", "--owner", "first", "--ttl", "3s", "--grace", "500ms",
+            ],
+            &recording_child(&first_log, "60"),
+            &env.path("first.json"),
+        );
+        wait_for(&first_log, Duration::from_secs(10));
+        // The whole cluster stops answering.
+        for i in 0..3 {
+            cluster.pause(i);
+        }
+        let mut second = spawn_run(
+            &env,
+            &[
+                "run", "t", "--owner", "second", "--ttl", "3s", "--wait", "30s",
+            ],
+            &recording_child(&second_log, "0"),
+            &env.path("second.json"),
+        );
+        let a = first.wait().unwrap();
+        for i in 0..3 {
+            cluster.resume(i);
+        }
+        let b = second.wait().unwrap();
+        let ra: Value = serde_json::from_str(
+            std::fs::read_to_string(env.path("first.json"))
+                .unwrap()
+                .trim(),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.code(), ra["outcome"].as_str()),
+            (Some(75), Some("lost")),
+            "round {n}: {ra}"
+        );
+        assert_eq!(b.code(), Some(0), "round {n}");
+        let (s1, e1) = interval(&first_log);
+        let (s2, e2) = interval(&second_log);
+        assert!(
+            e1 < s2,
+            "round {n}: the runs overlap: first {s1}..{e1}, second {s2}..{e2}"
+        );
+    }
+}
