@@ -85,6 +85,12 @@ impl Keys {
         format!("{}d/", self.prefix)
     }
 
+    /// The lock-delay key: exists until the last grant's lock delay (counted
+    /// from its lease's end) runs out, unless the grant ended cleanly.
+    pub fn lock_delay(&self, task: &str) -> String {
+        format!("{}l/{}", self.prefix, hex(task))
+    }
+
     /// An event of `task`, by the record revision that wrote it and its index.
     pub fn event(&self, task: &str, revision: u64, idx: usize) -> String {
         format!("{}e/{}/{revision:016x}{idx:04x}", self.prefix, hex(task))
@@ -145,12 +151,18 @@ mod tests {
         assert_eq!(normalise_prefix(""), DEFAULT_PREFIX);
         assert_eq!(normalise_prefix("x//y/"), "x/y");
         let outer = Keys::new("z");
-        for inner in ["z/o", "z/t", "z/h", "z/d", "z/e", "z/t/x", "z/o/deep"] {
+        for inner in [
+            "z/o", "z/t", "z/h", "z/d", "z/l", "z/e", "z/t/x", "z/o/deep",
+        ] {
             let inner = Keys::new(inner);
             for (o, i) in [
                 (outer.tasks(), inner.task("victim")),
                 (outer.holders(), inner.holder("victim")),
                 (outer.deadlines(), inner.deadline("victim")),
+                (
+                    outer.tasks().replace("\0t/", "\0l/"),
+                    inner.lock_delay("victim"),
+                ),
                 (outer.events(), inner.events_of("victim")),
                 (
                     outer.outboxes(),

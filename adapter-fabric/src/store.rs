@@ -4,9 +4,8 @@ use crate::keys::{Keys, prefix_end, unhex};
 use async_trait::async_trait;
 use baton_core::model::{NotificationDraft, PENDING_FENCE};
 use baton_core::{
-    Capabilities, ClockKind, DeadlineEffect, Decision, Error, Event, Judged, LeaseEffect,
-    ListQuery, Notification, Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp,
-    decide_with,
+    Capabilities, ClockKind, Decision, Error, Event, Judged, LeaseEffect, ListQuery, Notification,
+    Operation, Result, Snapshot, Store, TaskId, TaskRecord, TimerEffect, Timestamp, decide_with,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions,
@@ -98,18 +97,21 @@ struct Found {
     record: Option<(TaskRecord, i64)>,
     holder: Option<KeyValue>,
     deadline: Option<KeyValue>,
+    lock_delay: Option<KeyValue>,
     /// The request id of the write that stored the record.
     written_by: Option<String>,
 }
 
 impl Found {
     /// The engine's judgement: a lease holds while its holder key exists, a
-    /// start deadline has not passed while its deadline key exists. Both
-    /// keys live on etcd leases, so the leader's clock decides, never ours.
+    /// start deadline has not passed while its deadline key exists, a lock
+    /// delay holds while its key exists. The keys live on etcd leases, so
+    /// the leader's clock decides, never ours.
     fn judged(&self) -> Judged {
         Judged {
             lease_holds: self.holder.is_some(),
             deadline_passed: self.deadline.is_none(),
+            lock_delay_holds: self.lock_delay.is_some(),
         }
     }
 }
@@ -380,6 +382,7 @@ impl FabricStore {
             self.keys.task(task),
             self.keys.holder(task),
             self.keys.deadline(task),
+            self.keys.lock_delay(task),
         ];
         let resp = self
             .safe("read", |mut c| {
@@ -394,6 +397,7 @@ impl FabricStore {
         let record_kv = kvs.next().flatten();
         let holder = kvs.next().flatten();
         let deadline = kvs.next().flatten();
+        let lock_delay = kvs.next().flatten();
         let (record, written_by) = match record_kv {
             Some(kv) => {
                 let (r, by) = self.decode_envelope(&kv)?;
@@ -405,6 +409,7 @@ impl FabricStore {
             record,
             holder,
             deadline,
+            lock_delay,
             written_by,
         })
     }
@@ -491,27 +496,27 @@ impl FabricStore {
         futures_util::future::join_all(ids.iter().map(|id| self.revoke(*id))).await;
     }
 
-    /// Grants the leases a decision needs (the holder key's and the
-    /// deadline key's, each of the given whole seconds) at once; if one
-    /// cannot be granted, the other is revoked and nothing is written.
-    async fn grant_leases(
-        &self,
-        holder: Option<u64>,
-        deadline: Option<u64>,
-    ) -> Result<(Option<i64>, Option<i64>)> {
-        let grant = |secs: Option<u64>| async move {
-            match secs {
-                Some(s) => self.grant_lease(s).await.map(Some),
+    /// Grants the leases a decision needs (the holder key's and its timer
+    /// keys', each of the given whole seconds) at once; if one cannot be
+    /// granted, those that were are revoked and nothing is written.
+    async fn grant_leases(&self, secs: &[Option<u64>]) -> Result<Vec<Option<i64>>> {
+        let granted = futures_util::future::join_all(secs.iter().map(|s| async move {
+            match s {
+                Some(s) => self.grant_lease(*s).await.map(Some),
                 None => Ok(None),
             }
-        };
-        match tokio::join!(grant(holder), grant(deadline)) {
-            (Ok(h), Ok(d)) => Ok((h, d)),
-            (Ok(Some(id)), Err(e)) | (Err(e), Ok(Some(id))) => {
-                self.revoke(id).await;
+        }))
+        .await;
+        let made: Vec<i64> = granted
+            .iter()
+            .filter_map(|g| g.as_ref().ok().copied().flatten())
+            .collect();
+        match granted.into_iter().collect::<Result<Vec<_>>>() {
+            Ok(ids) => Ok(ids),
+            Err(e) => {
+                self.revoke_all(&made).await;
                 Err(e)
             }
-            (Err(e), _) | (_, Err(e)) => Err(e),
         }
     }
 
@@ -546,11 +551,8 @@ impl FabricStore {
     async fn apply_op(&self, op: Operation) -> Result<Decision> {
         let rules = self.capabilities().lease_rules();
         let task = op.task.as_str().to_owned();
-        let (tk, hk, dk) = (
-            self.keys.task(&task),
-            self.keys.holder(&task),
-            self.keys.deadline(&task),
-        );
+        let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
+        let (dk, lk) = (self.keys.deadline(&task), self.keys.lock_delay(&task));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         // Writes sent whose replies never came, with the leases each made:
         // each is guarded by the revisions it read, so once anything else
@@ -569,33 +571,37 @@ impl FabricStore {
                 return Ok(d);
             }
             let request_id = uuid::Uuid::new_v4().to_string();
-            // Guarded by all three keys as read: a lease or deadline that
-            // ran out since (its key deleted by the engine) fails the
-            // transaction, and the decision is made again on the new facts.
+            // The timer keys: each exists until its timer runs out, on an
+            // etcd lease, so the engine's clock judges it.
+            let timers = [
+                (&dk, found.deadline.as_ref(), d.deadline),
+                (&lk, found.lock_delay.as_ref(), d.lock_delay),
+            ];
+            // Guarded by every key as read: a lease or timer that ran out
+            // since (its key deleted by the engine) fails the transaction,
+            // and the decision is made again on the new facts.
             let mut compares = vec![
                 match &found.record {
                     Some((_, rev)) => Compare::mod_revision(tk.clone(), CompareOp::Equal, *rev),
                     None => Compare::create_revision(tk.clone(), CompareOp::Equal, 0),
                 },
                 unchanged(&hk, found.holder.as_ref()),
-                unchanged(&dk, found.deadline.as_ref()),
             ];
+            compares.extend(timers.iter().map(|(k, read, _)| unchanged(k, *read)));
             let mut ops = Vec::new();
-            let (lease_id, deadline_lease) = self
-                .grant_leases(
-                    match d.lease {
-                        LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
-                            Some(lease_secs(ttl_ms))
-                        }
-                        LeaseEffect::Ended | LeaseEffect::Unchanged => None,
-                    },
-                    match d.deadline {
-                        DeadlineEffect::Set { in_ms } => Some(lease_secs(in_ms)),
-                        DeadlineEffect::Cleared | DeadlineEffect::Unchanged => None,
-                    },
-                )
-                .await?;
-            let made: Vec<i64> = lease_id.into_iter().chain(deadline_lease).collect();
+            let mut wanted = vec![match d.lease {
+                LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
+                    Some(lease_secs(ttl_ms))
+                }
+                LeaseEffect::Ended | LeaseEffect::Unchanged => None,
+            }];
+            wanted.extend(timers.iter().map(|(_, _, effect)| match effect {
+                TimerEffect::Set { in_ms } => Some(lease_secs(*in_ms)),
+                TimerEffect::Cleared | TimerEffect::Unchanged => None,
+            }));
+            let granted = self.grant_leases(&wanted).await?;
+            let lease_id = granted.first().copied().flatten();
+            let made: Vec<i64> = granted.iter().copied().flatten().collect();
             if let Some(after) = d.record_to_write() {
                 let env = Envelope {
                     record: after.clone(),
@@ -623,20 +629,20 @@ impl FabricStore {
                 }
                 _ => {}
             }
-            match (d.deadline, deadline_lease) {
-                // The deadline key on an etcd lease that ends when the
-                // deadline passes: the engine's clock judges it.
-                (DeadlineEffect::Set { .. }, Some(id)) => {
-                    ops.push(TxnOp::put(
-                        dk.clone(),
-                        "",
-                        Some(PutOptions::new().with_lease(id)),
-                    ));
+            for ((key, read, effect), lease) in timers.iter().zip(granted.iter().skip(1)) {
+                match (effect, lease) {
+                    (TimerEffect::Set { .. }, Some(id)) => {
+                        ops.push(TxnOp::put(
+                            (*key).clone(),
+                            "",
+                            Some(PutOptions::new().with_lease(*id)),
+                        ));
+                    }
+                    (TimerEffect::Cleared, _) if read.is_some() => {
+                        ops.push(TxnOp::delete((*key).clone(), None));
+                    }
+                    _ => {}
                 }
-                (DeadlineEffect::Cleared, _) if found.deadline.is_some() => {
-                    ops.push(TxnOp::delete(dk.clone(), None));
-                }
-                _ => {}
             }
             let revision = d.record_to_write().map_or(0, |r| r.revision);
             let drafts: Vec<baton_core::model::EventDraft> = d.events().cloned().collect();
@@ -719,14 +725,13 @@ impl FabricStore {
                 .as_ref()
                 .map(KeyValue::lease)
                 .filter(|_| d.lease != LeaseEffect::Unchanged);
-            let deadline_left = found
-                .deadline
-                .as_ref()
-                .map(KeyValue::lease)
-                .filter(|_| d.deadline != DeadlineEffect::Unchanged);
+            let timers_left = timers.iter().filter_map(|(_, read, effect)| {
+                read.map(KeyValue::lease)
+                    .filter(|_| *effect != TimerEffect::Unchanged)
+            });
             let replaced: Vec<i64> = holder_left
                 .into_iter()
-                .chain(deadline_left)
+                .chain(timers_left)
                 .filter(|l| *l != 0 && !made.contains(l))
                 .collect();
             let landed = match sent {
@@ -980,6 +985,9 @@ impl FabricStore {
                     let judged = Judged {
                         lease_holds: live.contains(t),
                         deadline_passed: !waiting.contains(t),
+                        // Only a grant's decision consults the lock delay,
+                        // and it reads the key itself; a list never does.
+                        lock_delay_holds: false,
                     };
                     Snapshot { record, judged }
                 })

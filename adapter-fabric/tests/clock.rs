@@ -131,3 +131,30 @@ async fn a_skewed_client_can_neither_keep_nor_end_a_lease() {
     assert_eq!(swept.len(), 1, "{swept:?}");
     assert_eq!(state(&ahead, &t).await, (State::NotStarted, 2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skewed_client_can_neither_cut_short_nor_prolong_a_lock_delay() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let [_, ahead, behind] = clients(&cluster, "clock-delay").await;
+    let (t, w) = (id("job"), id("w"));
+    // A 2 s lease with a 4 s lock delay, granted an hour behind.
+    behind
+        .claim_with_lock_delay(&t, &w, Some(2_000), 4_000)
+        .await
+        .unwrap()
+        .grant()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Expired unreleased: an hour ahead, the delay looks long over; it is not.
+    let r = ahead.claim(&t, &id("y"), Some(2_000)).await.unwrap();
+    assert!(
+        matches!(r.refusal(), Some(Refusal::LockDelay { .. })),
+        "{r:?}"
+    );
+    // Once it has run out by the engine, the client behind is granted.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    let g = behind.claim(&t, &id("z"), Some(2_000)).await.unwrap();
+    assert!(g.grant().is_some(), "{g:?}");
+}

@@ -27,10 +27,12 @@ fn commit(mut d: baton_core::Decision) -> baton_core::TaskRecord {
 const HOLDS: Judged = Judged {
     lease_holds: true,
     deadline_passed: false,
+    lock_delay_holds: false,
 };
 const NEITHER: Judged = Judged {
     lease_holds: false,
     deadline_passed: false,
+    lock_delay_holds: false,
 };
 
 fn bench(c: &mut Criterion) {
@@ -38,6 +40,7 @@ fn bench(c: &mut Criterion) {
         Request::Claim {
             owner: id("w"),
             ttl_ms: Some(60_000),
+            lock_delay_ms: None,
         },
         0,
     );
@@ -49,6 +52,7 @@ fn bench(c: &mut Criterion) {
         Request::Claim {
             owner: id("x"),
             ttl_ms: Some(60_000),
+            lock_delay_ms: None,
         },
         1,
     );

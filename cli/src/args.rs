@@ -42,6 +42,10 @@ pub enum Command {
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
+        /// If the lease expires without a release, no one is granted the task
+        /// for this long after (0 to 7 days; default none).
+        #[arg(long, allow_hyphen_values = true)]
+        lock_delay: Option<String>,
     },
     /// Extend the holder's lease.
     Renew {
@@ -113,6 +117,10 @@ pub enum Command {
         /// Lease length (default 30s); renewed every third of it.
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
+        /// If the lease expires without a release, no one is granted the task
+        /// for this long after (0 to 7 days; default none).
+        #[arg(long, allow_hyphen_values = true)]
+        lock_delay: Option<String>,
         #[command(flatten)]
         opts: RunOptions,
     },

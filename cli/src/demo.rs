@@ -1,7 +1,9 @@
 //! `baton demo`: eight workers race over 200 tasks on a fresh store; one
 //! worker stalls past its lease, loses the task to a recovery, and its late
 //! completion is refused; declared tasks succeed with evidence and pass the
-//! release gate. Prints a timeline and a summary.
+//! release gate; a command runs under a lease kept for it, and when the
+//! store stops answering mid-run it is stopped before the lease could end.
+//! Prints a timeline and a summary.
 
 use crate::args::Format;
 use crate::output::{Out, Status, View};
@@ -89,6 +91,59 @@ fn stopped(what: &str, reply: &Reply) -> Out {
         wrote: false,
         view: View::Generic,
     }
+}
+
+/// Runs `sleep 30` under a 2 s lease the wrapper keeps, on a store that
+/// stops answering 600 ms in; returns the outcome and how long before the
+/// lease's end the child was stopped. The same code as `baton run`.
+async fn supervised_run(
+    tag: &str,
+    dir: &std::path::Path,
+    tl: &mut Timeline,
+) -> Result<(String, i64), Error> {
+    use baton_core::fault::{Fault, FaultStore};
+    use baton_core::{Authority, MemoryStore, SystemClock, Timestamp};
+    let store = Arc::new(FaultStore::new(MemoryStore::new()));
+    let auth = Arc::new(Authority::new(store.clone(), Arc::new(SystemClock)));
+    let spec = crate::supervise::Spec {
+        store: "memory:".to_owned(),
+        task: id(&format!("demo-{tag}-supervised"))?,
+        holder: crate::supervise::Holder::Bare {
+            owner: id("worker-run")?,
+            lock_delay_ms: None,
+        },
+        ttl_ms: Some(2_000),
+        wait_ms: None,
+        grace_ms: 300,
+        renew_every_ms: None,
+        report: Some(dir.join("supervised.json")),
+        evidence: Vec::new(),
+        command: vec!["sleep".into(), "30".into()],
+    };
+    tl.note(format!(
+        "baton run {} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in",
+        spec.task
+    ));
+    let (done, ()) = tokio::join!(crate::supervise::supervised(&auth, &spec), async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        store.set_always(Some(Fault::UnavailableBefore));
+    });
+    let report = done.report.unwrap_or_default();
+    let at = |k: &str| {
+        report[k]
+            .as_str()
+            .and_then(|t| Timestamp::parse_rfc3339(t).ok())
+    };
+    let early = match (at("ended_at"), at("lease_expiry")) {
+        (Some(end), Some(expiry)) => expiry.as_millis() - end.as_millis(),
+        _ => 0,
+    };
+    let outcome = report["outcome"].as_str().unwrap_or("none").to_owned();
+    tl.note(format!(
+        "no renewal confirmed: the child got SIGTERM and was gone {early} ms before its lease could end; outcome {outcome}, exit {}",
+        done.exit
+    ));
+    Ok((outcome, early))
 }
 
 /// `store`: a store named with `--store` on the command line (never the
@@ -239,21 +294,27 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "{gates_passed} of 3 declared tasks pass the release gate"
     ));
 
+    // Act 4: a supervised run whose store goes away mid-run.
+    let (outcome, stopped_early_ms) = supervised_run(&tag, tmp.path(), &mut tl).await?;
+
     let ok = double_grants == 0
+        && outcome == "lost"
+        && stopped_early_ms > 0
         && per_task.len() == TASKS
         && late_reason == "stale_fence"
         && !stale_current
         && gates_passed == 3;
     let summary = json!({
         "store": url,
-        "tasks": TASKS + 1 + 3,
+        "tasks": TASKS + 1 + 3 + 1,
         "raced_tasks": TASKS,
         "workers": WORKERS,
-        "grants": tally.grants.len() + 2 + 3,
+        "grants": tally.grants.len() + 2 + 3 + 1,
         "refusals": tally.refusals,
         "double_grants": double_grants,
         "stale_completion": late_reason,
         "gates_passed": gates_passed,
+        "supervised_run": {"outcome": outcome, "stopped_before_lease_end_ms": stopped_early_ms},
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
@@ -280,13 +341,20 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     for (k, v) in [
         (
             "tasks",
-            format!("{} ({TASKS} raced, 1 recovered, 3 declared)", TASKS + 4),
+            format!(
+                "{} ({TASKS} raced, 1 recovered, 3 declared, 1 supervised)",
+                TASKS + 5
+            ),
         ),
-        ("grants", (tally.grants.len() + 5).to_string()),
+        ("grants", (tally.grants.len() + 6).to_string()),
         ("refusals", refusals.join(", ")),
         ("double grants", double_grants.to_string()),
         ("late completion", late_reason),
         ("gate passed", format!("{gates_passed} of 3")),
+        (
+            "supervised run",
+            format!("{outcome}, child stopped {stopped_early_ms} ms before its lease could end"),
+        ),
     ] {
         text.push_str(&format!("  {k:<16} {v}\n"));
     }

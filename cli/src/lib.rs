@@ -91,11 +91,13 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
             task,
             owner,
             ttl,
+            lock_delay,
             opts,
         } => (
             task,
             supervise::Holder::Bare {
                 owner: id("owner", owner)?,
+                lock_delay_ms: parse_lock_delay(lock_delay.as_deref())?,
             },
             ttl,
             &[][..],
@@ -304,6 +306,15 @@ fn id(field: &str, value: &str) -> Result<Id, Error> {
     Id::parse(field, value)
 }
 
+/// Parses `--lock-delay DUR`: `0` (none) or a DUR.
+pub(crate) fn parse_lock_delay(value: Option<&str>) -> Result<Option<u64>, Error> {
+    match value.map(str::trim) {
+        None => Ok(None),
+        Some("0") => Ok(Some(0)),
+        Some(v) => parse_ttl(Some(v)).map_err(|e| Error::invalid("lock_delay", e.message)),
+    }
+}
+
 /// Parses a DUR: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms to 7 days.
 pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
     let Some(v) = value else { return Ok(None) };
@@ -487,11 +498,17 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
     let exec = |e: &str| id("executor", e);
     let operator = |s: &str| id("operator", s).map(Actor::Operator);
     Ok(match cmd {
-        Command::Claim { task, owner, ttl } => grant(
+        Command::Claim {
+            task,
+            owner,
+            ttl,
+            lock_delay,
+        } => grant(
             t(task)?,
             R::Claim {
                 owner: o(owner)?,
                 ttl_ms: parse_ttl(ttl.as_deref())?,
+                lock_delay_ms: parse_lock_delay(lock_delay.as_deref())?,
             },
         ),
         Command::Renew {

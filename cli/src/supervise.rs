@@ -36,8 +36,14 @@ pub const NO_COMMAND: i32 = 127;
 /// Who holds the task: a bare task's owner, or a declared task's run and executor.
 #[derive(Debug, Clone)]
 pub enum Holder {
-    Bare { owner: Id },
-    Declared { run: Id, executor: Id },
+    Bare {
+        owner: Id,
+        lock_delay_ms: Option<u64>,
+    },
+    Declared {
+        run: Id,
+        executor: Id,
+    },
 }
 
 /// A validated `run` or `task run`, ready to go.
@@ -118,34 +124,51 @@ struct Report {
     reason: Option<String>,
 }
 
-/// Runs the spec and returns the wrapper's exit status.
+/// Runs the spec on the store its URL names and returns the wrapper's exit status.
 pub async fn main(spec: Spec) -> i32 {
-    let started = std::time::Instant::now();
     let auth = match authority_for(&spec.store).await {
         Ok(a) => Arc::new(a),
         Err(e) => return report_error(&e),
     };
-    let grant = match claim(&auth, &spec).await {
+    supervised(&auth, &spec).await.exit
+}
+
+/// How a supervised run ended: the wrapper's exit status, and the report
+/// (`None` when nothing was claimed).
+#[derive(Debug)]
+pub struct Finished {
+    pub exit: i32,
+    pub report: Option<Value>,
+}
+
+/// Runs the spec on `auth`: claim, run, keep, stop in time, report.
+pub async fn supervised<S: Store + 'static>(
+    auth: &Arc<baton_core::Authority<S>>,
+    spec: &Spec,
+) -> Finished {
+    let started = std::time::Instant::now();
+    let nothing = |exit| Finished { exit, report: None };
+    let grant = match claim(auth, spec).await {
         Ok(Ok(g)) => g,
         Ok(Err(refusal)) => {
             let mut body = serde_json::to_value(&refusal)
                 .unwrap_or_else(|_| json!({"refused": refusal.reason()}));
             body["message"] = json!(refusal.to_string());
             output::write_stderr(&body.to_string());
-            return if refusal == Refusal::NotFound {
+            return nothing(if refusal == Refusal::NotFound {
                 exit::NOT_FOUND
             } else {
                 exit::REFUSED
-            };
+            });
         }
-        Err(e) => return report_error(&e),
+        Err(e) => return nothing(report_error(&e)),
     };
     let opened_at = auth.now();
     let run_id = match &spec.holder {
         Holder::Declared { run, .. } => Some(run.clone()),
         Holder::Bare { .. } => None,
     };
-    let mut child = match spawn(&spec, &grant) {
+    let mut child = match spawn(spec, &grant) {
         Ok(c) => c,
         Err(e) => {
             // Nothing ran: give the task back rather than fail it.
@@ -167,8 +190,8 @@ pub async fn main(spec: Spec) -> i32 {
                         .unwrap_or_default()
                 )),
             };
-            write_report(
-                &spec,
+            let report = write_report(
+                spec,
                 &grant,
                 None,
                 &report,
@@ -177,7 +200,10 @@ pub async fn main(spec: Spec) -> i32 {
                 started,
                 0,
             );
-            return exit;
+            return Finished {
+                exit,
+                report: Some(report),
+            };
         }
     };
     // The child's process group is its pid (`process_group(0)`).
@@ -195,7 +221,7 @@ pub async fn main(spec: Spec) -> i32 {
             run_id,
         },
     );
-    let status = supervise(&mut child, group, &keeper, &auth, spec.grace_ms).await;
+    let status = supervise(&mut child, group, &keeper, auth, spec.grace_ms).await;
     let (status, stopping) = match status {
         Ok(s) => s,
         Err(e) => {
@@ -206,8 +232,8 @@ pub async fn main(spec: Spec) -> i32 {
                 exit: LOST,
                 reason: Some(format!("cannot wait for the command: {e}")),
             };
-            write_report(
-                &spec,
+            let report = write_report(
+                spec,
                 &keeper.grant(),
                 None,
                 &report,
@@ -216,7 +242,10 @@ pub async fn main(spec: Spec) -> i32 {
                 started,
                 keeper.kept().renewals,
             );
-            return LOST;
+            return Finished {
+                exit: LOST,
+                report: Some(report),
+            };
         }
     };
     let child_json = child_status(&status);
@@ -293,8 +322,9 @@ pub async fn main(spec: Spec) -> i32 {
             }
         }
     };
-    write_report(
-        &spec,
+    let exit = report.exit;
+    let written = write_report(
+        spec,
         &last,
         Some(child_json),
         &report,
@@ -303,7 +333,10 @@ pub async fn main(spec: Spec) -> i32 {
         started,
         renewals,
     );
-    report.exit
+    Finished {
+        exit,
+        report: Some(written),
+    }
 }
 
 fn indeterminate(e: &Error) -> Report {
@@ -326,7 +359,17 @@ async fn claim<S: Store + 'static>(
     let mut backoff = 100u64;
     loop {
         let reply = match &spec.holder {
-            Holder::Bare { owner } => a.claim(&spec.task, owner, spec.ttl_ms).await?,
+            Holder::Bare {
+                owner,
+                lock_delay_ms: None,
+            } => a.claim(&spec.task, owner, spec.ttl_ms).await?,
+            Holder::Bare {
+                owner,
+                lock_delay_ms: Some(d),
+            } => {
+                a.claim_with_lock_delay(&spec.task, owner, spec.ttl_ms, *d)
+                    .await?
+            }
             Holder::Declared { run, executor } => {
                 a.task_claim(&spec.task, run, executor, spec.ttl_ms).await?
             }
@@ -343,7 +386,10 @@ async fn claim<S: Store + 'static>(
                 return Ok(Ok(g));
             }
             (_, Some(r)) => {
-                let waitable = matches!(r, Refusal::Held { .. } | Refusal::LeaseLive { .. });
+                let waitable = matches!(
+                    r,
+                    Refusal::Held { .. } | Refusal::LeaseLive { .. } | Refusal::LockDelay { .. }
+                );
                 let now = std::time::Instant::now();
                 match deadline {
                     Some(d) if waitable && now < d => {
@@ -379,7 +425,7 @@ fn spawn(spec: &Spec, grant: &Grant) -> std::io::Result<tokio::process::Child> {
         .env("BATON_ATTEMPT", grant.attempt.to_string())
         .env("BATON_EXPIRY", grant.expiry.to_string());
     match &spec.holder {
-        Holder::Bare { owner } => {
+        Holder::Bare { owner, .. } => {
             cmd.env("BATON_OWNER", owner.as_str());
         }
         Holder::Declared { run, executor } => {
@@ -537,12 +583,13 @@ fn write_report(
     ended_at: Timestamp,
     started: std::time::Instant,
     renewals: u64,
-) {
+) -> Value {
     let mut body = json!({
         "outcome": report.outcome,
         "task": grant.task.as_str(),
         "fence": grant.fence,
         "attempt": grant.attempt,
+        "lease_expiry": grant.expiry,
         "child": child,
         "exit": report.exit,
         "renewals": renewals,
@@ -551,7 +598,7 @@ fn write_report(
         "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     });
     match &spec.holder {
-        Holder::Bare { owner } => body["owner"] = json!(owner.as_str()),
+        Holder::Bare { owner, .. } => body["owner"] = json!(owner.as_str()),
         Holder::Declared { run, executor } => {
             body["run"] = json!(run.as_str());
             body["executor"] = json!(executor.as_str());
@@ -573,4 +620,5 @@ fn write_report(
         }
         None => output::write_stderr(&line),
     }
+    body
 }

@@ -861,9 +861,17 @@ fn the_demo_runs_and_finds_no_double_grant() {
         (
             v["double_grants"].as_u64(),
             v["ok"].as_bool(),
-            v["gates_passed"].as_u64()
+            v["gates_passed"].as_u64(),
+            v["supervised_run"]["outcome"].as_str(),
         ),
-        (Some(0), Some(true), Some(3))
+        (Some(0), Some(true), Some(3), Some("lost"))
+    );
+    assert!(
+        v["supervised_run"]["stopped_before_lease_end_ms"]
+            .as_i64()
+            .unwrap()
+            > 0,
+        "{v}"
     );
 }
 

@@ -607,3 +607,39 @@ fn no_two_runs_of_a_task_overlap_when_the_etcd_cluster_stops() {
         );
     }
 }
+
+#[test]
+fn a_lock_delay_holds_a_vanished_holders_task_and_run_waits_it_out() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, g) = env.baton(&[
+        "claim",
+        "t",
+        "--owner",
+        "gone",
+        "--ttl",
+        "1s",
+        "--lock-delay",
+        "2s",
+    ]);
+    assert_eq!(code, 0, "{g}");
+    std::thread::sleep(Duration::from_millis(1_200));
+    let (code, r) = env.baton(&["claim", "t", "--owner", "next"]);
+    assert_eq!(
+        (code, r["refused"].as_str()),
+        (1, Some("lock_delay")),
+        "{r}"
+    );
+    let (code, e) = env.baton(&["claim", "u", "--owner", "x", "--lock-delay", "8d"]);
+    assert_eq!(
+        (code, e["error"]["field"].as_str()),
+        (2, Some("lock_delay")),
+        "{e}"
+    );
+    let t = Instant::now();
+    let (code, report) = env.run(&["run", "t", "--owner", "next", "--wait", "10s"], "true");
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "granted inside the lock delay"
+    );
+}

@@ -193,6 +193,28 @@ impl<S: Store> Authority<S> {
             Request::Claim {
                 owner: owner.clone(),
                 ttl_ms,
+                lock_delay_ms: None,
+            },
+        )
+        .await
+    }
+
+    /// Claims a bare task like [`Authority::claim`], with a lock delay: if
+    /// this grant's lease expires without a release, no one is granted the
+    /// task until `lock_delay_ms` after (judged by the store's clock).
+    pub async fn claim_with_lock_delay(
+        &self,
+        task: &TaskId,
+        owner: &OwnerId,
+        ttl_ms: Option<u64>,
+        lock_delay_ms: u64,
+    ) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Claim {
+                owner: owner.clone(),
+                ttl_ms,
+                lock_delay_ms: Some(lock_delay_ms),
             },
         )
         .await

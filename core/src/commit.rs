@@ -198,6 +198,7 @@ mod tests {
             request: Request::Claim {
                 owner: Id::parse("owner", "w").unwrap(),
                 ttl_ms: Some(1000),
+                lock_delay_ms: None,
             },
             pre: Preconditions::default(),
             now: Timestamp(1_767_225_600_000),

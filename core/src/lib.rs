@@ -34,8 +34,8 @@ pub mod conformance;
 
 pub use authority::{Authority, Gate, Holder, Page, Reply, Swept, Verification};
 pub use decide::{
-    Change, DeadlineEffect, Decision, Judged, LeaseEffect, LeaseRules, Verdict, decide,
-    decide_with, derive, live_lease, settle,
+    Change, Decision, Judged, LeaseEffect, LeaseRules, TimerEffect, Verdict, decide, decide_with,
+    derive, live_lease, settle,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use id::{Id, OwnerId, TaskId};

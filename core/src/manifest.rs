@@ -34,6 +34,7 @@ const FIELDS: &[&str] = &[
     "owner_notification_ref",
     "manifest_version",
     "max_attempts",
+    "lock_delay_seconds",
 ];
 
 /// A validated, normalised manifest. Build one with [`Manifest::from_json`]
@@ -54,6 +55,14 @@ pub struct Manifest {
     pub owner_notification_ref: Option<String>,
     pub manifest_version: String,
     pub max_attempts: u32,
+    /// After a lease expires without being released, how long no one may
+    /// be granted the task (0: none), so a holder that vanished has time to die.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_seconds: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Manifest {
@@ -165,6 +174,7 @@ impl Manifest {
             owner_notification_ref,
             manifest_version,
             max_attempts,
+            lock_delay_seconds: lock_delay_seconds(obj)?,
         })
     }
 
@@ -175,6 +185,10 @@ impl Manifest {
 
     pub fn start_deadline_ms(&self) -> u64 {
         self.start_deadline_seconds.saturating_mul(1000)
+    }
+
+    pub fn lock_delay_ms(&self) -> u64 {
+        self.lock_delay_seconds.saturating_mul(1000)
     }
 
     /// Whether `other` differs from `self` in `source_oid` alone.
@@ -235,6 +249,22 @@ fn duration_seconds(obj: &Map<String, Value>, field: &str, default: u64) -> Resu
         ));
     }
     Ok(n)
+}
+
+/// `lock_delay_seconds`: 0 (the default) to [`MAX_DURATION_SECONDS`].
+fn lock_delay_seconds(obj: &Map<String, Value>) -> Result<u64, Error> {
+    const FIELD: &str = "lock_delay_seconds";
+    match obj.get(FIELD) {
+        None => Ok(0),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_DURATION_SECONDS => Ok(n),
+            Some(n) => Err(Error::invalid(
+                FIELD,
+                format!("must be at most {MAX_DURATION_SECONDS} (7 days; got {n})"),
+            )),
+            None => Err(Error::invalid(FIELD, "must be a whole number of seconds")),
+        },
+    }
 }
 
 /// Checks an evidence hash: `sha256:` followed by 64 lowercase or uppercase hex digits.

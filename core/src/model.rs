@@ -28,6 +28,14 @@ pub struct Lease {
     /// whatever the caller's clock says.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expired: bool,
+    /// How long after this lease expires unreleased no one may be granted
+    /// the task (the claim's `lock_delay`, or the manifest's).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock_delay_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a task reached its terminal state: lets a repeat of the same request

@@ -29,6 +29,12 @@ pub enum Refusal {
         fence: u64,
         expired_at: Timestamp,
     },
+    /// The last grant's lease expired without a release, and its lock
+    /// delay holds the task until `until` (judged by the store's clock).
+    LockDelay {
+        fence: u64,
+        until: Timestamp,
+    },
     /// Recover refused: the lease is still live.
     LeaseLive {
         holder: OwnerId,
@@ -73,6 +79,7 @@ impl Refusal {
             Refusal::NotHolder { .. } => "not_holder",
             Refusal::LeaseExpired { .. } => "lease_expired",
             Refusal::LeaseLive { .. } => "lease_live",
+            Refusal::LockDelay { .. } => "lock_delay",
             Refusal::Completed => "completed",
             Refusal::IllegalTransition { .. } => "illegal_transition",
             Refusal::PreconditionFailed { .. } => "precondition_failed",
@@ -112,6 +119,12 @@ impl fmt::Display for Refusal {
             Refusal::NotHolder { holder: None } => f.write_str("the task has no grant"),
             Refusal::LeaseExpired { fence, expired_at } => {
                 write!(f, "the lease of fence {fence} expired at {expired_at}")
+            }
+            Refusal::LockDelay { fence, until } => {
+                write!(
+                    f,
+                    "the lease of fence {fence} expired without a release; its lock delay holds the task until about {until}"
+                )
             }
             Refusal::LeaseLive {
                 holder,

@@ -31,6 +31,10 @@ pub enum Request {
     Claim {
         owner: OwnerId,
         ttl_ms: Option<u64>,
+        /// If this grant's lease expires without a release, no one may be
+        /// granted the task for this long after (`None`: no delay).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lock_delay_ms: Option<u64>,
     },
     Renew {
         owner: OwnerId,
@@ -215,8 +219,7 @@ impl Request {
             ));
         }
         match self {
-            Request::Claim { ttl_ms, .. }
-            | Request::Renew { ttl_ms, .. }
+            Request::Renew { ttl_ms, .. }
             | Request::Recover { ttl_ms, .. }
             | Request::TaskClaim { ttl_ms, .. }
             | Request::Heartbeat { ttl_ms, .. } => ttl_ms.map_or(Ok(()), validate_ttl),
@@ -224,6 +227,20 @@ impl Request {
                 error.as_ref().map_or(Ok(()), validate_error)
             }
             Request::TaskFail { error, .. } => validate_error(error),
+            Request::Claim {
+                ttl_ms,
+                lock_delay_ms,
+                ..
+            } => {
+                ttl_ms.map_or(Ok(()), validate_ttl)?;
+                match lock_delay_ms {
+                    Some(d) if *d > MAX_TTL_MS => Err(Error::invalid(
+                        "lock_delay",
+                        format!("must be at most 7 days (got {d}ms)"),
+                    )),
+                    _ => Ok(()),
+                }
+            }
             Request::Succeed { evidence, .. } => validate_evidence(evidence),
             Request::Redispatch { iteration: 0, .. } => Err(Error::invalid(
                 "iteration",

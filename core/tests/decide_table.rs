@@ -62,6 +62,7 @@ fn claim(owner: &str, ttl: u64) -> Request {
     Request::Claim {
         owner: w(owner),
         ttl_ms: Some(ttl),
+        lock_delay_ms: None,
     }
 }
 
@@ -1613,6 +1614,7 @@ fn lease_rules_round_up_then_raise_to_the_minimum() {
             request: Request::Claim {
                 owner: w("a"),
                 ttl_ms: asked,
+                lock_delay_ms: None,
             },
             pre: Preconditions::none(),
             now: T0,
@@ -1677,6 +1679,7 @@ fn only_the_judge_of_time_passes_a_start_deadline() {
     let passed = Judged {
         lease_holds: false,
         deadline_passed: true,
+        lock_delay_holds: false,
     };
     // A caller an hour ahead cannot end the wait the judge says goes on...
     assert_eq!(
@@ -1707,6 +1710,7 @@ fn only_the_judge_of_time_ends_a_lease() {
     let holds = Judged {
         lease_holds: true,
         deadline_passed: false,
+        lock_delay_holds: false,
     };
     // Past the stored expiry by an hour, the lease the judge says holds is live.
     let d = judged_step(&c, renew("x"), holds, at(2 + 60_000 + HOUR));
@@ -1784,7 +1788,7 @@ fn only_the_judge_of_time_ends_a_lease() {
 
 #[test]
 fn a_decision_says_what_it_does_to_the_start_deadline() {
-    use baton_core::DeadlineEffect::{Cleared, Set, Unchanged};
+    use baton_core::TimerEffect::{Cleared, Set, Unchanged};
     let start = 600_000;
     let decl = step(
         None,

@@ -75,6 +75,7 @@ fn request(s: &Step, world: &World) -> Request {
         0 => Request::Claim {
             owner: me,
             ttl_ms: Some(s.ttl_ms),
+            lock_delay_ms: None,
         },
         1 => Request::Renew {
             owner: me,

@@ -338,6 +338,7 @@ impl Sim {
             Request::Claim {
                 owner: me,
                 ttl_ms: Some(1_000 + self.rng.below(4_000)),
+                lock_delay_ms: None,
             }
         };
         (task, req)

@@ -233,7 +233,10 @@ macro_rules! conformance_tests {
             manifest_supersede_and_conflict,
             redispatch_and_finalize,
             preconditions_must_be_proved,
-            a_bad_request_leaves_the_store_serving
+            a_bad_request_leaves_the_store_serving,
+            lock_delay_holds_an_expired_task,
+            a_clean_release_skips_the_lock_delay,
+            a_manifest_lock_delay_holds_a_declared_task
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -9,7 +9,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
     let now = op.now;
     let actor = req.actor();
     match req {
-        Request::Claim { owner, ttl_ms } => {
+        Request::Claim { owner, ttl_ms, .. } => {
             if !rec.is_bare() {
                 return illegal(rec, req);
             }
@@ -150,6 +150,7 @@ pub(super) fn claim_like(
             expires_at,
             claimed_at: op.now,
             expired: false,
+            lock_delay_ms: lock_delay_of(rec.manifest.as_ref(), req),
         });
         let e = draft(
             &r,
@@ -181,6 +182,7 @@ pub(super) fn claim_like(
         expires_at,
         claimed_at: op.now,
         expired: false,
+        lock_delay_ms: lock_delay_of(rec.manifest.as_ref(), req),
     });
     let previous = rec.lease.as_ref().map(|l| l.fence);
     let e = draft(
@@ -222,6 +224,7 @@ pub(super) fn create_bare(
             expires_at,
             claimed_at: now,
             expired: false,
+            lock_delay_ms: lock_delay_of(None, &op.request),
         }),
         run_id: None,
         executor: None,
@@ -239,6 +242,16 @@ pub(super) fn create_bare(
     let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
         .details(json!({"expires_at": expires_at}));
     Verdict::Commit(finish(r, vec![e], true))
+}
+
+/// The lock delay a new grant carries: a declared task's from its
+/// manifest, a bare task's from the claim that asks for it.
+fn lock_delay_of(manifest: Option<&crate::manifest::Manifest>, req: &Request) -> u64 {
+    match (manifest, req) {
+        (Some(m), _) => m.lock_delay_ms(),
+        (None, Request::Claim { lock_delay_ms, .. }) => lock_delay_ms.unwrap_or(0),
+        (None, _) => 0,
+    }
 }
 
 /// When a lease granted or renewed at `now` for `ttl_ms` ends, as the store

@@ -93,6 +93,10 @@ pub struct Judged {
     /// the one a waiting task waits on, or, for a held task, the one it
     /// waits on once its lease ends.
     pub deadline_passed: bool,
+    /// The last grant's lock delay has not run out: its lease ended less
+    /// than its `lock_delay_ms` ago (or has not ended). Only consulted once
+    /// the lease expired unreleased.
+    pub lock_delay_holds: bool,
 }
 
 impl Judged {
@@ -100,9 +104,13 @@ impl Judged {
     /// judge of stores that keep no clock of their own (SQLite, sled,
     /// memory), where the caller's clock is the store's.
     pub fn at(record: &TaskRecord, now: Timestamp) -> Judged {
+        let lease = record.lease.as_ref();
         Judged {
-            lease_holds: record.lease.as_ref().is_some_and(|l| now < l.expires_at),
+            lease_holds: lease.is_some_and(|l| now < l.expires_at),
             deadline_passed: record.start_deadline_at().is_some_and(|d| d <= now),
+            lock_delay_holds: lease.is_some_and(|l| {
+                l.lock_delay_ms > 0 && now < l.expires_at.plus_ms(l.lock_delay_ms)
+            }),
         }
     }
 
@@ -112,19 +120,16 @@ impl Judged {
     }
 }
 
-/// What a decision does to the start deadline a declared task waits on,
-/// so a store whose engine keeps time (etcd: a key on a lease) restarts or
-/// drops it and never infers it from two records.
+/// What a decision does to a timer the store keeps for a task (the start
+/// deadline, the lock delay), so a store whose engine keeps time (etcd: a
+/// key on a lease) restarts or drops it and never infers it from two records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeadlineEffect {
-    /// The deadline is `in_ms` from now: a wait begins (declare, register,
-    /// release, retry, redispatch), or a grant is made or renewed (its
-    /// lease's length plus the start deadline, which the wait after an
-    /// expiry counts from).
+pub enum TimerEffect {
+    /// The timer runs out `in_ms` from now.
     Set { in_ms: u64 },
-    /// The task waits on no start deadline any more (it ended).
+    /// The timer is dropped.
     Cleared,
-    /// Nothing happens to the deadline.
+    /// Nothing happens to the timer.
     Unchanged,
 }
 
@@ -167,8 +172,17 @@ pub struct Decision {
     pub verdict: Verdict,
     /// What the commit does to the lease.
     pub lease: LeaseEffect,
-    /// What the commit does to the start deadline.
-    pub deadline: DeadlineEffect,
+    /// What the commit does to the start deadline: `Set` when a wait
+    /// begins (declare, register, release, retry, redispatch: the start
+    /// deadline) or a grant is made or renewed (its lease's length plus the
+    /// start deadline, which the wait after an expiry counts from),
+    /// `Cleared` when the task ends.
+    pub deadline: TimerEffect,
+    /// What the commit does to the lock delay: `Set` to the lease's length
+    /// plus the lock delay with each grant or renewal that has one,
+    /// `Cleared` when the grant ends cleanly (release, an end) or a new one
+    /// has none; an expiry leaves it running.
+    pub lock_delay: TimerEffect,
 }
 
 impl Decision {
@@ -264,17 +278,22 @@ pub fn decide_with(
     );
     let verdict = match op.request.validate() {
         Err(e) => Verdict::Invalid(e),
-        Ok(()) => decide_request(op, rec, live, rules),
+        Ok(()) => match rec.and_then(|r| lock_delay(op, r, live, judged)) {
+            Some(refusal) => refuse(refusal),
+            None => decide_request(op, rec, live, rules),
+        },
     };
     let mut d = Decision {
         current: rec.cloned(),
         settle,
         verdict,
         lease: LeaseEffect::Unchanged,
-        deadline: DeadlineEffect::Unchanged,
+        deadline: TimerEffect::Unchanged,
+        lock_delay: TimerEffect::Unchanged,
     };
     d.lease = lease_effect(&d, current, op.now);
     d.deadline = deadline_effect(&d, op.now);
+    d.lock_delay = lock_delay_effect(&d);
     d
 }
 
@@ -332,21 +351,21 @@ fn lease_effect(d: &Decision, stored: Option<&TaskRecord>, now: Timestamp) -> Le
 /// in full; a task that leaves the waiting and held states drops it. A wait
 /// that begins because a lease expired keeps the deadline its last grant
 /// set, which counts from the expiry.
-fn deadline_effect(d: &Decision, now: Timestamp) -> DeadlineEffect {
+fn deadline_effect(d: &Decision, now: Timestamp) -> TimerEffect {
     let Some(after) = d.record_to_write() else {
-        return DeadlineEffect::Unchanged;
+        return TimerEffect::Unchanged;
     };
     let Some(m) = &after.manifest else {
-        return DeadlineEffect::Unchanged;
+        return TimerEffect::Unchanged;
     };
     match after.state {
         State::Claimed | State::Running => match d.lease {
             LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
-                DeadlineEffect::Set {
+                TimerEffect::Set {
                     in_ms: ttl_ms.saturating_add(m.start_deadline_ms()),
                 }
             }
-            LeaseEffect::Ended | LeaseEffect::Unchanged => DeadlineEffect::Unchanged,
+            LeaseEffect::Ended | LeaseEffect::Unchanged => TimerEffect::Unchanged,
         },
         State::Declared | State::Registered => {
             // Compared with the record after settlement, so the wait an
@@ -357,14 +376,51 @@ fn deadline_effect(d: &Decision, now: Timestamp) -> DeadlineEffect {
                     && before.deadline_from == after.deadline_from
             });
             match after.due_at() {
-                _ if same_wait => DeadlineEffect::Unchanged,
-                Some(due) => DeadlineEffect::Set {
+                _ if same_wait => TimerEffect::Unchanged,
+                Some(due) => TimerEffect::Set {
                     in_ms: u64::try_from(due.as_millis() - now.as_millis()).unwrap_or(0),
                 },
-                None => DeadlineEffect::Cleared,
+                None => TimerEffect::Cleared,
             }
         }
-        _ => DeadlineEffect::Cleared,
+        _ => TimerEffect::Cleared,
+    }
+}
+
+/// A grant request on a task whose last lease expired without a release,
+/// while that lease's lock delay holds (as the store judges it): refused,
+/// so a holder that vanished has time to die before anyone else runs.
+fn lock_delay(op: &Operation, rec: &TaskRecord, live: bool, judged: Judged) -> Option<Refusal> {
+    let grant = matches!(
+        op.request,
+        Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
+    );
+    let lease = rec.lease.as_ref()?;
+    (grant && !live && rec.state == State::Registered && lease.expired && judged.lock_delay_holds)
+        .then(|| Refusal::LockDelay {
+            fence: lease.fence,
+            until: lease.expires_at.plus_ms(lease.lock_delay_ms),
+        })
+}
+
+/// What the decision does to the lock delay (see [`Decision::lock_delay`]).
+fn lock_delay_effect(d: &Decision) -> TimerEffect {
+    let Some(after) = d.record_to_write() else {
+        return TimerEffect::Unchanged;
+    };
+    match (after.lease.as_ref(), d.lease) {
+        (Some(l), LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms })
+            if l.lock_delay_ms > 0 =>
+        {
+            TimerEffect::Set {
+                in_ms: ttl_ms.saturating_add(l.lock_delay_ms),
+            }
+        }
+        (_, LeaseEffect::Granted { .. } | LeaseEffect::Extended { .. }) => TimerEffect::Cleared,
+        // An expiry keeps it running: it counts from the lease's end.
+        (Some(l), LeaseEffect::Ended) if l.expired => TimerEffect::Unchanged,
+        (_, LeaseEffect::Ended) => TimerEffect::Cleared,
+        (_, LeaseEffect::Unchanged) => TimerEffect::Unchanged,
     }
 }
 
@@ -403,7 +459,7 @@ fn decide_request(
     }
     let Some(rec) = rec else {
         return match req {
-            Request::Claim { owner, ttl_ms } | Request::Recover { owner, ttl_ms } => {
+            Request::Claim { owner, ttl_ms, .. } | Request::Recover { owner, ttl_ms } => {
                 let kind = if matches!(req, Request::Claim { .. }) {
                     EventKind::Claimed
                 } else {

@@ -1,5 +1,6 @@
 //! The cases. Each takes a fresh store.
 
+mod delay;
 mod fencing;
 mod history;
 mod lifecycle;
@@ -7,6 +8,7 @@ mod races;
 mod reads;
 mod registry;
 
+pub use delay::*;
 pub use fencing::*;
 pub use history::*;
 pub use lifecycle::*;
