@@ -35,6 +35,8 @@ per_backend!(
     exit_statuses_and_signals_are_the_childs,
     a_command_that_cannot_run_leaves_nothing_claimed,
     a_declared_task_runs_with_its_evidence_hashed,
+    sigterm_to_the_wrapper_stops_the_child_then_releases,
+    sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires,
 );
 
 struct Env {
@@ -129,9 +131,14 @@ fn a_child_that_outlives_its_ttl_is_renewed_and_completes(b: Backend) {
     // The child sees its lease, and its own `baton verify` finds it current.
     let (code, report) = env.run(
         &["run", "long", "--owner", "w", "--ttl", "1s"],
-        r#"test "$BATON_TASK" = long && test "$BATON_OWNER" = w && test -n "$BATON_FENCE" \
-           && test -n "$BATON_EXPIRY" && test "$BATON_ATTEMPT" = 1 || exit 9
-           sleep 3"#,
+        &format!(
+            r#"test "$BATON_TASK" = long && test "$BATON_OWNER" = w && test -n "$BATON_FENCE" \
+               && test -n "$BATON_EXPIRY" && test "$BATON_ATTEMPT" = 1 || exit 9
+               if [ {own} = yes ]; then "$0" verify >/dev/null || exit 8; fi
+               sleep 3"#,
+            // A sled store admits one process at a time: the wrapper's.
+            own = if b == Backend::Sqlite { "yes" } else { "no" },
+        ),
     );
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["outcome"], "completed", "{report}");
@@ -354,9 +361,8 @@ fn spawn_run(env: &Env, args: &[&str], script: &str, report: &Path) -> Child {
         .unwrap()
 }
 
-#[test]
-fn sigterm_to_the_wrapper_stops_the_child_then_releases() {
-    let env = Env::new(Backend::Sqlite);
+fn sigterm_to_the_wrapper_stops_the_child_then_releases(b: Backend) {
+    let env = Env::new(b);
     let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
     // A child that ignores SIGTERM (writing that it got it): SIGKILL after the grace.
     let script = format!(
@@ -402,9 +408,8 @@ fn sigterm_to_the_wrapper_stops_the_child_then_releases() {
     assert_eq!(code, 0, "released: the next claimant gets it at once: {g}");
 }
 
-#[test]
-fn sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires() {
-    let env = Env::new(Backend::Sqlite);
+fn sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires(b: Backend) {
+    let env = Env::new(b);
     let (pid, report) = (env.path("pid"), env.path("report"));
     let script = format!(
         "echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
@@ -642,4 +647,36 @@ fn a_lock_delay_holds_a_vanished_holders_task_and_run_waits_it_out() {
         t.elapsed() >= Duration::from_millis(500),
         "granted inside the lock delay"
     );
+}
+
+#[test]
+fn a_refused_renewal_kills_the_child_at_once() {
+    let env = Env::new(Backend::Sqlite);
+    let (log, report) = (env.path("child.log"), env.path("report"));
+    let mut wrapper = spawn_run(
+        &env,
+        &["run", "t", "--owner", "w", "--ttl", "3s", "--grace", "1s"],
+        &recording_child(&log, "60"),
+        &report,
+    );
+    wait_for(&log, Duration::from_secs(5));
+    // The same owner claims again elsewhere: the wrapper's fence is stale,
+    // so its next renewal is refused and the child is killed, not asked.
+    let (code, g) = env.baton(&["claim", "t", "--owner", "w", "--ttl", "3s"]);
+    assert_eq!(code, 0, "{g}");
+    let t = Instant::now();
+    let status = wrapper.wait().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(1_900),
+        "not at once: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(status.code(), Some(75));
+    let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
+    assert_eq!(r["outcome"], "lost", "{r}");
+    assert_eq!(
+        r["child"]["signal"], "SIGKILL",
+        "killed, not terminated: {r}"
+    );
+    assert!(r["reason"].as_str().unwrap().contains("stale"), "{r}");
 }
