@@ -54,6 +54,43 @@ pub struct BenchResult {
     pub double_grants: u64,
     pub stale_accepted: u64,
     pub ungranted: u64,
+    /// A bare 4 KiB append + `fdatasync` loop beside the store's file, in
+    /// the same run (the mean of one just before and one just after): the
+    /// disk's ceiling for commits that each sync once. `None` off disk.
+    pub ceiling_syncs_per_s: Option<f64>,
+    /// `commits_per_s` as a share of that ceiling.
+    pub commits_vs_ceiling: Option<f64>,
+}
+
+/// The directory a file-backed store lives in (where the ceiling loop runs).
+fn store_dir(store: &str) -> Option<std::path::PathBuf> {
+    let path = match crate::StoreUrl::parse(store).ok()? {
+        crate::StoreUrl::Sqlite { path, .. } | crate::StoreUrl::Sled { path, .. } => path,
+        _ => return None,
+    };
+    let parent = std::path::Path::new(&path).parent()?.to_path_buf();
+    Some(if parent.as_os_str().is_empty() {
+        std::path::PathBuf::from(".")
+    } else {
+        parent
+    })
+}
+
+/// Appends 4 KiB and syncs it (`fdatasync`), again and again, for about
+/// `budget` (at most 2000 times), in a temporary file in `dir`: how many
+/// synced appends per second this disk does right now.
+pub fn sync_ceiling(dir: &std::path::Path, budget: Duration) -> Option<f64> {
+    use std::io::Write;
+    let mut f = tempfile::NamedTempFile::new_in(dir).ok()?;
+    let block = [0x5au8; 4096];
+    let start = Instant::now();
+    let mut n = 0u32;
+    while n < 2000 && start.elapsed() < budget {
+        f.write_all(&block).ok()?;
+        f.as_file().sync_data().ok()?;
+        n += 1;
+    }
+    Some(f64::from(n) / start.elapsed().as_secs_f64().max(1e-9))
 }
 
 fn task_name(prefix: &str, i: usize) -> String {
@@ -169,6 +206,14 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
             "--processes needs a store several processes can open at once (sqlite:, etcd://)",
         ));
     }
+    let dir = store_dir(store);
+    let ceiling = || {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || {
+            dir.and_then(|d| sync_ceiling(&d, Duration::from_millis(300)))
+        })
+    };
+    let ceiling_before = ceiling().await.ok().flatten();
     let (reports, seconds) = if args.processes {
         run_processes(store, args, workers, &prefix, &progress).await?
     } else {
@@ -202,6 +247,11 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         (reports, seconds)
     };
     progress.finish_and_clear();
+    let ceiling_after = ceiling().await.ok().flatten();
+    let ceiling_syncs_per_s = match (ceiling_before, ceiling_after) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
+    };
     let (double_grants, stale_accepted, ungranted) =
         verify(&a, args.tasks, &prefix, &reports).await?;
     let attempts: u64 = reports.iter().map(|r| r.attempts).sum();
@@ -247,6 +297,11 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         double_grants,
         stale_accepted,
         ungranted,
+        ceiling_syncs_per_s,
+        commits_vs_ceiling: match (commits.map(|c| c as f64 / secs), ceiling_syncs_per_s) {
+            (Some(c), Some(ceil)) if ceil > 0.0 => Some(c / ceil),
+            _ => None,
+        },
     })
 }
 
@@ -456,7 +511,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// The results as a markdown table, with ratios to the first store's row of the same size.
 pub fn markdown(results: &[BenchResult]) -> String {
     let mut s = String::from(
-        "| store | workers | procs | order | attempts/s | grants/s | commits/s | grants/commit | p50 ms | p99 ms | max ms | max/p99 | grants/s vs first store | double | stale |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| store | workers | procs | order | attempts/s | grants/s | commits/s | ceiling syncs/s | commits/ceiling | grants/commit | p50 ms | p99 ms | max ms | max/p99 | grants/s vs first store | double | stale |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let base = results
@@ -464,7 +519,7 @@ pub fn markdown(results: &[BenchResult]) -> String {
             .find(|b| b.workers == r.workers)
             .map_or(r.grants_per_s, |b| b.grants_per_s);
         s.push_str(&format!(
-            "| `{}` | {} | {} | {} | {:.0} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2}x | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2}x | {} | {} |\n",
             r.store,
             r.workers,
             if r.processes { "yes" } else { "no" },
@@ -472,6 +527,8 @@ pub fn markdown(results: &[BenchResult]) -> String {
             r.attempts_per_s,
             r.grants_per_s,
             opt(r.commits_per_s, 0),
+            opt(r.ceiling_syncs_per_s, 0),
+            opt(r.commits_vs_ceiling, 2),
             opt(r.grants_per_commit, 1),
             r.p50_ms,
             r.p99_ms,

@@ -96,6 +96,18 @@ fn in_one_process_with_every_order_and_a_comparison() {
             rows[2]["commits"].is_null(),
             "the memory store has no commits to count"
         );
+        // Beside every on-disk result, the disk's ceiling in the same run.
+        for r in &rows[..2] {
+            assert!(r["ceiling_syncs_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            let share = r["commits_vs_ceiling"].as_f64().unwrap();
+            let expected =
+                r["commits_per_s"].as_f64().unwrap() / r["ceiling_syncs_per_s"].as_f64().unwrap();
+            assert!((share - expected).abs() < 1e-6, "{r}");
+        }
+        assert!(
+            rows[2]["ceiling_syncs_per_s"].is_null(),
+            "no disk under memory:"
+        );
     }
 }
 
