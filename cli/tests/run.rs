@@ -37,6 +37,7 @@ per_backend!(
     a_declared_task_runs_with_its_evidence_hashed,
     sigterm_to_the_wrapper_stops_the_child_then_releases,
     sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires,
+    no_two_runs_of_a_task_overlap_when_the_store_goes_away,
 );
 
 struct Env {
@@ -448,20 +449,45 @@ fn sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires(b: Backend) {
     assert_eq!(code, 0, "{g}");
 }
 
-/// Copies a live SQLite store consistently (its log included) and puts the
-/// copy in its place, removing the old log: every process that had the old
-/// file open refuses from then on, as the store has "gone away".
-fn replace_sqlite_store(db: &Path) {
-    let copy = db.with_extension("copy");
-    let c = rusqlite::Connection::open(db).unwrap();
-    c.busy_timeout(Duration::from_secs(5)).unwrap();
-    c.execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
-        .unwrap();
-    drop(c);
-    std::fs::rename(&copy, db).unwrap();
-    for ext in ["db-wal", "db-shm"] {
-        let _ = std::fs::remove_file(db.with_extension(ext));
+/// Puts a copy of the store in its place: every process that had the old
+/// one open refuses from then on, as the store has "gone away", and a new
+/// process opens the copy, which holds every grant made so far. SQLite: a
+/// consistent copy (its log included), the old log removed. sled: the
+/// directory copied (the process that holds it is stopped meanwhile, so the
+/// copy is what a crash would leave) and the old one moved away.
+fn replace_store(env: &Env, b: Backend) {
+    match b {
+        Backend::Sqlite => {
+            let db = env.dir.path().join("b.db");
+            let copy = db.with_extension("copy");
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.busy_timeout(Duration::from_secs(5)).unwrap();
+            c.execute("VACUUM INTO ?1", [copy.to_str().unwrap()])
+                .unwrap();
+            drop(c);
+            std::fs::rename(&copy, &db).unwrap();
+            for ext in ["db-wal", "db-shm"] {
+                let _ = std::fs::remove_file(db.with_extension(ext));
+            }
+        }
+        Backend::Sled => {
+            let dir = env.dir.path().join("b.sled");
+            let copy = env.dir.path().join("b.sled.copy");
+            let ok = Command::new("cp")
+                .arg("-a")
+                .arg(&dir)
+                .arg(&copy)
+                .status()
+                .unwrap();
+            assert!(ok.success());
+            std::fs::rename(&dir, env.dir.path().join("b.sled.old")).unwrap();
+            std::fs::rename(&copy, &dir).unwrap();
+        }
     }
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
 }
 
 /// The interval a child recorded (`/proc/uptime`, one host's monotonic clock).
@@ -485,19 +511,18 @@ fn recording_child(log: &Path, secs: &str) -> String {
         "now() {{ cut -d' ' -f1 /proc/uptime; }}; echo \"start $(now)\" >> {log}; \
          trap 'echo \"stop $(now)\" >> {log}; exit 143' TERM; \
          end=$(( $(cut -d. -f1 /proc/uptime) + {secs} )); \
-         while [ $(cut -d. -f1 /proc/uptime) -lt $end ]; do sleep 0.02; done; \
+         while [ \"$(cut -d. -f1 /proc/uptime)\" -lt \"$end\" ] 2>/dev/null; do sleep 0.02; done; \
          echo \"stop $(now)\" >> {log}",
         log = log.display()
     )
 }
 
-#[test]
-fn no_two_runs_of_a_task_overlap_when_the_sqlite_store_goes_away() {
+fn no_two_runs_of_a_task_overlap_when_the_store_goes_away(b: Backend) {
     // 20 rounds, five at a time, each on a store of its own.
     for batch in 0..4 {
         let rounds: Vec<_> = (0..5)
             .map(|i| {
-                let env = Env::new(Backend::Sqlite);
+                let env = Env::new(b);
                 let n = batch * 5 + i;
                 let (first_log, second_log) = (env.path("first.log"), env.path("second.log"));
                 let first = spawn_run(
@@ -515,7 +540,10 @@ fn no_two_runs_of_a_task_overlap_when_the_sqlite_store_goes_away() {
         for (n, env, first, first_log, second_log) in rounds {
             wait_for(&first_log, Duration::from_secs(5));
             std::thread::sleep(Duration::from_millis(300));
-            replace_sqlite_store(&env.dir.path().join("b.db"));
+            // The first wrapper is frozen while the copy is made, so the copy
+            // holds its latest renewal (its child keeps running meanwhile).
+            signal(&first, nix::sys::signal::Signal::SIGSTOP);
+            replace_store(&env, b);
             // Started at once: it gets the task only once the first lease ends.
             let second = spawn_run(
                 &env,
@@ -525,11 +553,12 @@ fn no_two_runs_of_a_task_overlap_when_the_sqlite_store_goes_away() {
                 &recording_child(&second_log, "0"),
                 &env.path("second.json"),
             );
+            signal(&first, nix::sys::signal::Signal::SIGCONT);
             seconds.push((n, env, first, second, first_log, second_log));
         }
         for (n, env, mut first, mut second, first_log, second_log) in seconds {
             let a = first.wait().unwrap();
-            let b = second.wait().unwrap();
+            let second_status = second.wait().unwrap();
             let ra: Value = serde_json::from_str(
                 std::fs::read_to_string(env.path("first.json"))
                     .unwrap()
@@ -541,7 +570,7 @@ fn no_two_runs_of_a_task_overlap_when_the_sqlite_store_goes_away() {
                 (Some(75), Some("lost")),
                 "round {n}: {ra}"
             );
-            assert_eq!(b.code(), Some(0), "round {n}");
+            assert_eq!(second_status.code(), Some(0), "round {n}");
             let (s1, e1) = interval(&first_log);
             let (s2, e2) = interval(&second_log);
             assert!(s1 <= e1 && s2 <= e2);

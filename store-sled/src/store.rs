@@ -165,9 +165,17 @@ fn remove_interrupted_snapshots(path: &Path) -> Result<()> {
 
 struct Inner {
     path: PathBuf,
+    /// The (device, inode) of the store's directory as opened.
+    identity: (u64, u64),
     db: sled::Db,
     trees: Trees,
     flush: GroupFlush,
+}
+
+/// The (device, inode) a path names now.
+fn identity_of(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
 /// Every tree a decision may touch, in the order transactions take them.
@@ -324,8 +332,11 @@ impl SledStore {
             meta: t("meta")?,
         };
         check_layout(&path, &db, &trees)?;
+        let identity = identity_of(&path)
+            .map_err(|e| Error::unavailable(format!("{}: {e}", path.display())))?;
         let inner = Arc::new(Inner {
             path,
+            identity,
             db,
             trees,
             flush: GroupFlush::new(options.group_commit),
@@ -455,6 +466,7 @@ impl Inner {
     /// Decides `ops` in one transaction, then waits for one flush that
     /// covers it (and whatever it read) before answering.
     fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+        self.check_identity()?;
         let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
         let result = self.transact(ops);
         let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
@@ -466,7 +478,28 @@ impl Inner {
             .map_err(|Poisoned| self.poisoned())?
             .max(finished);
         self.durable(upto, decisions.iter().any(|d| d.writes()))?;
+        // Moved away while this commit ran: what it wrote is not where the
+        // next process will look, so it is not an answer.
+        self.check_identity()?;
         Ok(decisions)
+    }
+
+    /// The store's directory is still the one this process opened: sled
+    /// keeps writing into a directory that was moved, replaced or deleted,
+    /// and another process at the same path would open another store (a
+    /// second holder of the same task). Then every write is refused.
+    fn check_identity(&self) -> Result<()> {
+        let p = self.path.display();
+        match identity_of(&self.path) {
+            Ok(id) if id == self.identity => Ok(()),
+            Ok(_) => Err(Error::unavailable(format!(
+                "{p}: the store's directory was replaced by another while open; reopen the store"
+            ))),
+            Err(e) => Err(Error::unavailable(format!(
+                "{p}: the store's directory was removed or moved while open ({e}); reopen the store"
+            ))),
+        }
+        .map_err(|e| e.with_context(format!("sled {p}")))
     }
 
     /// Decides `ops` in order inside one sled transaction: each sees the

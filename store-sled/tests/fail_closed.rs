@@ -203,3 +203,37 @@ fn errors_keep_their_cause_and_name_the_store_once() {
     );
     assert!(e.source.is_some(), "{e}");
 }
+
+#[test]
+fn a_directory_moved_or_replaced_while_open_refuses_every_write() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for replace in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let a = Authority::new(
+            SledStore::open(&path, SledOptions::default()).unwrap(),
+            Arc::new(SystemClock),
+        );
+        let g = rt
+            .block_on(a.claim(&id("t"), &id("w"), None))
+            .unwrap()
+            .grant()
+            .unwrap();
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        if replace {
+            std::fs::create_dir(&path).unwrap();
+        }
+        // sled would go on writing into the moved directory; another
+        // process opening the path would find another store.
+        let e = rt
+            .block_on(a.renew(&id("t"), &id("w"), g.fence, None))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        assert!(e.message.contains("directory"), "{e}");
+        let e = rt.block_on(a.claim(&id("u"), &id("w"), None)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    }
+}
