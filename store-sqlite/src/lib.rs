@@ -30,6 +30,7 @@
 //! `Unavailable` (or `Corrupt`) naming the path and the cause, and nothing
 //! is granted. A schema written by a newer baton is `Unsupported`.
 
+mod gate;
 mod schema;
 mod store;
 

@@ -1,6 +1,7 @@
 //! The SQLite store: connections, transactions, and the one function that
 //! maps SQLite's errors to baton's.
 
+use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
 use baton_core::commit::{GroupCommitter, isolate};
@@ -68,6 +69,9 @@ struct Inner {
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
     commits: std::sync::atomic::AtomicU64,
+    /// Taken before SQLite's write lock, so waiting writers sleep (`gate.rs`).
+    gate: Gate,
+    busy_timeout: Duration,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -127,12 +131,21 @@ impl SqliteStore {
             conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
                 .map_err(|e| map_err(&path, e))?;
         }
+        let gate = Gate::open(&path).map_err(|e| {
+            Error::unavailable(format!(
+                "{}: cannot open the write gate {}-gate: {e}",
+                path.display(),
+                path.display()
+            ))
+        })?;
         let inner = Arc::new(Inner {
             path,
             files,
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             commits: std::sync::atomic::AtomicU64::new(0),
+            gate,
+            busy_timeout: options.busy_timeout,
         });
         let committer = if options.group_commit {
             let batch = inner.clone();
@@ -558,6 +571,19 @@ impl Inner {
         Ok(())
     }
 
+    /// The write gate, within the busy timeout (then `Unavailable`, as a
+    /// write lock held past it is).
+    fn enter_gate(&self) -> Result<Held<'_>> {
+        self.gate.enter(self.busy_timeout).map_err(|Elapsed| {
+            Error::unavailable(format!(
+                "{}: another process held the write gate past the busy timeout ({:?})",
+                self.path.display(),
+                self.busy_timeout
+            ))
+            .with_context(format!("sqlite {}", self.path.display()))
+        })
+    }
+
     fn lock<'a>(&self, m: &'a Mutex<Connection>) -> MutexGuard<'a, Connection> {
         // Poisoned only if a thread panicked mid-transaction: the transaction
         // was dropped as the panic unwound, which rolled it back, so the
@@ -575,6 +601,7 @@ impl Inner {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(T, bool)>,
     ) -> Result<T> {
         let mut conn = self.lock(&self.writer);
+        let _gate = self.enter_gate()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
@@ -602,7 +629,21 @@ impl Inner {
     /// returns only after the commit is durable. If anything fails, nothing
     /// is applied.
     fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+        // A batch the snapshot answers whole writes nothing: no gate, no lock.
+        // (One that needs any write is decided under the lock in order, as
+        // each op must see the writes of those before it.)
+        let mut answered = Vec::with_capacity(ops.len());
+        for op in ops {
+            match self.decide_on_snapshot(op)? {
+                Some(d) => answered.push(d),
+                None => break,
+            }
+        }
+        if answered.len() == ops.len() {
+            return Ok(answered);
+        }
         let mut conn = self.lock(&self.writer);
+        let _gate = self.enter_gate()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
@@ -625,6 +666,24 @@ impl Inner {
 
     fn apply_one(&self, op: &Operation) -> Result<Decision> {
         self.write(|tx| self.decide_in(tx, op))
+    }
+
+    /// The decision made on a read snapshot, if it writes nothing (a
+    /// refusal with nothing to record, an acknowledgement, bad input): it
+    /// is the answer, given without the gate or the write lock. Sound
+    /// because a read transaction begun after the request arrived sees
+    /// every commit answered before it, and only commits that are on disk:
+    /// in WAL mode at `synchronous=FULL`, SQLite syncs the log before it
+    /// writes the index header that shows a commit to readers (`walFrames`).
+    fn decide_on_snapshot(&self, op: &Operation) -> Result<Option<Decision>> {
+        self.read(|tx| {
+            let current = load(tx, &op.task)
+                .map_err(|e| self.err(e))?
+                .map(|json| self.decode::<TaskRecord>(&json))
+                .transpose()?;
+            let d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
+            Ok((!d.writes()).then_some(d))
+        })
     }
 
     /// Reads the task, decides, and writes the decision inside `tx`.
@@ -944,7 +1003,13 @@ impl Store for SqliteStore {
         match &self.committer {
             // The committer answers only after the commit holding this decision is durable.
             Some(committer) => committer.submit(op).await,
-            None => self.run(move |inner| inner.apply_one(&op)).await,
+            None => {
+                self.run(move |inner| match inner.decide_on_snapshot(&op)? {
+                    Some(d) => Ok(d),
+                    None => inner.apply_one(&op),
+                })
+                .await
+            }
         }
     }
 
