@@ -92,13 +92,6 @@ impl TaskRecord {
         self.manifest.as_ref().map(|m| m.max_attempts)
     }
 
-    /// Whether the last grant is live at `now`, judged by the stored expiry.
-    /// Stores that keep their own clock (etcd) judge liveness themselves.
-    pub fn lease_live_at(&self, now: Timestamp) -> bool {
-        let holds = crate::decide::Judged::at(self, now).lease_holds;
-        crate::decide::live_lease(self, holds)
-    }
-
     /// The fence of the last grant, if any.
     pub fn current_fence(&self) -> Option<u64> {
         self.lease.as_ref().map(|l| l.fence)
@@ -123,7 +116,7 @@ impl TaskRecord {
     /// it will wait on once its lease ends (the lease's end plus the start
     /// deadline), so an expiry found late still counts from when it
     /// happened. Judged against the record's own times by stores without an
-    /// engine clock ([`crate::decide::Judged::at`]).
+    /// engine clock (`Judged::at` in the decision).
     pub fn start_deadline_at(&self) -> Option<Timestamp> {
         match self.state {
             State::Claimed | State::Running => {

@@ -167,7 +167,7 @@ proptest! {
             let before = w.records.get(&s.task).cloned();
             let op = Operation { task, request: req.clone(), pre: Preconditions::none(), now: w.now };
             let judged = Judged::of(before.as_ref(), w.now);
-            let live = before.as_ref().is_some_and(|r| r.lease_live_at(w.now));
+            let live = before.as_ref().is_some_and(|r| baton_core::live_lease(r, judged.lease_holds));
             let mut d = decide(&op, before.as_ref(), judged);
             if d.mints_fence() {
                 w.fence += 1;
