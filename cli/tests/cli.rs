@@ -8,30 +8,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+#[macro_use]
+mod common;
+
+use common::Backend;
+
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
-
-/// The embedded backends every backend-neutral test runs on, once each
-/// (ripgrep runs its CLI tests once per engine the same way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    #[cfg_attr(not(feature = "sled"), allow(dead_code))]
-    Sled,
-}
-
-/// `per_backend!(test_fn, ...)`: a `#[test]` per backend for each function
-/// `fn test_fn(backend: Backend)`.
-macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(super::Backend::Sqlite) } )*
-        }
-        #[cfg(feature = "sled")]
-        mod sled {
-            $( #[test] fn $name() { super::$name(super::Backend::Sled) } )*
-        }
-    };
-}
 
 per_backend!(
     lease_commands_and_their_exit_statuses,

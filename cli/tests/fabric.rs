@@ -9,13 +9,15 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
 
 fn baton(url: &str, args: &[&str]) -> (i32, Value) {
-    let out = Command::new(BIN)
-        .arg("--store")
-        .arg(url)
-        .args(args)
-        .env_remove("BATON_STORE")
-        .output()
-        .unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("--store").arg(url).args(args);
+    answer(c)
+}
+
+/// The exit status and the one JSON object a `baton` command printed
+/// (standard output, or standard error for an error).
+fn answer(mut c: Command) -> (i32, Value) {
+    let out = c.env_remove("BATON_STORE").output().unwrap();
     let text = if out.stdout.is_empty() {
         out.stderr
     } else {
@@ -77,21 +79,9 @@ fn faketime() -> Option<&'static str> {
 
 /// `baton` under `faketime -f SKEW`: a process whose clock is wrong.
 fn baton_skewed(faketime: &str, skew: &str, url: &str, args: &[&str]) -> (i32, Value) {
-    let out = Command::new(faketime)
-        .args(["-f", skew, BIN, "--store", url])
-        .args(args)
-        .env_remove("BATON_STORE")
-        .output()
-        .unwrap();
-    let text = if out.stdout.is_empty() {
-        out.stderr
-    } else {
-        out.stdout
-    };
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_slice(&text).unwrap_or(Value::Null),
-    )
+    let mut c = Command::new(faketime);
+    c.args(["-f", skew, BIN, "--store", url]).args(args);
+    answer(c)
 }
 
 fn declared(dir: &std::path::Path, task: &str, heartbeat_s: u64, start_s: u64) -> String {

@@ -9,26 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
+mod common;
+
+use common::Backend;
+
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    #[cfg_attr(not(feature = "sled"), allow(dead_code))]
-    Sled,
-}
-
-macro_rules! per_backend {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $( #[test] fn $name() { super::$name(super::Backend::Sqlite) } )*
-        }
-        #[cfg(feature = "sled")]
-        mod sled {
-            $( #[test] fn $name() { super::$name(super::Backend::Sled) } )*
-        }
-    };
-}
 
 per_backend!(
     a_child_that_outlives_its_ttl_is_renewed_and_completes,
@@ -504,6 +490,34 @@ fn interval(path: &Path) -> (f64, f64) {
     (find("start "), find("stop "))
 }
 
+/// One round of a no-overlap storm: the first run lost its lease (exit 75,
+/// outcome `lost`), the second completed, and the second child started only
+/// after the first had stopped.
+fn check_round(
+    n: usize,
+    env: &Env,
+    first: std::process::ExitStatus,
+    second: std::process::ExitStatus,
+    first_log: &Path,
+    second_log: &Path,
+) {
+    let text = std::fs::read_to_string(env.path("first.json")).unwrap();
+    let report: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        (first.code(), report["outcome"].as_str()),
+        (Some(75), Some("lost")),
+        "round {n}: {report}"
+    );
+    assert_eq!(second.code(), Some(0), "round {n}");
+    let (s1, e1) = interval(first_log);
+    let (s2, e2) = interval(second_log);
+    assert!(s1 <= e1 && s2 <= e2);
+    assert!(
+        e1 < s2,
+        "round {n}: the runs overlap: first {s1}..{e1}, second {s2}..{e2}"
+    );
+}
+
 /// A child that records when it started and stopped (on SIGTERM, or after
 /// `secs`), on the monotonic clock.
 fn recording_child(log: &Path, secs: &str) -> String {
@@ -558,26 +572,8 @@ fn no_two_runs_of_a_task_overlap_when_the_store_goes_away(b: Backend) {
         }
         for (n, env, mut first, mut second, first_log, second_log) in seconds {
             let a = first.wait().unwrap();
-            let second_status = second.wait().unwrap();
-            let ra: Value = serde_json::from_str(
-                std::fs::read_to_string(env.path("first.json"))
-                    .unwrap()
-                    .trim(),
-            )
-            .unwrap();
-            assert_eq!(
-                (a.code(), ra["outcome"].as_str()),
-                (Some(75), Some("lost")),
-                "round {n}: {ra}"
-            );
-            assert_eq!(second_status.code(), Some(0), "round {n}");
-            let (s1, e1) = interval(&first_log);
-            let (s2, e2) = interval(&second_log);
-            assert!(s1 <= e1 && s2 <= e2);
-            assert!(
-                e1 < s2,
-                "round {n}: the runs overlap: first {s1}..{e1}, second {s2}..{e2}"
-            );
+            let b = second.wait().unwrap();
+            check_round(n, &env, a, b, &first_log, &second_log);
         }
     }
 }
@@ -621,24 +617,7 @@ fn no_two_runs_of_a_task_overlap_when_the_etcd_cluster_stops() {
             cluster.resume(i);
         }
         let b = second.wait().unwrap();
-        let ra: Value = serde_json::from_str(
-            std::fs::read_to_string(env.path("first.json"))
-                .unwrap()
-                .trim(),
-        )
-        .unwrap();
-        assert_eq!(
-            (a.code(), ra["outcome"].as_str()),
-            (Some(75), Some("lost")),
-            "round {n}: {ra}"
-        );
-        assert_eq!(b.code(), Some(0), "round {n}");
-        let (s1, e1) = interval(&first_log);
-        let (s2, e2) = interval(&second_log);
-        assert!(
-            e1 < s2,
-            "round {n}: the runs overlap: first {s1}..{e1}, second {s2}..{e2}"
-        );
+        check_round(n, &env, a, b, &first_log, &second_log);
     }
 }
 
