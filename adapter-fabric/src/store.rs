@@ -567,6 +567,11 @@ impl FabricStore {
             }
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
+            if !d.follow_ups.is_empty()
+                || !baton_core::graph::upstream_ids(&op.request, record).is_empty()
+            {
+                return Err(no_graph());
+            }
             if !d.writes() {
                 return Ok(d);
             }
@@ -1085,6 +1090,13 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| Error::corrupt(format!("cannot encode a value: {e}")))
 }
 
+/// The work graph's requests on etcd, which does not keep a ready index yet.
+fn no_graph() -> Error {
+    Error::unsupported(
+        "etcd: the work graph (dependencies, adding a graph, next) is not supported on etcd yet; nothing was written",
+    )
+}
+
 #[async_trait]
 impl Store for FabricStore {
     fn capabilities(&self) -> Capabilities {
@@ -1094,6 +1106,7 @@ impl Store for FabricStore {
             multi_process: true,
             min_ttl_ms: self.opts.min_ttl_secs * 1000,
             ttl_granularity_ms: 1000,
+            work_graph: false,
         }
     }
 
@@ -1109,6 +1122,14 @@ impl Store for FabricStore {
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
         self.apply_op(op).await
+    }
+
+    async fn apply_all(&self, _ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        Err(no_graph())
+    }
+
+    async fn next(&self, _query: &baton_core::NextQuery) -> Result<Option<Decision>> {
+        Err(no_graph())
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

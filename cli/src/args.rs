@@ -29,6 +29,8 @@ pub struct Cli {
 pub enum Format {
     Json,
     Human,
+    /// Graphviz dot (`graph show` only).
+    Dot,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,7 +113,15 @@ pub enum Command {
     /// Run a command under a lease kept for it: claim, renew while it runs,
     /// stop it before the lease could end, report its outcome.
     Run {
-        task: String,
+        /// The task (or `--next` for the next ready one).
+        #[arg(required_unless_present = "next", conflicts_with = "next")]
+        task: Option<String>,
+        /// Run under whatever `next` grants (the queues of `--queue`).
+        #[arg(long)]
+        next: bool,
+        /// With `--next`: a queue to take from (repeatable; default: default).
+        #[arg(long, requires = "next")]
+        queue: Vec<String>,
         #[arg(long)]
         owner: String,
         /// Lease length (default 30s); renewed every third of it.
@@ -124,6 +134,45 @@ pub enum Command {
         #[command(flatten)]
         opts: RunOptions,
     },
+    /// Add a bare task to the work graph (REGISTERED, claimable once every
+    /// `--after` task SUCCEEDED), or a whole graph from `--file` (or
+    /// standard input when no TASK is given), in one commit.
+    Add {
+        #[arg(conflicts_with = "file")]
+        task: Option<String>,
+        /// The queue `next` takes it from (default: default).
+        #[arg(long)]
+        queue: Option<String>,
+        /// Higher runs first among the ready tasks of its queue (default 0).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i64,
+        /// A task that must SUCCEED first (repeatable).
+        #[arg(long)]
+        after: Vec<String>,
+        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...]}...]}.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Claim the ready task with the highest priority (then the earliest
+    /// ready, then the smallest id): what `claim` answers. Nothing ready:
+    /// exit 1 with `none_ready`, or `drained` when nothing can become ready.
+    Next {
+        #[arg(long, env = "BATON_OWNER")]
+        owner: String,
+        /// A queue to take from (repeatable; default: default).
+        #[arg(long)]
+        queue: Vec<String>,
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: Option<String>,
+        #[arg(long, allow_hyphen_values = true)]
+        lock_delay: Option<String>,
+        /// Keep trying while nothing is ready, for up to DUR (backoff to 1s, jittered).
+        #[arg(long, allow_hyphen_values = true)]
+        wait: Option<String>,
+    },
+    /// The work graph.
+    #[command(subcommand)]
+    Graph(GraphCommand),
     /// The last grant, and whether it is live.
     Holder {
         #[arg(env = "BATON_TASK")]
@@ -159,6 +208,13 @@ pub enum Command {
     /// One worker of `bench --processes` (started by the harness).
     #[command(hide = true)]
     BenchWorker(BenchWorkerArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GraphCommand {
+    /// Every graph task with its state, holder and edges (`--format dot`
+    /// for Graphviz: `baton graph show --format dot | dot -Tsvg`).
+    Show,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -370,11 +426,26 @@ pub enum TaskCommand {
         task: String,
     },
     List {
-        /// Derived state: DECLARED, REGISTERED, CLAIMED, RUNNING, SUCCEEDED, FAILED, CANCELLED, NOT_STARTED, STALLED.
+        /// Derived state: DECLARED, REGISTERED, CLAIMED, RUNNING, SUCCEEDED, FAILED, CANCELLED, NOT_STARTED, STALLED;
+        /// or READY, BLOCKED for graph tasks.
         #[arg(long)]
         state: Option<String>,
+        /// Only graph tasks of this queue (with READY or BLOCKED).
+        #[arg(long, requires = "state")]
+        queue: Option<String>,
         #[command(flatten)]
         page: Paging,
+    },
+    /// Claim the ready declared task (for the run registered for it), as `next` does for bare ones.
+    Next {
+        #[arg(long, env = "BATON_EXECUTOR")]
+        executor: String,
+        #[arg(long)]
+        queue: Vec<String>,
+        #[arg(long, allow_hyphen_values = true)]
+        ttl: Option<String>,
+        #[arg(long, allow_hyphen_values = true)]
+        wait: Option<String>,
     },
 }
 

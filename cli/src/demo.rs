@@ -105,9 +105,11 @@ async fn supervised_run(
     use baton_core::{Authority, MemoryStore, SystemClock, Timestamp};
     let store = Arc::new(FaultStore::new(MemoryStore::new()));
     let auth = Arc::new(Authority::new(store.clone(), Arc::new(SystemClock)));
+    let task = id(&format!("demo-{tag}-supervised"))?;
     let spec = crate::supervise::Spec {
         store: "memory:".to_owned(),
-        task: id(&format!("demo-{tag}-supervised"))?,
+        task: Some(task.clone()),
+        next: None,
         holder: crate::supervise::Holder::Bare {
             owner: id("worker-run")?,
             lock_delay_ms: None,
@@ -121,8 +123,7 @@ async fn supervised_run(
         command: vec!["sleep".into(), "30".into()],
     };
     tl.note(format!(
-        "baton run {} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in",
-        spec.task
+        "baton run {task} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in"
     ));
     let (done, ()) = tokio::join!(crate::supervise::supervised(&auth, &spec), async {
         tokio::time::sleep(Duration::from_millis(600)).await;

@@ -18,7 +18,9 @@ mod url;
 
 pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
 
-use args::{Cli, Command, Format, OutboxCommand, TaskCommand};
+use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
+use baton_core::graph::{NewNode, NodeSpec, Taker};
+use baton_core::workgraph::GraphState;
 use baton_core::{
     Actor, Error, ErrorKind, Grant, Id, Manifest, Preconditions, Refusal, Reply, Request, State,
 };
@@ -86,15 +88,24 @@ where
 /// The supervised run a command line asks for, checked, if it asks for one.
 fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
     let store = cli.store.as_deref().unwrap_or(DEFAULT_STORE);
-    let (task, holder, ttl, evidence, opts) = match &cli.command {
+    let (task, next, holder, ttl, evidence, opts) = match &cli.command {
         Command::Run {
             task,
+            next,
+            queue,
             owner,
             ttl,
             lock_delay,
             opts,
         } => (
-            task,
+            task.as_deref(),
+            next.then(|| {
+                queue
+                    .iter()
+                    .map(|q| id("queue", q))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?,
             supervise::Holder::Bare {
                 owner: id("owner", owner)?,
                 lock_delay_ms: parse_lock_delay(lock_delay.as_deref())?,
@@ -111,7 +122,8 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
             evidence,
             opts,
         }) => (
-            task,
+            Some(task.as_str()),
+            None,
             supervise::Holder::Declared {
                 run: id("run", run)?,
                 executor: id("executor", executor)?,
@@ -123,7 +135,7 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
         _ => return Ok(None),
     };
     StoreUrl::parse(store)?;
-    supervise::Spec::new(store, task, holder, ttl.as_deref(), evidence, opts).map(Some)
+    supervise::Spec::new(store, task, next, holder, ttl.as_deref(), evidence, opts).map(Some)
 }
 
 fn usage_error(e: clap::Error) -> i32 {
@@ -378,6 +390,14 @@ fn read_manifest(file: Option<&std::path::Path>) -> Result<Manifest, Error> {
     Manifest::from_json(&text)
 }
 
+/// A graph node as printed: its fields, and the state a person reads
+/// (READY and BLOCKED for claimable tasks).
+fn graph_json(n: &baton_core::GraphNode) -> Value {
+    let mut v = json!(n);
+    v["shown"] = json!(n.shown_state());
+    v
+}
+
 fn grant_json(g: &Grant) -> Value {
     serde_json::to_value(g).unwrap_or(Value::Null)
 }
@@ -444,6 +464,9 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         return bench::run_worker(&store, w).await;
     }
     let plan = plan(&cli.command)?;
+    if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Graph) {
+        return Err(Error::invalid("format", "dot is for `graph show` only"));
+    }
     let a = authority_for(&store).await?;
     plan.execute(&a).await
 }
@@ -469,6 +492,14 @@ enum Plan {
     Sweep(bool),
     Pending(args::Paging),
     Ack(Vec<String>),
+    AddGraph(Vec<NewNode>),
+    Next {
+        taker: Taker,
+        queues: Vec<Id>,
+        wait_ms: Option<u64>,
+    },
+    ListGraph(GraphState, Option<Id>, usize),
+    Graph,
 }
 
 /// A write that prints the record it leaves.
@@ -692,11 +723,85 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 P::Events(task, check_page(page)?)
             }
             TaskCommand::Gate { task } => P::Gate(t(task)?),
-            TaskCommand::List { state, page } => P::List(
-                state.as_deref().map(parse_state).transpose()?,
-                check_page(page)?,
-            ),
+            TaskCommand::List { state, queue, page } => {
+                let page = check_page(page)?;
+                let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;
+                match state.as_deref().map(str::to_ascii_uppercase).as_deref() {
+                    Some("READY") => P::ListGraph(GraphState::Ready, queue, page.limit),
+                    Some("BLOCKED") => P::ListGraph(GraphState::Blocked, queue, page.limit),
+                    _ if queue.is_some() => {
+                        return Err(Error::invalid(
+                            "queue",
+                            "filters only --state READY or BLOCKED",
+                        ));
+                    }
+                    _ => P::List(state.as_deref().map(parse_state).transpose()?, page),
+                }
+            }
+            TaskCommand::Next {
+                executor,
+                queue,
+                ttl,
+                wait,
+            } => P::Next {
+                taker: Taker::Executor {
+                    executor: exec(executor)?,
+                    ttl_ms: parse_ttl(ttl.as_deref())?,
+                },
+                queues: queues(queue)?,
+                wait_ms: parse_wait(wait.as_deref())?,
+            },
         },
+        Command::Add {
+            task: Some(task),
+            queue,
+            priority,
+            after,
+            file: None,
+        } => {
+            let task = t(task)?;
+            let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;
+            let after = after
+                .iter()
+                .map(|d| id("after", d))
+                .collect::<Result<Vec<_>, _>>()?;
+            let node = NodeSpec::new(&task, queue, *priority, after)?;
+            write(task, R::Add { node })
+        }
+        Command::Add {
+            task: None,
+            queue,
+            priority,
+            after,
+            file,
+        } => {
+            if queue.is_some() || *priority != 0 || !after.is_empty() {
+                return Err(Error::invalid(
+                    "file",
+                    "--queue, --priority and --after describe one TASK; a graph file gives each node its own",
+                ));
+            }
+            P::AddGraph(read_graph(file.as_deref())?)
+        }
+        Command::Add { task: Some(_), .. } => {
+            return Err(Error::invalid("file", "give a TASK or --file, not both"));
+        }
+        Command::Next {
+            owner,
+            queue,
+            ttl,
+            lock_delay,
+            wait,
+        } => P::Next {
+            taker: Taker::Owner {
+                owner: o(owner)?,
+                ttl_ms: parse_ttl(ttl.as_deref())?,
+                lock_delay_ms: parse_lock_delay(lock_delay.as_deref())?,
+            },
+            queues: queues(queue)?,
+            wait_ms: parse_wait(wait.as_deref())?,
+        },
+        Command::Graph(GraphCommand::Show) => P::Graph,
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
@@ -716,6 +821,37 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             ));
         }
     })
+}
+
+fn queues(names: &[String]) -> Result<Vec<Id>, Error> {
+    names.iter().map(|q| id("queue", q)).collect()
+}
+
+fn parse_wait(value: Option<&str>) -> Result<Option<u64>, Error> {
+    parse_ttl(value).map_err(|e| Error::invalid("wait", e.message))
+}
+
+/// The largest graph file read, in bytes.
+const MAX_GRAPH_BYTES: u64 = 64 * 1024 * 1024;
+
+fn read_graph(file: Option<&std::path::Path>) -> Result<Vec<NewNode>, Error> {
+    let mut text = String::new();
+    let read = match file {
+        Some(p) => std::fs::File::open(p)
+            .and_then(|f| f.take(MAX_GRAPH_BYTES + 1).read_to_string(&mut text))
+            .map_err(|e| Error::invalid("file", format!("cannot read {}: {e}", p.display()))),
+        None => std::io::stdin()
+            .take(MAX_GRAPH_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::invalid("graph", format!("cannot read standard input: {e}"))),
+    }?;
+    if read as u64 > MAX_GRAPH_BYTES {
+        return Err(Error::invalid(
+            "graph",
+            format!("must be at most {MAX_GRAPH_BYTES} bytes"),
+        ));
+    }
+    baton_core::workgraph::parse_graph(&text)
 }
 
 fn check_page(p: &args::Paging) -> Result<args::Paging, Error> {
@@ -823,6 +959,49 @@ impl Plan {
                 Out::list(p.items.iter().map(|n| json!(n)).collect(), p.next)
             }
             P::Ack(ids) => Out::one(json!({"acknowledged": a.ack(&ids).await?, "intent_ids": ids})),
+            P::AddGraph(nodes) => {
+                let mut out = match a.add_graph(nodes).await? {
+                    Ok(added) => Out::one(json!(added)),
+                    Err((task, r)) => {
+                        let mut out = refused(r);
+                        if let Some(v) = out.items.first_mut() {
+                            v["task"] = json!(task);
+                            v["message"] = json!(format!(
+                                "{task}: {}; nothing was added",
+                                v["message"].as_str().unwrap_or_default()
+                            ));
+                        }
+                        out
+                    }
+                };
+                out.wrote = true;
+                out
+            }
+            P::Next {
+                taker,
+                queues,
+                wait_ms,
+            } => {
+                let reply = match wait_ms {
+                    Some(ms) => a.next_waiting(taker, &queues, ms).await?,
+                    None => a.next_for(taker, &queues).await?,
+                };
+                let mut out = reply_out(reply, true);
+                out.wrote = true;
+                out
+            }
+            P::ListGraph(state, queue, limit) => {
+                let nodes = a.list_graph(state, queue.as_ref(), limit).await?;
+                let mut out = Out::list(nodes.iter().map(graph_json).collect(), None);
+                out.view = View::Graph;
+                out
+            }
+            P::Graph => {
+                let nodes = a.graph().await?;
+                let mut out = Out::list(nodes.iter().map(graph_json).collect(), None);
+                out.view = View::Graph;
+                out
+            }
         })
     }
 }

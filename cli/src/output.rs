@@ -46,6 +46,9 @@ pub enum View {
     Tasks,
     /// `task events`: SEQ AT TASK KIND FROM->TO ACTOR FENCE.
     Events,
+    /// `graph show`, `task list --state READY|BLOCKED`: TASK STATE QUEUE
+    /// PRIORITY HOLDER AFTER; Graphviz dot with `--format dot`.
+    Graph,
 }
 
 impl Out {
@@ -96,8 +99,10 @@ impl Out {
                     View::Refusal => lines(&self.items, |v| refusal_line(v, colour)),
                     View::Tasks => task_table(&self.items, self.next.as_deref(), now, colour),
                     View::Events => event_table(&self.items, self.next.as_deref()),
+                    View::Graph => graph_table(&self.items),
                 }
             }
+            Format::Dot => dot(&self.items),
         };
         if let Err(e) = try_write_stdout(&text) {
             let applied = self.wrote && self.status == Status::Ok;
@@ -405,6 +410,73 @@ fn table(header: &[&str], rows: &[Vec<String>], next: Option<&str>) -> String {
     if let Some(n) = next {
         out.push_str(&format!("next page: --after {}\n", escape_unprintable(n)));
     }
+    out
+}
+
+fn graph_table(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|v| {
+            let after: Vec<String> = v["depends_on"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            vec![
+                text(&v["task"]),
+                text(&v["shown"]),
+                text(&v["queue"]),
+                text(&v["priority"]),
+                cell(&v["holder"]),
+                after.join(","),
+            ]
+        })
+        .collect();
+    table(
+        &["TASK", "STATE", "QUEUE", "PRIORITY", "HOLDER", "AFTER"],
+        &rows,
+        None,
+    )
+}
+
+/// A graph as Graphviz dot: a node per task labelled with its state (and
+/// holder), an edge from each dependency to its dependent.
+fn dot(items: &[Value]) -> String {
+    let q = |s: &str| {
+        let escaped: String = escape_unprintable(s)
+            .chars()
+            .flat_map(|c| match c {
+                '"' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("\"{escaped}\"")
+    };
+    let mut out = String::from("digraph baton {\n  rankdir=LR;\n  node [shape=box];\n");
+    for v in items {
+        let task = text(&v["task"]);
+        let mut label = format!("{task}\\n{}", text(&v["shown"]));
+        if let Some(h) = v["holder"].as_str() {
+            label.push_str(&format!("\\n{h}"));
+        }
+        let colour = match v["shown"].as_str().unwrap_or_default() {
+            "SUCCEEDED" => "palegreen",
+            "READY" => "lightblue",
+            "CLAIMED" | "RUNNING" => "khaki",
+            "BLOCKED" | "FAILED" | "CANCELLED" | "STALLED" | "NOT_STARTED" => "lightpink",
+            _ => "white",
+        };
+        out.push_str(&format!(
+            "  {} [label={}, style=filled, fillcolor={colour}];\n",
+            q(&task),
+            q(&label).replace("\\\\n", "\\n")
+        ));
+        for d in v["depends_on"].as_array().into_iter().flatten() {
+            out.push_str(&format!("  {} -> {};\n", q(&text(d)), q(&task)));
+        }
+    }
+    out.push_str("}\n");
     out
 }
 

@@ -50,7 +50,10 @@ pub enum Holder {
 #[derive(Debug, Clone)]
 pub struct Spec {
     pub store: String,
-    pub task: TaskId,
+    /// The task to claim, or `None` with `next`.
+    pub task: Option<TaskId>,
+    /// `run --next`: take whatever `next` grants from these queues.
+    pub next: Option<Vec<Id>>,
     pub holder: Holder,
     pub ttl_ms: Option<u64>,
     pub wait_ms: Option<u64>,
@@ -65,7 +68,8 @@ impl Spec {
     /// Checks every input before anything is claimed.
     pub fn new(
         store: &str,
-        task: &str,
+        task: Option<&str>,
+        next: Option<Vec<Id>>,
         holder: Holder,
         ttl: Option<&str>,
         evidence: &[String],
@@ -97,7 +101,17 @@ impl Spec {
         }
         Ok(Spec {
             store: store.to_owned(),
-            task: Id::parse("task", task)?,
+            task: match (task, &next) {
+                (Some(t), None) => Some(Id::parse("task", t)?),
+                (None, Some(_)) => None,
+                _ => {
+                    return Err(Error::invalid(
+                        "task",
+                        "give a task, or --next to take the next ready one (not both)",
+                    ));
+                }
+            },
+            next,
             holder,
             ttl_ms: parse_ttl(ttl)?,
             wait_ms,
@@ -358,26 +372,48 @@ async fn claim<S: Store + 'static>(
         .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
     let mut backoff = 100u64;
     loop {
-        let reply = match &spec.holder {
-            Holder::Bare {
-                owner,
-                lock_delay_ms: None,
-            } => a.claim(&spec.task, owner, spec.ttl_ms).await?,
-            Holder::Bare {
-                owner,
-                lock_delay_ms: Some(d),
-            } => {
-                a.claim_with_lock_delay(&spec.task, owner, spec.ttl_ms, *d)
+        let reply = match (&spec.task, &spec.next, &spec.holder) {
+            (
+                _,
+                Some(queues),
+                Holder::Bare {
+                    owner,
+                    lock_delay_ms,
+                },
+            ) => a.next(owner, queues, spec.ttl_ms, *lock_delay_ms).await?,
+            (
+                Some(task),
+                _,
+                Holder::Bare {
+                    owner,
+                    lock_delay_ms: None,
+                },
+            ) => a.claim(task, owner, spec.ttl_ms).await?,
+            (
+                Some(task),
+                _,
+                Holder::Bare {
+                    owner,
+                    lock_delay_ms: Some(d),
+                },
+            ) => {
+                a.claim_with_lock_delay(task, owner, spec.ttl_ms, *d)
                     .await?
             }
-            Holder::Declared { run, executor } => {
-                a.task_claim(&spec.task, run, executor, spec.ttl_ms).await?
+            (Some(task), _, Holder::Declared { run, executor }) => {
+                a.task_claim(task, run, executor, spec.ttl_ms).await?
+            }
+            (None, _, _) => {
+                return Err(Error::invalid(
+                    "next",
+                    "only `run` takes --next (a declared task's run is named with it)",
+                ));
             }
         };
         match (reply.grant(), reply.refusal()) {
             (Some(g), None) => {
                 if let Holder::Declared { run, executor } = &spec.holder {
-                    let started = a.start(&spec.task, run, executor, g.fence).await?;
+                    let started = a.start(&g.task, run, executor, g.fence).await?;
                     if let Some(r) = started.refusal() {
                         let _ = a.release(&g.task, &g.owner, g.fence).await;
                         return Ok(Err(r.clone()));
@@ -388,7 +424,10 @@ async fn claim<S: Store + 'static>(
             (_, Some(r)) => {
                 let waitable = matches!(
                     r,
-                    Refusal::Held { .. } | Refusal::LeaseLive { .. } | Refusal::LockDelay { .. }
+                    Refusal::Held { .. }
+                        | Refusal::LeaseLive { .. }
+                        | Refusal::LockDelay { .. }
+                        | Refusal::NoneReady { .. }
                 );
                 let now = std::time::Instant::now();
                 match deadline {

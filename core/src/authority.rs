@@ -122,8 +122,8 @@ pub const MAX_PAGE: usize = 10_000;
 
 /// The authority and the registry over one store.
 pub struct Authority<S> {
-    store: S,
-    clock: Arc<dyn Clock>,
+    pub(crate) store: S,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Authority<S> {
@@ -164,6 +164,13 @@ impl<S: Store> Authority<S> {
             now: self.clock.now(),
         };
         let decision = self.store.apply(op).await?;
+        reply(decision)
+    }
+}
+
+/// The reply a decision comes to (bad input is the error).
+pub(crate) fn reply(decision: crate::decide::Decision) -> Result<Reply> {
+    {
         match decision.verdict {
             Verdict::Commit(c) => Ok(Reply::Committed(c.record)),
             Verdict::Ack => match decision.current {
@@ -174,8 +181,10 @@ impl<S: Store> Authority<S> {
             Verdict::Invalid(e) => Err(e),
         }
     }
+}
 
-    async fn send(&self, task: &TaskId, request: Request) -> Result<Reply> {
+impl<S: Store> Authority<S> {
+    pub(crate) async fn send(&self, task: &TaskId, request: Request) -> Result<Reply> {
         self.submit(task, request, Preconditions::none()).await
     }
 

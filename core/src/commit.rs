@@ -2,7 +2,9 @@
 //! operation queued while the previous batch was being committed, hands the
 //! whole batch to the store's "decide and commit these" function, and
 //! answers each caller only when that function returns (after its commit is
-//! durable).
+//! durable). A job is one operation, a `next`, or a group of operations
+//! that commit together or not at all; a group is committed in a batch of
+//! its own, so that refusing it rolls back nothing else.
 //!
 //! A panic while deciding or writing one operation must not stop the store
 //! for every later caller: the committer catches it, retries the batch's
@@ -20,10 +22,32 @@ use std::thread::JoinHandle;
 /// The most operations one batch carries.
 pub const MAX_BATCH: usize = 256;
 
-/// A caller waiting for its operation's decision.
+/// What a caller asks the committer for.
+// One Job is made per request and moved once into the queue; boxing the
+// operation would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// One operation (`Store::apply`).
+    One(Operation),
+    /// Operations that commit together or not at all (`Store::apply_all`).
+    All(Vec<Operation>),
+    /// The next ready task (`Store::next`).
+    Next(crate::graph::NextQuery),
+}
+
+/// The answer to a [`Job`], of the same kind.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    One(Decision),
+    All(Vec<Decision>),
+    Next(Option<Decision>),
+}
+
+/// A caller waiting for its job's answer.
 struct Queued {
-    op: Operation,
-    answer: tokio::sync::oneshot::Sender<Result<Decision>>,
+    job: Job,
+    answer: tokio::sync::oneshot::Sender<Result<Answer>>,
 }
 
 /// The committer thread and its inbox. Dropping it stops the thread and
@@ -46,12 +70,14 @@ impl std::fmt::Debug for GroupCommitter {
 
 impl GroupCommitter {
     /// Starts a thread called `thread_name` that commits batches with
-    /// `commit`. `commit(ops)` must decide `ops` in order inside one atomic,
-    /// durable commit and return one decision per operation, or an error
-    /// meaning none of them was applied.
+    /// `commit`. `commit(jobs)` must decide `jobs` in order inside one
+    /// atomic, durable commit and return one answer per job, or an error
+    /// meaning none of them was applied. A [`Job::All`] always comes alone;
+    /// when one of its decisions refuses, `commit` writes nothing and
+    /// answers the decisions.
     pub fn start<F>(name: impl Into<String>, thread_name: &str, commit: F) -> Result<GroupCommitter>
     where
-        F: FnMut(&[Operation]) -> Result<Vec<Decision>> + Send + 'static,
+        F: FnMut(&[Job]) -> Result<Vec<Answer>> + Send + 'static,
     {
         let name = name.into();
         let (inbox, queue) = channel::<Queued>();
@@ -71,11 +97,42 @@ impl GroupCommitter {
 
     /// Queues `op` and waits for its decision.
     pub async fn submit(&self, op: Operation) -> Result<Decision> {
+        match self.submit_job(Job::One(op)).await? {
+            Answer::One(d) => Ok(d),
+            _ => Err(self.mismatched()),
+        }
+    }
+
+    /// Queues a group that commits whole or not at all.
+    pub async fn submit_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        match self.submit_job(Job::All(ops)).await? {
+            Answer::All(d) => Ok(d),
+            _ => Err(self.mismatched()),
+        }
+    }
+
+    /// Queues a `next`.
+    pub async fn submit_next(&self, q: crate::graph::NextQuery) -> Result<Option<Decision>> {
+        match self.submit_job(Job::Next(q)).await? {
+            Answer::Next(d) => Ok(d),
+            _ => Err(self.mismatched()),
+        }
+    }
+
+    fn mismatched(&self) -> Error {
+        Error::unavailable(format!(
+            "{}: the commit thread answered a job with another kind of answer",
+            self.name
+        ))
+    }
+
+    /// Queues `job` and waits for its answer.
+    pub async fn submit_job(&self, job: Job) -> Result<Answer> {
         let (answer, reply) = tokio::sync::oneshot::channel();
         let sent = match self.inbox.lock() {
             Ok(inbox) => inbox
                 .as_ref()
-                .is_some_and(|i| i.send(Queued { op, answer }).is_ok()),
+                .is_some_and(|i| i.send(Queued { job, answer }).is_ok()),
             Err(_) => false,
         };
         if !sent {
@@ -108,17 +165,31 @@ impl Drop for GroupCommitter {
 
 fn run<F>(name: &str, queue: &Receiver<Queued>, mut commit: F)
 where
-    F: FnMut(&[Operation]) -> Result<Vec<Decision>>,
+    F: FnMut(&[Job]) -> Result<Vec<Answer>>,
 {
-    while let Ok(first) = queue.recv() {
+    let mut carried: Option<Queued> = None;
+    loop {
+        let first = match carried.take() {
+            Some(q) => q,
+            None => match queue.recv() {
+                Ok(q) => q,
+                Err(_) => return,
+            },
+        };
+        let alone = matches!(first.job, Job::All(_));
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        while !alone && batch.len() < MAX_BATCH {
             match queue.try_recv() {
+                // A group waits for a batch of its own.
+                Ok(q) if matches!(q.job, Job::All(_)) => {
+                    carried = Some(q);
+                    break;
+                }
                 Ok(q) => batch.push(q),
                 Err(_) => break,
             }
         }
-        let ops: Vec<Operation> = batch.iter().map(|q| q.op.clone()).collect();
+        let ops: Vec<Job> = batch.iter().map(|q| q.job.clone()).collect();
         match catch(|| commit(&ops)) {
             Ok(Ok(decisions)) if decisions.len() == batch.len() => {
                 for (q, d) in batch.into_iter().zip(decisions) {
@@ -148,12 +219,13 @@ where
             Err(_) => {
                 // Nothing of the batch was applied; find the one that panics.
                 for q in batch {
-                    let one =
-                        isolate(name, || commit(std::slice::from_ref(&q.op))).and_then(|mut ds| {
+                    let one = isolate(name, || commit(std::slice::from_ref(&q.job))).and_then(
+                        |mut ds| {
                             ds.pop().ok_or_else(|| {
                                 Error::unavailable(format!("{name}: a commit decided nothing"))
                             })
-                        });
+                        },
+                    );
                     let _ = q.answer.send(one);
                 }
             }
@@ -210,11 +282,14 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        GroupCommitter::start("test", "test-commit", move |ops| {
+        GroupCommitter::start("test", "test-commit", move |jobs| {
             let mut out = Vec::new();
-            for op in ops {
+            for job in jobs {
+                let Job::One(op) = job else {
+                    panic!("only single operations in this test")
+                };
                 assert!(op.task.as_str() != "boom", "a bug while deciding");
-                out.push(rt.block_on(store.apply(op.clone()))?);
+                out.push(Answer::One(rt.block_on(store.apply(op.clone()))?));
             }
             Ok(out)
         })

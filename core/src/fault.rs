@@ -68,6 +68,26 @@ impl<S> FaultStore<S> {
     }
 }
 
+impl<S> FaultStore<S> {
+    /// Runs one write under the fault due, if any.
+    async fn write<T>(&self, w: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let once = self.next.lock().ok().and_then(|mut n| n.take());
+        let always = self.always.lock().ok().and_then(|a| *a);
+        match once.or(always) {
+            Some(Fault::UnavailableBefore) => Err(Error::unavailable(
+                "injected fault: the store did not answer",
+            )),
+            Some(Fault::IndeterminateAfter) => {
+                w.await?;
+                Err(Error::indeterminate(
+                    "injected fault: the write applied but its answer was lost",
+                ))
+            }
+            None => w.await,
+        }
+    }
+}
+
 #[async_trait]
 impl<S: Store> Store for FaultStore<S> {
     fn capabilities(&self) -> Capabilities {
@@ -77,20 +97,13 @@ impl<S: Store> Store for FaultStore<S> {
         self.inner.read(task, now).await
     }
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        let once = self.next.lock().ok().and_then(|mut n| n.take());
-        let always = self.always.lock().ok().and_then(|a| *a);
-        match once.or(always) {
-            Some(Fault::UnavailableBefore) => Err(Error::unavailable(
-                "injected fault: the store did not answer",
-            )),
-            Some(Fault::IndeterminateAfter) => {
-                self.inner.apply(op).await?;
-                Err(Error::indeterminate(
-                    "injected fault: the write applied but its answer was lost",
-                ))
-            }
-            None => self.inner.apply(op).await,
-        }
+        self.write(self.inner.apply(op)).await
+    }
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.write(self.inner.apply_all(ops)).await
+    }
+    async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>> {
+        self.write(self.inner.next(query)).await
     }
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         self.inner.list(query).await

@@ -107,10 +107,14 @@ pub enum EventKind {
     /// A holder-only request refused for a stale or foreign fence, or a late
     /// terminal after a terminal. Recorded without changing the record.
     ConflictRefused,
+    /// A bare task was added to the work graph.
+    Added,
+    /// Every dependency of a graph task SUCCEEDED: `next` may take it.
+    Ready,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 19] = [
+    pub const ALL: [EventKind; 21] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -130,6 +134,8 @@ impl EventKind {
         EventKind::Finalized,
         EventKind::Annotated,
         EventKind::ConflictRefused,
+        EventKind::Added,
+        EventKind::Ready,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -153,6 +159,8 @@ impl EventKind {
             EventKind::Finalized => "FINALIZED",
             EventKind::Annotated => "ANNOTATED",
             EventKind::ConflictRefused => "CONFLICT_REFUSED",
+            EventKind::Added => "ADDED",
+            EventKind::Ready => "READY",
         }
     }
 
@@ -219,6 +227,11 @@ pub enum RequestKind {
     Finalize,
     Annotate,
     Settle,
+    Add,
+    /// A new dependent written on a dependency's record (by the add of the dependent).
+    Link,
+    /// A dependent looked at again when a dependency succeeded.
+    Wake,
     /// A lease that expired (written by the system).
     Expire,
     /// A start deadline that passed (written by the system).
@@ -247,6 +260,9 @@ impl RequestKind {
             RequestKind::Finalize => "finalize",
             RequestKind::Annotate => "annotate",
             RequestKind::Settle => "settle",
+            RequestKind::Add => "add",
+            RequestKind::Link => "link",
+            RequestKind::Wake => "wake",
             RequestKind::Expire => "expire",
             RequestKind::Deadline => "deadline",
         }

@@ -16,6 +16,7 @@ pub mod commit;
 pub mod decide;
 pub mod error;
 pub mod fault;
+pub mod graph;
 pub mod id;
 pub mod json;
 #[cfg(feature = "keeper")]
@@ -28,16 +29,18 @@ pub mod refusal;
 pub mod request;
 pub mod store;
 pub mod time;
+pub mod workgraph;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use authority::{Authority, Gate, Holder, Page, Reply, Swept, Verification};
 pub use decide::{
-    Change, Decision, Judged, LeaseEffect, LeaseRules, TimerEffect, Verdict, decide, decide_with,
-    derive, live_lease, settle,
+    Change, Decision, Judged, LeaseEffect, LeaseRules, TimerEffect, Verdict, decide, decide_in,
+    decide_with, derive, live_lease, settle,
 };
 pub use error::{Error, ErrorKind, Result};
+pub use graph::{Census, Lane, NextQuery, Node, NodeSpec, Readiness, Taker, Upstream};
 pub use id::{Id, OwnerId, TaskId};
 #[cfg(feature = "keeper")]
 pub use keeper::{KeepOptions, Keeper, Kept, Loss, Outcome};
@@ -48,3 +51,4 @@ pub use refusal::Refusal;
 pub use request::{Operation, Preconditions, Request, RequestKind};
 pub use store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use workgraph::{Added, GraphNode, GraphState};

@@ -35,6 +35,9 @@ const FIELDS: &[&str] = &[
     "manifest_version",
     "max_attempts",
     "lock_delay_seconds",
+    "depends_on",
+    "queue",
+    "priority",
 ];
 
 /// A validated, normalised manifest. Build one with [`Manifest::from_json`]
@@ -59,6 +62,19 @@ pub struct Manifest {
     /// be granted the task (0: none), so a holder that vanished has time to die.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_delay_seconds: u64,
+    /// Tasks that must SUCCEED before this one is ready (sorted, no repeats).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<TaskId>,
+    /// The queue `task next` takes it from (`None`: the default queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Id>,
+    /// Higher runs first among ready tasks of its queue.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub priority: i64,
+}
+
+fn is_zero_i64(n: &i64) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -160,6 +176,24 @@ impl Manifest {
         let max_attempts = positive(obj, "max_attempts", 1)?;
         let max_attempts = u32::try_from(max_attempts)
             .map_err(|_| Error::invalid("max_attempts", "must be at most 4294967295"))?;
+        let depends_on = match obj.get("depends_on") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => string_list(v, "depends_on")?
+                .iter()
+                .map(|d| Id::parse("depends_on", d))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        let queue = match obj.get("queue") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(Id::parse("queue", &required_string(obj, "queue")?)?),
+        };
+        let priority = match obj.get("priority") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_i64()
+                .ok_or_else(|| Error::invalid("priority", "must be a whole number"))?,
+        };
+        let node = crate::graph::NodeSpec::new(&task_id, queue, priority, depends_on)?;
         Ok(Manifest {
             task_id,
             executor,
@@ -175,7 +209,24 @@ impl Manifest {
             manifest_version,
             max_attempts,
             lock_delay_seconds: lock_delay_seconds(obj)?,
+            depends_on: node.depends_on,
+            queue: (node.queue.as_str() != crate::graph::DEFAULT_QUEUE).then_some(node.queue),
+            priority: node.priority,
         })
+    }
+
+    /// The task's place in the work graph.
+    pub fn node_spec(&self) -> crate::graph::NodeSpec {
+        let queue = match &self.queue {
+            Some(q) => q.clone(),
+            // The default queue's name is a valid id.
+            None => Id::parse("queue", crate::graph::DEFAULT_QUEUE).expect("a valid id"),
+        };
+        crate::graph::NodeSpec {
+            queue,
+            priority: self.priority,
+            depends_on: self.depends_on.clone(),
+        }
     }
 
     /// The lease TTL of this task in milliseconds: one clock for stalling.

@@ -2,20 +2,27 @@
 //! "reopening" a clone sees everything the first one committed. It passes
 //! the conformance suite like every other backend.
 
-use crate::decide::{Decision, Judged, decide};
+use crate::decide::Decision;
 use crate::error::{Error, Result};
+use crate::graph::{Lane, NextQuery, NextSource, ReadyEntry, held_range, take_next};
+use crate::id::Id;
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
 use crate::request::Operation;
 use crate::store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
+use crate::store::{Txn, apply_group, apply_in};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Inner {
     tasks: BTreeMap<TaskId, crate::model::TaskRecord>,
+    /// The ready index: [`ReadyEntry::key`] to task.
+    ready: BTreeMap<Vec<u8>, TaskId>,
+    /// The held index: [`crate::model::TaskRecord::held_key`] to task.
+    held: BTreeMap<Vec<u8>, TaskId>,
     events: Vec<Event>,
     conflicts: HashMap<(TaskId, String), usize>,
     outbox: BTreeMap<u64, Notification>,
@@ -49,7 +56,21 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
         decision.assign_fence(inner.fence);
     }
     if let Some(r) = decision.record_to_write() {
-        inner.tasks.insert(r.task.clone(), r.clone());
+        let old = inner.tasks.insert(r.task.clone(), r.clone());
+        if let Some(o) = old {
+            if let Some(e) = o.ready_entry() {
+                inner.ready.remove(&e.key());
+            }
+            if let Some(k) = o.held_key() {
+                inner.held.remove(&k);
+            }
+        }
+        if let Some(e) = r.ready_entry() {
+            inner.ready.insert(e.key(), r.task.clone());
+        }
+        if let Some(k) = r.held_key() {
+            inner.held.insert(k, r.task.clone());
+        }
     }
     for draft in decision.events() {
         if let Some(key) = &draft.conflict_key {
@@ -73,6 +94,74 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
     }
 }
 
+/// The memory store's commit: everything under its one lock.
+struct Tx<'a> {
+    inner: &'a mut Inner,
+}
+
+impl Txn for Tx<'_> {
+    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        Ok(self
+            .inner
+            .tasks
+            .get(task)
+            .map(|r| Snapshot::at(r.clone(), now)))
+    }
+
+    fn write(&mut self, d: &mut Decision) -> Result<()> {
+        commit(self.inner, d);
+        Ok(())
+    }
+}
+
+impl NextSource for Tx<'_> {
+    fn ready(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        after: Option<&ReadyEntry>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let prefix = ReadyEntry::prefix(lane, queue);
+        let start = match after {
+            Some(e) => std::ops::Bound::Excluded(e.key()),
+            None => std::ops::Bound::Included(prefix.clone()),
+        };
+        Ok(self
+            .inner
+            .ready
+            .range((start, std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .take(limit)
+            .filter_map(|(_, t)| self.inner.tasks.get(t))
+            .map(|r| Snapshot::at(r.clone(), now))
+            .collect())
+    }
+
+    fn expired(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let (start, end) = held_range(lane, queue, now);
+        Ok(self
+            .inner
+            .held
+            .range(start..end)
+            .take(limit)
+            .filter_map(|(_, t)| self.inner.tasks.get(t))
+            .map(|r| Snapshot::at(r.clone(), now))
+            .collect())
+    }
+
+    fn apply(&mut self, op: Operation) -> Result<Decision> {
+        apply_in(self, &op).map(|(d, _)| d)
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
@@ -82,6 +171,7 @@ impl Store for MemoryStore {
             multi_process: false,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
+            work_graph: true,
         }
     }
 
@@ -95,10 +185,22 @@ impl Store for MemoryStore {
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
         let mut inner = self.lock()?;
-        let current = inner.tasks.get(&op.task);
-        let mut decision = decide(&op, current, Judged::of(current, op.now));
-        commit(&mut inner, &mut decision);
-        Ok(decision)
+        apply_in(&mut Tx { inner: &mut inner }, &op).map(|(d, _)| d)
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let mut inner = self.lock()?;
+        let before = inner.clone();
+        let (decisions, keep) = apply_group(&mut Tx { inner: &mut inner }, &ops)?;
+        if !keep {
+            *inner = before;
+        }
+        Ok(decisions)
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        let mut inner = self.lock()?;
+        take_next(query, &mut Tx { inner: &mut inner })
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

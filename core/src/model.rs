@@ -80,6 +80,14 @@ pub struct TaskRecord {
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
     pub updated_at: Timestamp,
+    /// The task's place in the work graph (queue, priority, dependencies),
+    /// if it was added to one or declared with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<crate::graph::Node>,
+    /// The tasks that depend on this one (each one's add wrote itself
+    /// here, in the same commit): the success of this task wakes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependents: Vec<TaskId>,
 }
 
 impl TaskRecord {

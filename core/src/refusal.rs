@@ -68,6 +68,27 @@ pub enum Refusal {
         current_iteration: u64,
     },
     NotFound,
+    /// A graph task whose dependencies have not all succeeded yet.
+    NotReady {
+        waiting_on: Vec<crate::id::TaskId>,
+    },
+    /// A dependency ended without success; an operator's redispatch of it
+    /// is the way on.
+    UpstreamFailed {
+        upstream: crate::id::TaskId,
+        state: State,
+    },
+    /// `next` found nothing ready in its queues; some may become ready.
+    NoneReady {
+        #[serde(flatten)]
+        census: crate::graph::Census,
+    },
+    /// `next` found nothing ready, and nothing in its queues can become
+    /// ready without an operator: a loop can stop.
+    Drained {
+        #[serde(flatten)]
+        census: crate::graph::Census,
+    },
 }
 
 impl Refusal {
@@ -89,6 +110,10 @@ impl Refusal {
             Refusal::ManifestConflict => "manifest_conflict",
             Refusal::IterationNotAdvanced { .. } => "iteration_not_advanced",
             Refusal::NotFound => "not_found",
+            Refusal::NotReady { .. } => "not_ready",
+            Refusal::UpstreamFailed { .. } => "upstream_failed",
+            Refusal::NoneReady { .. } => "none_ready",
+            Refusal::Drained { .. } => "drained",
         }
     }
 }
@@ -176,6 +201,28 @@ impl fmt::Display for Refusal {
                 )
             }
             Refusal::NotFound => f.write_str("no such task"),
+            Refusal::NotReady { waiting_on } => {
+                let names: Vec<&str> = waiting_on.iter().take(10).map(|t| t.as_str()).collect();
+                write!(f, "waiting on {}", names.join(", "))?;
+                if waiting_on.len() > 10 {
+                    write!(f, " and {} more", waiting_on.len() - 10)?;
+                }
+                Ok(())
+            }
+            Refusal::UpstreamFailed { upstream, state } => write!(
+                f,
+                "dependency {upstream} ended {state}; an operator's redispatch of it unblocks this task"
+            ),
+            Refusal::NoneReady { census: c } => write!(
+                f,
+                "nothing ready ({} queued, {} held, {} blocked)",
+                c.queued, c.held, c.blocked
+            ),
+            Refusal::Drained { census: c } => write!(
+                f,
+                "drained: nothing can become ready ({} blocked behind a failed dependency)",
+                c.blocked
+            ),
         }
     }
 }

@@ -22,6 +22,9 @@ pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// A request to change a task. Reads (holder, verify, get, list, gate,
 /// events) are not requests: they never write.
+// A request is made once and moved into its operation; boxing the
+// manifest of the one large variant (declare) would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "request", rename_all = "snake_case")]
 pub enum Request {
@@ -118,6 +121,20 @@ pub enum Request {
     },
     /// Persist what time has already decided (expiry, deadlines) and nothing else.
     Settle,
+    // The work graph.
+    /// Creates a bare task in REGISTERED, in a queue, after its dependencies.
+    Add {
+        node: crate::graph::NodeSpec,
+    },
+    /// Written by a store in the commit of a dependent's add (a follow-up,
+    /// never sent by a caller): records `dependent` on this task.
+    Link {
+        dependent: TaskId,
+    },
+    /// Written by a store in the commit of a dependency's success (a
+    /// follow-up, never sent by a caller): the task becomes ready if every
+    /// dependency has now succeeded.
+    Wake,
 }
 
 pub use crate::kinds::RequestKind;
@@ -144,6 +161,9 @@ impl Request {
             Request::Finalize { .. } => RequestKind::Finalize,
             Request::Annotate { .. } => RequestKind::Annotate,
             Request::Settle => RequestKind::Settle,
+            Request::Add { .. } => RequestKind::Add,
+            Request::Link { .. } => RequestKind::Link,
+            Request::Wake => RequestKind::Wake,
         }
     }
 
@@ -169,7 +189,8 @@ impl Request {
             | Request::Succeed { executor, .. }
             | Request::TaskFail { executor, .. } => Actor::Worker(executor.clone()),
             Request::Annotate { actor, .. } => Actor::Worker(actor.clone()),
-            Request::Settle => Actor::System,
+            Request::Settle | Request::Link { .. } | Request::Wake => Actor::System,
+            Request::Add { .. } => Actor::System,
         }
     }
 
@@ -247,6 +268,20 @@ impl Request {
                 "must be a positive whole number",
             )),
             Request::Annotate { metadata, .. } => validate_metadata(metadata),
+            Request::Add { node } => {
+                if node.depends_on.len() > crate::graph::MAX_DEPENDENCIES
+                    || !node.depends_on.windows(2).all(|w| w[0] < w[1])
+                {
+                    return Err(Error::invalid(
+                        "depends_on",
+                        format!(
+                            "must list at most {} distinct tasks, sorted",
+                            crate::graph::MAX_DEPENDENCIES
+                        ),
+                    ));
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

@@ -169,6 +169,10 @@ pub struct Capabilities {
     /// Lease TTLs are whole multiples of this many milliseconds (1 for
     /// millisecond leases; 1000 for etcd's whole seconds).
     pub ttl_granularity_ms: u64,
+    /// Dependencies, the ready index and `next` are implemented. A store
+    /// without them refuses every request that needs them with
+    /// `Unsupported`, writing nothing; tasks without dependencies work.
+    pub work_graph: bool,
 }
 
 impl Capabilities {
@@ -225,6 +229,34 @@ pub trait Store: Send + Sync + Debug {
         None
     }
 
+    /// Applies `ops` in order as one atomic commit, each decided on the
+    /// state the ones before it left, or none of them (the add of a graph).
+    ///
+    /// # Contract
+    /// Every operation is decided as by [`Store::apply`], with its
+    /// follow-ups, in the same commit. When every decision commits or
+    /// acknowledges, all of it is durable before `Ok` returns; when any
+    /// refuses or is invalid, nothing at all is written and the decisions
+    /// say which (the first one that is not a commit or an
+    /// acknowledgement). A store that cannot commit them together commits
+    /// them in chunks and says so in its documentation.
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>>;
+
+    /// Grants the next ready task `query` asks for, or `None`.
+    ///
+    /// # Contract
+    /// One atomic commit (or a bounded read-decide-compare loop) in which
+    /// the store offers candidates from an index, never a scan of every
+    /// task: the records whose [`TaskRecord::ready_entry`] is in one of the
+    /// query's queues of its lane, in [`crate::graph::ReadyEntry`] order,
+    /// and the held tasks whose lease it judges expired. Core orders them
+    /// ([`crate::graph::NextQuery::order`]) and decides each as a grant
+    /// ([`crate::graph::NextQuery::claim_for`]) until one commits; the store
+    /// writes what the decisions write. Durable before the grant is
+    /// answered, as for [`Store::apply`]. The ready index is kept with every
+    /// record write, in the same commit.
+    async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>>;
+
     /// Acknowledges notifications by intent id at `now` (the authority's
     /// clock); returns how many were newly acknowledged.
     ///
@@ -250,6 +282,12 @@ macro_rules! forward_store {
             async fn apply(&self, op: Operation) -> Result<Decision> {
                 (**self).apply(op).await
             }
+            async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+                (**self).apply_all(ops).await
+            }
+            async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>> {
+                (**self).next(query).await
+            }
             async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
                 (**self).list(query).await
             }
@@ -273,3 +311,76 @@ macro_rules! forward_store {
 
 forward_store!(Arc<S>);
 forward_store!(Box<S>);
+
+/// One open commit of a store that decides under a lock or inside one
+/// transaction (SQLite, sled, memory): what [`apply_in`] needs of it.
+pub trait Txn {
+    /// The task as this commit sees it (its own writes included).
+    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>>;
+    /// Writes what `d` writes (assigning a fence if it mints one).
+    fn write(&mut self, d: &mut Decision) -> Result<()>;
+    /// The store's lease rules.
+    fn rules(&self) -> crate::decide::LeaseRules {
+        crate::decide::LeaseRules::default()
+    }
+}
+
+/// Decides `op` inside `tx` and writes it, then its follow-ups: reads the
+/// task and the records [`crate::graph::upstream_ids`] names, calls
+/// [`crate::decide::decide_in`], writes, and applies each follow-up the
+/// same way. Returns the decision and whether anything was written.
+pub fn apply_in(tx: &mut dyn Txn, op: &Operation) -> Result<(Decision, bool)> {
+    apply_depth(tx, op, 0)
+}
+
+fn apply_depth(tx: &mut dyn Txn, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
+    let current = tx.load(&op.task, op.now)?;
+    let ids = crate::graph::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
+    let mut found = Vec::with_capacity(ids.len());
+    for id in ids {
+        let snap = tx.load(&id, op.now)?;
+        found.push((id, snap));
+    }
+    let upstream = crate::graph::Upstream::of(found, op.now);
+    let (record, judged) = match &current {
+        Some(s) => (Some(&s.record), s.judged),
+        None => (None, Judged::default()),
+    };
+    let mut d = crate::decide::decide_in(op, record, judged, tx.rules(), &upstream);
+    if !d.writes() {
+        return Ok((d, false));
+    }
+    tx.write(&mut d)?;
+    // A link may wake its dependent; nothing goes deeper.
+    if depth < 2 {
+        for (task, request) in d.follow_ups.clone() {
+            let f = Operation {
+                task,
+                request,
+                pre: crate::request::Preconditions::default(),
+                now: op.now,
+            };
+            apply_depth(tx, &f, depth + 1)?;
+        }
+    }
+    Ok((d, true))
+}
+
+/// [`Store::apply_all`] inside `tx`: every operation through [`apply_in`].
+/// Returns the decisions and whether the commit may keep them (every one
+/// a commit or an acknowledgement); when not, the caller rolls back.
+pub fn apply_group(tx: &mut dyn Txn, ops: &[Operation]) -> Result<(Vec<Decision>, bool)> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        let (d, _) = apply_in(tx, op)?;
+        let keep = matches!(
+            d.verdict,
+            crate::decide::Verdict::Commit(_) | crate::decide::Verdict::Ack
+        );
+        out.push(d);
+        if !keep {
+            return Ok((out, false));
+        }
+    }
+    Ok((out, true))
+}

@@ -3,12 +3,16 @@
 
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
-use baton_core::commit::{GroupCommitter, isolate};
+use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::graph::{
+    Lane, NextQuery, NextSource, ReadyEntry, held_range, prefix_end, take_next,
+};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
+use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, Judged, ListQuery, Notification, Operation,
-    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, Event, Id, ListQuery, Notification, Operation,
+    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp,
 };
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::{Transactional, Tree};
@@ -18,7 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The layout version this build writes.
-const SCHEMA_VERSION: u64 = 1;
+/// 2: the work graph's `ready` and `held` trees (a version 1 store has no
+/// graph tasks, so it is upgraded in place by writing the version).
+const SCHEMA_VERSION: u64 = 2;
 const MAGIC: &[u8] = b"baton";
 
 /// How a store is opened.
@@ -199,6 +205,10 @@ struct Trees {
     intents: Tree,
     /// counters: fence, event_seq, outbox_seq; the magic and schema version
     meta: Tree,
+    /// `ReadyEntry::key` → task id: ready graph tasks, in `next`'s order
+    ready: Tree,
+    /// `TaskRecord::held_key` → task id: held graph tasks by lease expiry
+    held: Tree,
 }
 
 impl fmt::Debug for SledStore {
@@ -213,6 +223,23 @@ impl fmt::Debug for SledStore {
 #[derive(Debug)]
 enum Abort {
     Corrupt(String),
+    /// Core (or a decode) failed: nothing is applied.
+    Failed(Error),
+    /// A group refused: nothing is applied; these are the answers.
+    Rollback(Vec<Answer>),
+}
+
+impl Abort {
+    fn into_error(self, path: &Path) -> Error {
+        match self {
+            Abort::Corrupt(m) => Error::corrupt(format!("{}: {m}", path.display())),
+            Abort::Failed(e) => e,
+            Abort::Rollback(_) => Error::unavailable(format!(
+                "{}: a transaction was rolled back where none may be",
+                path.display()
+            )),
+        }
+    }
 }
 
 type TxResult<T> = std::result::Result<T, ConflictableTransactionError<Abort>>;
@@ -330,6 +357,8 @@ impl SledStore {
             outbox: t("outbox")?,
             intents: t("intents")?,
             meta: t("meta")?,
+            ready: t("ready")?,
+            held: t("held")?,
         };
         check_layout(&path, &db, &trees)?;
         let identity = identity_of(&path)
@@ -346,7 +375,7 @@ impl SledStore {
             Some(Arc::new(GroupCommitter::start(
                 inner.path.display().to_string(),
                 "baton-sled-commit",
-                move |ops| batch.commit_ops(ops),
+                move |jobs| batch.commit_jobs(jobs),
             )?))
         } else {
             None
@@ -364,6 +393,24 @@ impl SledStore {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// One job through the committer, or in a transaction of its own when
+    /// group commit is off.
+    async fn job(&self, job: Job) -> Result<Answer> {
+        match &self.committer {
+            // The committer answers only after the flush covering this decision.
+            Some(committer) => committer.submit_job(job).await,
+            None => {
+                self.run(move |inner| {
+                    inner
+                        .commit_jobs(std::slice::from_ref(&job))?
+                        .pop()
+                        .ok_or_else(|| Error::unavailable("sled: a transaction answered nothing"))
+                })
+                .await
+            }
+        }
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T>
@@ -385,13 +432,20 @@ fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
     let magic = trees.meta.get("magic").map_err(err)?;
     match magic {
         Some(m) if m.as_ref() == MAGIC => {
-            let version = read_u64(trees.meta.get("schema").map_err(err)?)
-                .map_err(|Abort::Corrupt(m)| Error::corrupt(format!("{}: {m}", path.display())))?;
+            let version =
+                read_u64(trees.meta.get("schema").map_err(err)?).map_err(|a| a.into_error(path))?;
             if version > SCHEMA_VERSION {
                 return Err(Error::unsupported(format!(
                     "{}: layout version {version} was written by a newer baton; this build reads up to {SCHEMA_VERSION}",
                     path.display()
                 )));
+            }
+            if version < SCHEMA_VERSION {
+                trees
+                    .meta
+                    .insert("schema", &be(SCHEMA_VERSION))
+                    .map_err(err)?;
+                db.flush().map_err(err)?;
             }
             Ok(())
         }
@@ -401,7 +455,7 @@ fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
         ))),
         None => {
             let foreign =
-                db.tree_names().len() > 10 || !trees.tasks.is_empty() || !trees.events.is_empty();
+                db.tree_names().len() > 12 || !trees.tasks.is_empty() || !trees.events.is_empty();
             if foreign || !db.is_empty() {
                 return Err(Error::corrupt(format!(
                     "{}: a sled database, but not a baton store",
@@ -455,33 +509,25 @@ impl Inner {
             })
     }
 
-    fn apply(&self, op: &Operation) -> Result<Decision> {
-        self.commit_ops(std::slice::from_ref(op))
-            .and_then(|mut ds| {
-                ds.pop()
-                    .ok_or_else(|| Error::unavailable("sled: a transaction decided nothing"))
-            })
-    }
-
-    /// Decides `ops` in one transaction, then waits for one flush that
+    /// Decides `jobs` in one transaction, then waits for one flush that
     /// covers it (and whatever it read) before answering.
-    fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
         self.check_identity()?;
         let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
-        let result = self.transact(ops);
+        let result = self.transact(jobs);
         let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
-        let decisions = result?;
+        let (answers, wrote) = result?;
         // Answer only once what the decisions wrote (or read) is durable.
         let upto = self
             .flush
             .horizon()
             .map_err(|Poisoned| self.poisoned())?
             .max(finished);
-        self.durable(upto, decisions.iter().any(|d| d.writes()))?;
+        self.durable(upto, wrote)?;
         // Moved away while this commit ran: what it wrote is not where the
         // next process will look, so it is not an answer.
         self.check_identity()?;
-        Ok(decisions)
+        Ok(answers)
     }
 
     /// The store's directory is still the one this process opened: sled
@@ -502,9 +548,10 @@ impl Inner {
         .map_err(|e| e.with_context(format!("sled {p}")))
     }
 
-    /// Decides `ops` in order inside one sled transaction: each sees the
-    /// writes of those before it.
-    fn transact(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+    /// Decides `jobs` in order inside one sled transaction: each sees the
+    /// writes of those before it. Also says whether anything was written.
+    fn transact(&self, jobs: &[Job]) -> Result<(Vec<Answer>, bool)> {
+        let index = self.prefetch(jobs)?;
         let t = &self.trees;
         let trees = (
             &t.tasks,
@@ -516,6 +563,8 @@ impl Inner {
             &t.outbox,
             &t.intents,
             &t.meta,
+            &t.ready,
+            &t.held,
         );
         let outcome = trees.transaction(
             |(
@@ -528,73 +577,110 @@ impl Inner {
                 outbox,
                 intents,
                 meta,
+                ready,
+                held,
             )| {
-                let mut decisions = Vec::with_capacity(ops.len());
-                for op in ops {
-                    let current: Option<TaskRecord> =
-                        match tasks.get(op.task.as_str().as_bytes())? {
-                            Some(b) => Some(
-                                serde_json::from_slice(&b)
-                                    .map_err(|e| abort(format!("a record does not decode: {e}")))?,
-                            ),
-                            None => None,
-                        };
-                    let mut d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
-                    if !d.writes() {
-                        decisions.push(d);
-                        continue;
-                    }
-                    if d.mints_fence() {
-                        let fence = read_u64(meta.get("fence")?)
-                            .map_err(ConflictableTransactionError::Abort)?
-                            + 1;
-                        meta.insert("fence", &be(fence))?;
-                        d.assign_fence(fence);
-                    }
-                    if let Some(r) = d.record_to_write() {
-                        if let Some(old) = &current {
-                            by_state
-                                .remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
-                            if let Some(due) = old.due_at() {
-                                by_due.remove(due_key(
-                                    old.state.as_str(),
-                                    due,
-                                    old.task.as_str(),
-                                ))?;
-                            }
+                let mut t = SledTx {
+                    inner: self,
+                    tasks,
+                    by_state,
+                    by_due,
+                    events,
+                    events_by_task,
+                    conflicts,
+                    outbox,
+                    intents,
+                    meta,
+                    ready,
+                    held,
+                    index: &index,
+                    failed: None,
+                    wrote: false,
+                };
+                let mut answers = Vec::with_capacity(jobs.len());
+                let mut keep = true;
+                for job in jobs {
+                    let answer = match job {
+                        Job::One(op) => apply_in(&mut t, op).map(|(d, _)| Answer::One(d)),
+                        Job::Next(q) => take_next(q, &mut t).map(Answer::Next),
+                        Job::All(ops) => apply_group(&mut t, ops).map(|(ds, ok)| {
+                            keep &= ok;
+                            Answer::All(ds)
+                        }),
+                    };
+                    match answer {
+                        Ok(a) => answers.push(a),
+                        // A sled error (a conflict retries the closure) or core's.
+                        Err(e) => {
+                            return Err(t
+                                .failed
+                                .take()
+                                .unwrap_or(ConflictableTransactionError::Abort(Abort::Failed(e))));
                         }
-                        if let Some(due) = r.due_at() {
-                            by_due.insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
-                        }
-                        let due = r
-                            .due_at()
-                            .map(|t| t.as_millis().to_be_bytes().to_vec())
-                            .unwrap_or_default();
-                        by_state.insert(key2(r.state.as_str(), r.task.as_str().as_bytes()), due)?;
-                        tasks.insert(r.task.as_str().as_bytes(), encode(r)?)?;
                     }
-                    for e in d.events() {
-                        append_event(e, events, events_by_task, conflicts, meta)?;
-                    }
-                    for n in d.notifications() {
-                        let seq = read_u64(meta.get("outbox_seq")?)
-                            .map_err(ConflictableTransactionError::Abort)?
-                            + 1;
-                        meta.insert("outbox_seq", &be(seq))?;
-                        outbox.insert(&be(seq), encode(n)?)?;
-                        intents.insert(n.intent_id.as_bytes(), &be(seq))?;
-                    }
-                    decisions.push(d);
                 }
-                Ok(decisions)
+                if !keep {
+                    return Err(ConflictableTransactionError::Abort(Abort::Rollback(
+                        answers,
+                    )));
+                }
+                Ok((answers, t.wrote))
             },
         );
-        outcome.map_err(|e| match e {
-            TransactionError::Abort(Abort::Corrupt(m)) => {
-                Error::corrupt(format!("{}: {m}", self.path.display()))
+        match outcome {
+            Ok(done) => Ok(done),
+            Err(TransactionError::Abort(Abort::Rollback(answers))) => Ok((answers, false)),
+            Err(TransactionError::Abort(a)) => Err(a.into_error(&self.path)),
+            Err(TransactionError::Storage(e)) => Err(self.err(e)),
+        }
+    }
+
+    /// The index entries the batch's `next`s may need, read before the
+    /// transaction: sled cannot range inside one (and a plain read there
+    /// waits for the transaction's own lock). Records are read inside.
+    fn prefetch(&self, jobs: &[Job]) -> Result<Prefetched> {
+        let nexts: Vec<&NextQuery> = jobs
+            .iter()
+            .filter_map(|j| match j {
+                Job::Next(q) => Some(q),
+                _ => None,
+            })
+            .collect();
+        let mut out = Prefetched::default();
+        let Some(now) = nexts.iter().map(|q| q.now).max() else {
+            return Ok(out);
+        };
+        // Each `next` of the batch may pass over the grants of those before it.
+        let want = baton_core::graph::NEXT_PAGE * 2 + nexts.len() * 2;
+        let err = |e| self.err(e);
+        for q in &nexts {
+            for queue in &q.queues {
+                let at = (q.lane(), queue.clone());
+                if out.ready.contains_key(&at) {
+                    continue;
+                }
+                let prefix = ReadyEntry::prefix(q.lane(), queue);
+                let mut ready = Vec::new();
+                for item in self
+                    .trees
+                    .ready
+                    .range(prefix.clone()..prefix_end(&prefix))
+                    .take(want)
+                {
+                    let (k, v) = item.map_err(err)?;
+                    ready.push((k.to_vec(), v.to_vec()));
+                }
+                let (start, end) = held_range(q.lane(), queue, now);
+                let mut held = Vec::new();
+                for item in self.trees.held.range(start..end).take(want) {
+                    let (k, v) = item.map_err(err)?;
+                    held.push((k.to_vec(), v.to_vec()));
+                }
+                out.ready.insert(at.clone(), ready);
+                out.held.insert(at, held);
             }
-            TransactionError::Storage(e) => self.err(e),
-        })
+        }
+        Ok(out)
     }
 
     fn list(&self, q: &ListQuery) -> Result<Vec<Snapshot>> {
@@ -723,7 +809,7 @@ impl Inner {
             .take(limit)
         {
             let (k, v) = item.map_err(|e| self.err(e))?;
-            let seq = read_u64(Some(k)).map_err(|Abort::Corrupt(m)| Error::corrupt(m))?;
+            let seq = read_u64(Some(k)).map_err(|a| a.into_error(&self.path))?;
             let draft: NotificationDraft = self.decode(&v)?;
             out.push(Notification::from_draft(seq, draft));
         }
@@ -746,7 +832,7 @@ impl Inner {
         });
         let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
         let acked = result.map_err(|e| match e {
-            TransactionError::Abort(Abort::Corrupt(m)) => Error::corrupt(m),
+            TransactionError::Abort(a) => a.into_error(&self.path),
             TransactionError::Storage(e) => self.err(e),
         })?;
         self.durable(finished, acked > 0)?;
@@ -764,6 +850,214 @@ impl Inner {
             .transpose()?;
         self.settle_reads()?;
         Ok(snap)
+    }
+}
+
+/// Index entries (key, task id), in key order.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Index entries read before a transaction, by lane and queue.
+#[derive(Default)]
+struct Prefetched {
+    ready: std::collections::HashMap<(Lane, Id), Entries>,
+    held: std::collections::HashMap<(Lane, Id), Entries>,
+}
+
+/// One sled transaction, as core's commit helpers see it.
+struct SledTx<'a> {
+    inner: &'a Inner,
+    tasks: &'a TransactionalTree,
+    by_state: &'a TransactionalTree,
+    by_due: &'a TransactionalTree,
+    events: &'a TransactionalTree,
+    events_by_task: &'a TransactionalTree,
+    conflicts: &'a TransactionalTree,
+    outbox: &'a TransactionalTree,
+    intents: &'a TransactionalTree,
+    meta: &'a TransactionalTree,
+    ready: &'a TransactionalTree,
+    held: &'a TransactionalTree,
+    index: &'a Prefetched,
+    /// The sled error that stopped the transaction, returned from the
+    /// closure as is (so a conflict runs it again).
+    failed: Option<ConflictableTransactionError<Abort>>,
+    wrote: bool,
+}
+
+impl SledTx<'_> {
+    fn sled<T>(&mut self, r: TxResult<T>) -> Result<T> {
+        r.map_err(|e| {
+            let shown = match &e {
+                ConflictableTransactionError::Abort(Abort::Corrupt(m)) => {
+                    Error::corrupt(format!("{}: {m}", self.inner.path.display()))
+                }
+                _ => Error::unavailable(format!(
+                    "{}: the transaction did not complete",
+                    self.inner.path.display()
+                )),
+            };
+            self.failed = Some(e);
+            shown
+        })
+    }
+
+    fn record(&mut self, task: &[u8]) -> Result<Option<TaskRecord>> {
+        let got = self
+            .tasks
+            .get(task)
+            .map_err(ConflictableTransactionError::from);
+        match self.sled(got)? {
+            Some(b) => {
+                let decoded = serde_json::from_slice(&b)
+                    .map_err(|e| abort(format!("a record does not decode: {e}")));
+                self.sled(decoded).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The records of prefetched index entries in `[from, end)`, read
+    /// inside the transaction (an entry may be stale: core decides on the
+    /// record).
+    fn indexed(
+        &mut self,
+        entries: Option<&Entries>,
+        from: std::ops::Bound<Vec<u8>>,
+        end: &[u8],
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let ids: Vec<Vec<u8>> = entries
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| {
+                let after = match &from {
+                    std::ops::Bound::Included(f) => k >= f,
+                    std::ops::Bound::Excluded(f) => k > f,
+                    std::ops::Bound::Unbounded => true,
+                };
+                after && k.as_slice() < end
+            })
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(r) = self.record(&id)? {
+                out.push(Snapshot::at(r, now));
+            }
+        }
+        Ok(out)
+    }
+
+    fn put(&mut self, d: &mut Decision) -> TxResult<()> {
+        let meta = self.meta;
+        if d.mints_fence() {
+            let fence =
+                read_u64(meta.get("fence")?).map_err(ConflictableTransactionError::Abort)? + 1;
+            meta.insert("fence", &be(fence))?;
+            d.assign_fence(fence);
+        }
+        if let Some(r) = d.record_to_write() {
+            let key = r.task.as_str().as_bytes();
+            let current: Option<TaskRecord> = match self.tasks.get(key)? {
+                Some(b) => Some(
+                    serde_json::from_slice(&b)
+                        .map_err(|e| abort(format!("a record does not decode: {e}")))?,
+                ),
+                None => None,
+            };
+            if let Some(old) = &current {
+                self.by_state
+                    .remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
+                if let Some(due) = old.due_at() {
+                    self.by_due
+                        .remove(due_key(old.state.as_str(), due, old.task.as_str()))?;
+                }
+                if let Some(e) = old.ready_entry() {
+                    self.ready.remove(e.key())?;
+                }
+                if let Some(k) = old.held_key() {
+                    self.held.remove(k)?;
+                }
+            }
+            if let Some(due) = r.due_at() {
+                self.by_due
+                    .insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
+            }
+            if let Some(e) = r.ready_entry() {
+                self.ready.insert(e.key(), key)?;
+            }
+            if let Some(k) = r.held_key() {
+                self.held.insert(k, key)?;
+            }
+            let due = r
+                .due_at()
+                .map(|t| t.as_millis().to_be_bytes().to_vec())
+                .unwrap_or_default();
+            self.by_state.insert(key2(r.state.as_str(), key), due)?;
+            self.tasks.insert(key, encode(r)?)?;
+        }
+        for e in d.events() {
+            append_event(e, self.events, self.events_by_task, self.conflicts, meta)?;
+        }
+        for n in d.notifications() {
+            let seq =
+                read_u64(meta.get("outbox_seq")?).map_err(ConflictableTransactionError::Abort)? + 1;
+            meta.insert("outbox_seq", &be(seq))?;
+            self.outbox.insert(&be(seq), encode(n)?)?;
+            self.intents.insert(n.intent_id.as_bytes(), &be(seq))?;
+        }
+        Ok(())
+    }
+}
+
+impl Txn for SledTx<'_> {
+    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        Ok(self
+            .record(task.as_str().as_bytes())?
+            .map(|r| Snapshot::at(r, now)))
+    }
+
+    fn write(&mut self, d: &mut Decision) -> Result<()> {
+        self.wrote = true;
+        let done = self.put(d);
+        self.sled(done)
+    }
+}
+
+impl NextSource for SledTx<'_> {
+    fn ready(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        after: Option<&ReadyEntry>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let prefix = ReadyEntry::prefix(lane, queue);
+        let from = match after {
+            Some(e) => std::ops::Bound::Excluded(e.key()),
+            None => std::ops::Bound::Included(prefix.clone()),
+        };
+        let entries = self.index.ready.get(&(lane, queue.clone()));
+        self.indexed(entries, from, &prefix_end(&prefix), limit, now)
+    }
+
+    fn expired(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let (start, end) = held_range(lane, queue, now);
+        let entries = self.index.held.get(&(lane, queue.clone()));
+        self.indexed(entries, std::ops::Bound::Included(start), &end, limit, now)
+    }
+
+    fn apply(&mut self, op: Operation) -> Result<Decision> {
+        apply_in(self, &op).map(|(d, _)| d)
     }
 }
 
@@ -821,6 +1115,7 @@ impl Store for SledStore {
             multi_process: false,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
+            work_graph: true,
         }
     }
 
@@ -830,10 +1125,23 @@ impl Store for SledStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        match &self.committer {
-            // The committer answers only after the flush covering this decision.
-            Some(committer) => committer.submit(op).await,
-            None => self.run(move |inner| inner.apply(&op)).await,
+        match self.job(Job::One(op)).await? {
+            Answer::One(d) => Ok(d),
+            _ => Err(Error::unavailable("sled: a commit answered another job")),
+        }
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        match self.job(Job::All(ops)).await? {
+            Answer::All(d) => Ok(d),
+            _ => Err(Error::unavailable("sled: a commit answered another job")),
+        }
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        match self.job(Job::Next(query.clone())).await? {
+            Answer::Next(d) => Ok(d),
+            _ => Err(Error::unavailable("sled: a commit answered another job")),
         }
     }
 

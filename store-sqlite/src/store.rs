@@ -4,12 +4,16 @@
 use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
-use baton_core::commit::{GroupCommitter, isolate};
+use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::graph::{
+    Lane, NextQuery, NextSource, ReadyEntry, held_range, prefix_end, take_next,
+};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::store::{Clause, Due};
+use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Judged, ListQuery, Notification,
-    Operation, Result, Snapshot, Store, TaskId, TaskRecord, Timestamp, decide,
+    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, Judged, ListQuery,
+    Notification, Operation, Result, Snapshot, Store, TaskId, Timestamp, Upstream, decide_in,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -69,6 +73,8 @@ struct Inner {
     writer: Mutex<Connection>,
     reader: Mutex<Connection>,
     commits: std::sync::atomic::AtomicU64,
+    /// Write transactions begun (committed or not).
+    write_transactions: std::sync::atomic::AtomicU64,
     /// Taken before SQLite's write lock, so waiting writers sleep (`gate.rs`).
     gate: Gate,
     busy_timeout: Duration,
@@ -144,6 +150,7 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             commits: std::sync::atomic::AtomicU64::new(0),
+            write_transactions: std::sync::atomic::AtomicU64::new(0),
             gate,
             busy_timeout: options.busy_timeout,
         });
@@ -152,7 +159,7 @@ impl SqliteStore {
             Some(Arc::new(GroupCommitter::start(
                 inner.path.display().to_string(),
                 "baton-sqlite-commit",
-                move |ops| batch.commit_ops(ops),
+                move |jobs| batch.commit_jobs(jobs),
             )?))
         } else {
             None
@@ -162,6 +169,32 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// How many write transactions this handle has begun (committed or
+    /// rolled back): what waiting workers cost the store's write lock.
+    pub fn write_transactions(&self) -> u64 {
+        self.inner
+            .write_transactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// One job through the committer, or in a transaction of its own when
+    /// group commit is off.
+    async fn job(&self, job: Job) -> Result<Answer> {
+        match &self.committer {
+            // The committer answers only after the commit holding this decision is durable.
+            Some(committer) => committer.submit_job(job).await,
+            None => {
+                self.run(move |inner| {
+                    inner
+                        .commit_jobs(std::slice::from_ref(&job))?
+                        .pop()
+                        .ok_or_else(|| Error::unavailable("sqlite: a commit answered nothing"))
+                })
+                .await
+            }
+        }
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T>
@@ -625,47 +658,63 @@ impl Inner {
         f(&tx)
     }
 
-    /// Decides `ops` in order inside one transaction and commits once;
+    /// Decides `jobs` in order inside one transaction and commits once;
     /// returns only after the commit is durable. If anything fails, nothing
-    /// is applied.
-    fn commit_ops(&self, ops: &[Operation]) -> Result<Vec<Decision>> {
+    /// is applied. A group (`Job::All`) comes alone; when one of its
+    /// decisions refuses, the transaction is rolled back.
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
         // A batch the snapshot answers whole writes nothing: no gate, no lock.
         // (One that needs any write is decided under the lock in order, as
         // each op must see the writes of those before it.)
-        let mut answered = Vec::with_capacity(ops.len());
-        for op in ops {
+        let mut answered = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let Job::One(op) = job else { break };
             match self.decide_on_snapshot(op)? {
-                Some(d) => answered.push(d),
+                Some(d) => answered.push(Answer::One(d)),
                 None => break,
             }
         }
-        if answered.len() == ops.len() {
+        if answered.len() == jobs.len() {
             return Ok(answered);
         }
         let mut conn = self.lock(&self.writer);
         let _gate = self.enter_gate()?;
+        self.write_transactions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
         self.check_identity()?;
-        let mut decisions = Vec::with_capacity(ops.len());
+        let mut answers = Vec::with_capacity(jobs.len());
         let mut changed = false;
-        for op in ops {
-            let (d, wrote) = self.decide_in(&tx, op)?;
-            changed |= wrote;
-            decisions.push(d);
+        let mut keep = true;
+        {
+            let mut t = SqlTx {
+                inner: self,
+                tx: &tx,
+                wrote: false,
+            };
+            for job in jobs {
+                answers.push(match job {
+                    Job::One(op) => Answer::One(apply_in(&mut t, op)?.0),
+                    Job::Next(q) => Answer::Next(take_next(q, &mut t)?),
+                    Job::All(ops) => {
+                        let (ds, ok) = apply_group(&mut t, ops)?;
+                        keep &= ok;
+                        Answer::All(ds)
+                    }
+                });
+            }
+            changed |= t.wrote;
         }
-        if changed {
+        if changed && keep {
             self.check_identity()?;
             tx.commit().map_err(|e| self.err(e))?;
             self.commits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(decisions)
-    }
-
-    fn apply_one(&self, op: &Operation) -> Result<Decision> {
-        self.write(|tx| self.decide_in(tx, op))
+        // Dropping an uncommitted transaction rolls it back: nothing was written.
+        Ok(answers)
     }
 
     /// The decision made on a read snapshot, if it writes nothing (a
@@ -677,31 +726,27 @@ impl Inner {
     /// writes the index header that shows a commit to readers (`walFrames`).
     fn decide_on_snapshot(&self, op: &Operation) -> Result<Option<Decision>> {
         self.read(|tx| {
-            let current = load(tx, &op.task)
-                .map_err(|e| self.err(e))?
-                .map(|json| self.decode::<TaskRecord>(&json))
-                .transpose()?;
-            let d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
+            let mut t = SqlTx {
+                inner: self,
+                tx,
+                wrote: false,
+            };
+            let current = t.load(&op.task, op.now)?;
+            let ids =
+                baton_core::graph::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                let snap = t.load(&id, op.now)?;
+                found.push((id, snap));
+            }
+            let upstream = Upstream::of(found, op.now);
+            let (record, judged) = match &current {
+                Some(s) => (Some(&s.record), s.judged),
+                None => (None, Judged::default()),
+            };
+            let d = decide_in(op, record, judged, t.rules(), &upstream);
             Ok((!d.writes()).then_some(d))
         })
-    }
-
-    /// Reads the task, decides, and writes the decision inside `tx`.
-    fn decide_in(
-        &self,
-        tx: &rusqlite::Transaction<'_>,
-        op: &Operation,
-    ) -> Result<(Decision, bool)> {
-        let current = load(tx, &op.task).map_err(|e| self.err(e))?;
-        let current = current
-            .map(|json| self.decode::<TaskRecord>(&json))
-            .transpose()?;
-        let mut d = decide(op, current.as_ref(), Judged::of(current.as_ref(), op.now));
-        if !d.writes() {
-            return Ok((d, false));
-        }
-        self.write_decision(tx, &mut d)?;
-        Ok((d, true))
     }
 
     fn write_decision(&self, tx: &rusqlite::Transaction<'_>, d: &mut Decision) -> Result<()> {
@@ -721,9 +766,11 @@ impl Inner {
         if let Some(r) = d.record_to_write() {
             let json = encode(r)?;
             tx.prepare_cached(
-                "INSERT INTO tasks (task_id, state, due_at, revision, record) VALUES (?1, ?2, ?3, ?4, ?5)
+                "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, due_at = excluded.due_at,
-                 revision = excluded.revision, record = excluded.record",
+                 revision = excluded.revision, record = excluded.record,
+                 ready_key = excluded.ready_key, held_key = excluded.held_key",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -731,7 +778,9 @@ impl Inner {
                     r.state.as_str(),
                     r.due_at().map(|t| t.as_millis()),
                     i64::try_from(r.revision).unwrap_or(i64::MAX),
-                    json
+                    json,
+                    r.ready_entry().map(|e| e.key()),
+                    r.held_key(),
                 ])
             })
             .map_err(err)?;
@@ -912,6 +961,90 @@ impl Inner {
     }
 }
 
+/// One open transaction, as core's commit helpers see it.
+struct SqlTx<'a> {
+    inner: &'a Inner,
+    tx: &'a rusqlite::Transaction<'a>,
+    /// Whether anything was written (so the commit is needed).
+    wrote: bool,
+}
+
+impl Txn for SqlTx<'_> {
+    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        load(self.tx, task)
+            .map_err(|e| self.inner.err(e))?
+            .map(|json| Ok(Snapshot::at(self.inner.decode(&json)?, now)))
+            .transpose()
+    }
+
+    fn write(&mut self, d: &mut Decision) -> Result<()> {
+        self.wrote = true;
+        self.inner.write_decision(self.tx, d)
+    }
+}
+
+impl SqlTx<'_> {
+    fn records(
+        &self,
+        sql: &str,
+        p: &[&dyn rusqlite::ToSql],
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let err = |e| self.inner.err(e);
+        let mut s = self.tx.prepare_cached(sql).map_err(err)?;
+        let rows = s.query_map(p, |r| r.get::<_, String>(0)).map_err(err)?;
+        let mut out = Vec::new();
+        for json in rows {
+            let json = json.map_err(err)?;
+            out.push(Snapshot::at(self.inner.decode(&json)?, now));
+        }
+        Ok(out)
+    }
+}
+
+impl NextSource for SqlTx<'_> {
+    fn ready(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        after: Option<&ReadyEntry>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let prefix = ReadyEntry::prefix(lane, queue);
+        let from = after.map_or_else(|| prefix.clone(), ReadyEntry::key);
+        let end = prefix_end(&prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.records(
+            "SELECT record FROM tasks INDEXED BY tasks_ready
+             WHERE ready_key > ?1 AND ready_key < ?2 ORDER BY ready_key LIMIT ?3",
+            &[&from, &end, &limit],
+            now,
+        )
+    }
+
+    fn expired(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let (start, end) = held_range(lane, queue, now);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.records(
+            "SELECT record FROM tasks INDEXED BY tasks_held
+             WHERE held_key > ?1 AND held_key < ?2 ORDER BY held_key LIMIT ?3",
+            &[&start, &end, &limit],
+            now,
+        )
+    }
+
+    fn apply(&mut self, op: Operation) -> Result<Decision> {
+        apply_in(self, &op).map(|(d, _)| d)
+    }
+}
+
 fn load(tx: &rusqlite::Transaction<'_>, task: &TaskId) -> rusqlite::Result<Option<String>> {
     tx.prepare_cached("SELECT record FROM tasks WHERE task_id = ?1")?
         .query_row([task.as_str()], |r| r.get(0))
@@ -986,6 +1119,7 @@ impl Store for SqliteStore {
             multi_process: true,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
+            work_graph: true,
         }
     }
 
@@ -1000,16 +1134,41 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        match &self.committer {
-            // The committer answers only after the commit holding this decision is durable.
-            Some(committer) => committer.submit(op).await,
-            None => {
-                self.run(move |inner| match inner.decide_on_snapshot(&op)? {
-                    Some(d) => Ok(d),
-                    None => inner.apply_one(&op),
+        match self.job(Job::One(op)).await? {
+            Answer::One(d) => Ok(d),
+            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
+        }
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        match self.job(Job::All(ops)).await? {
+            Answer::All(d) => Ok(d),
+            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
+        }
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        // Nothing to offer on a snapshot (durable commits only): that is
+        // the answer, without the gate or the write lock.
+        let q = query.clone();
+        let any = self
+            .run(move |inner| {
+                inner.read(|tx| {
+                    let mut t = SqlTx {
+                        inner,
+                        tx,
+                        wrote: false,
+                    };
+                    baton_core::graph::has_candidates(&q, &mut t)
                 })
-                .await
-            }
+            })
+            .await?;
+        if !any {
+            return Ok(None);
+        }
+        match self.job(Job::Next(query.clone())).await? {
+            Answer::Next(d) => Ok(d),
+            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
         }
     }
 

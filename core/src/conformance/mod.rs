@@ -236,7 +236,13 @@ macro_rules! conformance_tests {
             a_bad_request_leaves_the_store_serving,
             lock_delay_holds_an_expired_task,
             a_clean_release_skips_the_lock_delay,
-            a_manifest_lock_delay_holds_a_declared_task
+            a_manifest_lock_delay_holds_a_declared_task,
+            graph_drain_exactly_once_in_dependency_order,
+            next_honours_priority_then_ready_time_then_id,
+            upstream_failure_blocks_and_redispatch_unblocks,
+            add_graph_all_or_nothing,
+            task_next_takes_declared_tasks_in_order,
+            an_expired_grant_is_next_again
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

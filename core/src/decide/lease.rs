@@ -238,6 +238,8 @@ pub(super) fn create_bare(
         started_at: None,
         finished_at: None,
         updated_at: now,
+        node: None,
+        dependents: Vec::new(),
     };
     let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
         .details(json!({"expires_at": expires_at}));

@@ -8,7 +8,8 @@
 //! refusal's CONFLICT_REFUSED event. Reads call [`derive`] and write nothing.
 
 use crate::error::Error;
-use crate::id::Id;
+use crate::graph::Upstream;
+use crate::id::{Id, TaskId};
 use crate::model::{
     Actor, Closure, EventDraft, EventKind, Lease, NotificationDraft, PENDING_FENCE, State,
     TaskRecord,
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 mod build;
 mod checks;
+mod graph;
 mod lease;
 mod notify;
 mod operator;
@@ -183,6 +185,11 @@ pub struct Decision {
     /// `Cleared` when the grant ends cleanly (release, an end) or a new one
     /// has none; an expiry leaves it running.
     pub lock_delay: TimerEffect,
+    /// Requests the store must decide and apply after this one, in the
+    /// same commit (each on the state this one left): a `Link` on each
+    /// dependency of a graph task this creates, a `Wake` of each dependent
+    /// of a task this makes SUCCEEDED. Their own follow-ups are none.
+    pub follow_ups: Vec<(TaskId, Request)>,
 }
 
 impl Decision {
@@ -258,8 +265,17 @@ impl Decision {
 /// `current` is the stored record (`None` if the task does not exist) and
 /// `judged` what the store's judge of time says about it ([`Judged::at`]
 /// from the stored times and `op.now`, or the engine's own leases).
+///
+/// No dependency is known to this form: a grant of a graph task with
+/// dependencies is refused `not_ready` (see [`decide_in`]).
 pub fn decide(op: &Operation, current: Option<&TaskRecord>, judged: Judged) -> Decision {
-    decide_with(op, current, judged, LeaseRules::default())
+    decide_in(
+        op,
+        current,
+        judged,
+        LeaseRules::default(),
+        &Upstream::none(),
+    )
 }
 
 /// [`decide`] for a store whose leases follow `rules` (its capabilities).
@@ -268,6 +284,20 @@ pub fn decide_with(
     current: Option<&TaskRecord>,
     judged: Judged,
     rules: LeaseRules,
+) -> Decision {
+    decide_in(op, current, judged, rules, &Upstream::none())
+}
+
+/// The whole decision: `upstream` holds the states of the tasks
+/// [`crate::graph::upstream_ids`] names for this request, read by the store
+/// in the same commit. A dependency not in it counts as not done, so a
+/// store that reads too little refuses a grant and never makes one early.
+pub fn decide_in(
+    op: &Operation,
+    current: Option<&TaskRecord>,
+    judged: Judged,
+    rules: LeaseRules,
+    upstream: &Upstream,
 ) -> Decision {
     let settle = current.and_then(|r| settle(r, judged, op.now));
     let rec = settle.as_ref().map(|c| &c.record).or(current);
@@ -280,7 +310,7 @@ pub fn decide_with(
         Err(e) => Verdict::Invalid(e),
         Ok(()) => match rec.and_then(|r| lock_delay(op, r, live, judged)) {
             Some(refusal) => refuse(refusal),
-            None => decide_request(op, rec, live, rules),
+            None => decide_request(op, rec, live, rules, upstream),
         },
     };
     let mut d = Decision {
@@ -290,10 +320,13 @@ pub fn decide_with(
         lease: LeaseEffect::Unchanged,
         deadline: TimerEffect::Unchanged,
         lock_delay: TimerEffect::Unchanged,
+        follow_ups: Vec::new(),
     };
     d.lease = lease_effect(&d, current, op.now);
     d.deadline = deadline_effect(&d, op.now);
     d.lock_delay = lock_delay_effect(&d);
+    graph::stamp_ready(&mut d.verdict, op.now);
+    d.follow_ups = graph::follow_ups(op, &d);
     d
 }
 
@@ -429,6 +462,7 @@ fn decide_request(
     rec: Option<&TaskRecord>,
     live: bool,
     rules: LeaseRules,
+    upstream: &Upstream,
 ) -> Verdict {
     let req = &op.request;
     let actor = req.actor();
@@ -473,10 +507,21 @@ fn decide_request(
                     kind,
                 )
             }
-            Request::Declare { manifest } => Verdict::Commit(create_declared(op, manifest)),
+            Request::Declare { manifest } => match graph::declared_node(op, manifest, upstream) {
+                Ok(node) => Verdict::Commit(create_declared(op, manifest, node)),
+                Err(e) => Verdict::Invalid(e),
+            },
+            Request::Add { node } => graph::create_added(op, node, upstream),
             _ => refuse(Refusal::NotFound),
         };
     };
+    if matches!(
+        req,
+        Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
+    ) && let Some(refusal) = graph::not_ready(rec, upstream)
+    {
+        return refuse(refusal);
+    }
     if req.is_holder_only()
         && let Some(v) = check_holder(op, rec, live)
     {
@@ -488,6 +533,9 @@ fn decide_request(
         | Request::Finalize { .. }
         | Request::Annotate { .. }
         | Request::Settle => operator::decide(op, rec),
+        Request::Add { .. } | Request::Link { .. } | Request::Wake => {
+            graph::decide(op, rec, upstream)
+        }
         Request::Claim { .. }
         | Request::Recover { .. }
         | Request::Renew { .. }

@@ -239,7 +239,11 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
     }
 }
 
-pub(super) fn create_declared(op: &Operation, manifest: &crate::manifest::Manifest) -> Change {
+pub(super) fn create_declared(
+    op: &Operation,
+    manifest: &crate::manifest::Manifest,
+    node: crate::graph::Node,
+) -> Change {
     let now = op.now;
     let r = TaskRecord {
         task: op.task.clone(),
@@ -262,8 +266,13 @@ pub(super) fn create_declared(op: &Operation, manifest: &crate::manifest::Manife
         started_at: None,
         finished_at: None,
         updated_at: now,
+        node: Some(node),
+        dependents: Vec::new(),
     };
-    let e = draft(&r, EventKind::Declared, None, op.request.actor(), None, now)
-        .details(json!({"source_oid": manifest.source_oid}));
+    let mut details = json!({"source_oid": manifest.source_oid});
+    if !manifest.depends_on.is_empty() {
+        details["depends_on"] = json!(manifest.depends_on);
+    }
+    let e = draft(&r, EventKind::Declared, None, op.request.actor(), None, now).details(details);
     finish(r, vec![e], false)
 }

@@ -2,6 +2,7 @@
 
 mod delay;
 mod fencing;
+mod graph;
 mod history;
 mod lifecycle;
 mod races;
@@ -10,6 +11,7 @@ mod registry;
 
 pub use delay::*;
 pub use fencing::*;
+pub use graph::*;
 pub use history::*;
 pub use lifecycle::*;
 pub use races::*;

@@ -1,0 +1,238 @@
+//! The work graph through the binary: `add` (one task or a graph file),
+//! `next`, `task list --state READY|BLOCKED`, `graph show`, `run --next`,
+//! and `next --wait` across processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[macro_use]
+mod common;
+
+use common::Backend;
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+
+per_backend!(
+    a_graph_drains_in_dependency_order,
+    a_bad_graph_adds_nothing,
+    run_next_runs_whatever_next_grants,
+);
+
+struct Env {
+    dir: tempfile::TempDir,
+    store: String,
+}
+
+impl Env {
+    fn new(backend: Backend) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = match backend {
+            Backend::Sqlite => format!("sqlite:{}", dir.path().join("b.db").display()),
+            Backend::Sled => format!("sled:{}", dir.path().join("b.sled").display()),
+        };
+        Env { dir, store }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--store").arg(&self.store).args(args);
+        for v in ["BATON_STORE", "BATON_TASK", "BATON_OWNER", "BATON_FENCE"] {
+            c.env_remove(v);
+        }
+        c
+    }
+
+    /// Exit status and every JSON line printed.
+    fn baton(&self, args: &[&str]) -> (i32, Vec<Value>) {
+        let out = self.cmd(args).output().unwrap();
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (out.status.code().unwrap_or(-1), lines)
+    }
+
+    fn add_graph(&self, graph: &str) -> (i32, Vec<Value>) {
+        let path = self.dir.path().join("graph.json");
+        std::fs::write(&path, graph).unwrap();
+        self.baton(&["add", "--file", path.to_str().unwrap()])
+    }
+}
+
+const DIAMOND: &str = r#"{"nodes": [
+    {"task": "d", "after": ["b", "c"]},
+    {"task": "b", "after": ["a"], "priority": 1},
+    {"task": "c", "after": ["a"]},
+    {"task": "a"}
+]}"#;
+
+fn a_graph_drains_in_dependency_order(backend: Backend) {
+    let env = Env::new(backend);
+    let (code, out) = env.add_graph(DIAMOND);
+    assert_eq!(code, 0, "{out:?}");
+    assert_eq!(out[0]["added"], 4);
+    // Again: an idempotent repeat.
+    let (code, out) = env.add_graph(DIAMOND);
+    assert_eq!((code, &out[0]["repeated"]), (0, &Value::from(4)));
+    let (code, out) = env.baton(&["claim", "d", "--owner", "w"]);
+    assert_eq!((code, out[0]["refused"].as_str()), (1, Some("not_ready")));
+    let (code, out) = env.baton(&["task", "list", "--state", "READY"]);
+    assert_eq!(code, 0);
+    let ready: Vec<&str> = out.iter().filter_map(|v| v["task"].as_str()).collect();
+    assert_eq!(ready, ["a"]);
+    let mut order = Vec::new();
+    loop {
+        let (code, out) = env.baton(&["next", "--owner", "w", "--ttl", "10m"]);
+        if code != 0 {
+            assert_eq!(code, 1);
+            assert_eq!(out[0]["refused"], "drained", "{out:?}");
+            assert_eq!(out[0]["blocked"], 0);
+            break;
+        }
+        let task = out[0]["task"].as_str().unwrap().to_owned();
+        let fence = out[0]["fence"].to_string();
+        // Nothing else is ready while `a` is held: none_ready, with counts.
+        if task == "a" {
+            let (code, o) = env.baton(&["next", "--owner", "w2"]);
+            assert_eq!((code, o[0]["refused"].as_str()), (1, Some("none_ready")));
+            assert_eq!((&o[0]["held"], &o[0]["queued"]), (&1.into(), &3.into()));
+        }
+        let (code, o) = env.baton(&["complete", &task, "--owner", "w", "--fence", &fence]);
+        assert_eq!(code, 0, "{o:?}");
+        order.push(task);
+    }
+    // b before c: the higher priority among the ready.
+    assert_eq!(order, ["a", "b", "c", "d"]);
+    let out = env
+        .cmd(&["graph", "show", "--format", "dot"])
+        .output()
+        .unwrap();
+    let dot = String::from_utf8(out.stdout).unwrap();
+    assert!(dot.starts_with("digraph baton {"), "{dot}");
+    for edge in [
+        r#""a" -> "b""#,
+        r#""a" -> "c""#,
+        r#""b" -> "d""#,
+        r#""c" -> "d""#,
+    ] {
+        assert!(dot.contains(edge), "{edge} in {dot}");
+    }
+    assert!(dot.contains("SUCCEEDED"), "{dot}");
+    let (code, _) = env.baton(&["task", "show", "a", "--format", "dot"]);
+    assert_eq!(code, 2, "dot is for graph show only");
+}
+
+fn a_bad_graph_adds_nothing(backend: Backend) {
+    let env = Env::new(backend);
+    let (code, out) = env.add_graph(
+        r#"[{"task": "x", "after": ["y"]}, {"task": "y", "after": ["x"]}, {"task": "z"}]"#,
+    );
+    assert_eq!(code, 2, "{out:?}");
+    assert_eq!(out[0]["error"]["field"], "depends_on");
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cycle through x, y")
+    );
+    let (code, out) = env.add_graph(r#"[{"task": "z"}, {"task": "w", "after": ["ghost"]}]"#);
+    assert_eq!(code, 2, "{out:?}");
+    assert!(
+        out[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("w -> ghost")
+    );
+    let (code, out) = env.add_graph(r#"[{"task": "z", "bogus": 1}]"#);
+    assert_eq!(
+        (code, out[0]["error"]["field"].as_str()),
+        (2, Some("bogus"))
+    );
+    let (code, out) = env.baton(&["add", "solo", "--after", "ghost"]);
+    assert_eq!(
+        (code, out[0]["error"]["field"].as_str()),
+        (2, Some("depends_on"))
+    );
+    let (code, out) = env.baton(&["graph", "show"]);
+    assert_eq!(code, 0);
+    assert!(out.is_empty(), "nothing was added: {out:?}");
+    // A task added, then again with another definition: manifest_conflict.
+    assert_eq!(env.baton(&["add", "one", "--priority", "3"]).0, 0);
+    let (code, out) = env.baton(&["add", "one", "--priority", "4"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str()),
+        (1, Some("manifest_conflict"))
+    );
+}
+
+fn run_next_runs_whatever_next_grants(backend: Backend) {
+    let env = Env::new(backend);
+    assert_eq!(
+        env.add_graph(r#"[{"task": "first"}, {"task": "second", "after": ["first"]}]"#)
+            .0,
+        0
+    );
+    let seen = env.dir.path().join("seen");
+    let script = format!("echo \"$BATON_TASK\" >> {}", seen.display());
+    for _ in 0..2 {
+        let out = env
+            .cmd(&["run", "--next", "--owner", "w", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(seen, "first\nsecond\n");
+    let (code, out) = env.baton(&["task", "show", "second"]);
+    assert_eq!((code, out[0]["state"].as_str()), (0, Some("SUCCEEDED")));
+    // Nothing left: refused `drained` (exit 1) and nothing runs.
+    let out = env
+        .cmd(&["run", "--next", "--owner", "w", "--", "false"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("drained"));
+}
+
+/// `next --wait` in separate processes on one SQLite file: each waits
+/// while nothing is ready and takes a task as soon as one is; none takes
+/// the same task.
+#[test]
+fn waiting_processes_each_take_one_task_as_it_becomes_ready() {
+    let env = Env::new(Backend::Sqlite);
+    // A held task keeps the queue from being drained while they wait.
+    assert_eq!(env.baton(&["add", "gate"]).0, 0);
+    let (_, g) = env.baton(&["next", "--owner", "keeper", "--ttl", "10m"]);
+    let fence = g[0]["fence"].to_string();
+    let nodes: Vec<String> = (0..4)
+        .map(|i| format!(r#"{{"task": "job-{i}", "after": ["gate"]}}"#))
+        .collect();
+    assert_eq!(env.add_graph(&format!("[{}]", nodes.join(","))).0, 0);
+    let started = Instant::now();
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            env.cmd(&["next", "--owner", &format!("w{i}"), "--wait", "30s"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1_000));
+    let (code, _) = env.baton(&["complete", "gate", "--owner", "keeper", "--fence", &fence]);
+    assert_eq!(code, 0);
+    let mut taken = Vec::new();
+    for w in waiters {
+        let out = w.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        taken.push(v["task"].as_str().unwrap().to_owned());
+    }
+    assert!(started.elapsed() >= Duration::from_millis(1_000));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    taken.sort();
+    assert_eq!(taken, ["job-0", "job-1", "job-2", "job-3"]);
+}

@@ -1,0 +1,389 @@
+//! The work graph: add with dependencies, `next`, readiness decided in the
+//! granting commit.
+
+use crate::conformance::fixtures::*;
+use crate::conformance::*;
+use crate::graph::{NewNode, NodeSpec};
+use crate::workgraph::GraphState;
+
+fn spec(task: &str, queue: Option<&str>, priority: i64, after: &[&str]) -> NodeSpec {
+    NodeSpec::new(
+        &id(task),
+        queue.map(id),
+        priority,
+        after.iter().map(|d| id(d)),
+    )
+    .unwrap()
+}
+
+fn node(task: &str, after: &[&str]) -> NewNode {
+    NewNode {
+        task: id(task),
+        spec: spec(task, None, 0, after),
+    }
+}
+
+/// Whether the store keeps the work graph; if not, checks that it refuses
+/// it whole (`Unsupported`, nothing written) and the case ends there.
+fn graph_or_refused<H: Harness>(ctx: &mut Ctx<H>) -> bool {
+    let a = ctx.auth();
+    if a.store().capabilities().work_graph {
+        return true;
+    }
+    let e = ctx
+        .block_on(a.add_graph(vec![node("u-1", &[]), node("u-2", &["u-1"])]))
+        .unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
+    let e = ctx.block_on(a.next(&id("w"), &[], None, None)).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
+    ctx.block_on(a.add(&id("u-1"), spec("u-1", None, 0, &[])))
+        .unwrap();
+    let e = ctx
+        .block_on(a.add(&id("u-2"), spec("u-2", None, 0, &["u-1"])))
+        .unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
+    assert!(ctx.block_on(a.get(&id("u-2"))).unwrap().is_none());
+    false
+}
+
+fn granted(r: &Reply) -> TaskId {
+    r.grant()
+        .unwrap_or_else(|| panic!("expected a grant, got {r:?}"))
+        .task
+}
+
+/// A layered graph: `layers` layers of `width`; each node of a layer
+/// depends on two nodes of the layer before.
+fn layered(layers: usize, width: usize) -> Vec<NewNode> {
+    let name = |l: usize, i: usize| format!("n{l:02}-{i:03}");
+    let mut out = Vec::new();
+    for l in 0..layers {
+        for i in 0..width {
+            let after: Vec<String> = if l == 0 {
+                Vec::new()
+            } else {
+                vec![name(l - 1, i), name(l - 1, (i * 7 + 3) % width)]
+            };
+            let after: Vec<&str> = after.iter().map(String::as_str).collect();
+            out.push(node(&name(l, i), &after));
+        }
+    }
+    out
+}
+
+/// 16 threads drain a layered graph of 1000 tasks with `next`: each task
+/// granted exactly once, none before every dependency SUCCEEDED (by the
+/// event order), and the loops end on `drained`.
+pub fn graph_drain_exactly_once_in_dependency_order<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    const THREADS: usize = 16;
+    let graph = layered(10, 100);
+    let deps: BTreeMap<TaskId, Vec<TaskId>> = graph
+        .iter()
+        .map(|n| (n.task.clone(), n.spec.depends_on.clone()))
+        .collect();
+    let a = ctx.auth();
+    let added = ctx.block_on(a.add_graph(graph)).unwrap().unwrap();
+    assert_eq!(added.added, 1000);
+    let taken: Vec<Vec<TaskId>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let ctx = &*ctx;
+                s.spawn(move || {
+                    let a = ctx.auth();
+                    let owner = id(&format!("w{t}"));
+                    let mut mine = Vec::new();
+                    loop {
+                        let r = ctx
+                            .block_on(a.next(&owner, &[], Some(600_000), None))
+                            .unwrap();
+                        match r {
+                            Reply::Committed(_) => {
+                                let g = r.grant().unwrap();
+                                let done = ctx.block_on(a.complete(&g.task, &owner, g.fence));
+                                assert!(done.unwrap().record().is_some());
+                                mine.push(g.task);
+                            }
+                            Reply::Refused(Refusal::Drained { census }) => {
+                                assert_eq!(census.blocked, 0);
+                                return mine;
+                            }
+                            Reply::Refused(Refusal::NoneReady { .. }) => {
+                                std::thread::sleep(std::time::Duration::from_millis(2));
+                            }
+                            other => panic!("next answered {other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut once = BTreeSet::new();
+    for t in taken.iter().flatten() {
+        assert!(once.insert(t.clone()), "{t} granted twice");
+    }
+    assert_eq!(once.len(), 1000, "every task granted");
+    // By the event order: every CLAIMED after each dependency's SUCCEEDED.
+    let events = ctx.all_events();
+    let mut succeeded: BTreeMap<TaskId, u64> = BTreeMap::new();
+    let mut claims: BTreeMap<TaskId, u64> = BTreeMap::new();
+    for e in &events {
+        match e.kind {
+            EventKind::Succeeded => {
+                succeeded.insert(e.task.clone(), e.seq);
+            }
+            EventKind::Claimed => {
+                assert!(
+                    claims.insert(e.task.clone(), e.seq).is_none(),
+                    "{} claimed twice",
+                    e.task
+                );
+                for d in &deps[&e.task] {
+                    let done = succeeded.get(d).copied();
+                    assert!(
+                        done.is_some_and(|s| s < e.seq),
+                        "{} claimed (seq {}) before {d} succeeded ({done:?})",
+                        e.task,
+                        e.seq
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(claims.len(), 1000);
+}
+
+/// Among ready tasks: highest priority, then earliest ready time, then
+/// smallest id; a queue not asked for is not taken from.
+pub fn next_honours_priority_then_ready_time_then_id<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    let a = ctx.auth();
+    let add = |t: &str, q: Option<&str>, p: i64| {
+        let r = ctx.block_on(a.add(&id(t), spec(t, q, p, &[]))).unwrap();
+        assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+        ctx.advance_ms(5);
+    };
+    add("low", None, 0);
+    add("z-high", None, 5);
+    add("later-high", None, 5);
+    add("a-high", None, 5);
+    add("other-queue", Some("other"), 100);
+    let w = id("w");
+    let mut order = Vec::new();
+    loop {
+        let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+        match r.refusal() {
+            None => order.push(granted(&r)),
+            Some(Refusal::NoneReady { census }) => {
+                assert_eq!((census.held, census.queued, census.ready), (4, 0, 0));
+                break;
+            }
+            Some(other) => panic!("{other:?}"),
+        }
+    }
+    let order: Vec<&str> = order.iter().map(|t| t.as_str()).collect();
+    // z-high and later-high and a-high share a priority: ready time first.
+    assert_eq!(order, ["z-high", "later-high", "a-high", "low"]);
+    let r = ctx
+        .block_on(a.next(&w, &[id("other")], Some(600_000), None))
+        .unwrap();
+    assert_eq!(granted(&r).as_str(), "other-queue");
+    // Same ready time: the smallest id first.
+    let g = vec![node("tie-b", &[]), node("tie-a", &[]), node("tie-c", &[])];
+    ctx.block_on(a.add_graph(g)).unwrap().unwrap();
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert_eq!(granted(&r).as_str(), "tie-a");
+}
+
+/// A dependency that fails blocks its dependent (`next` drains with it
+/// counted as blocked; a claim by id is refused `upstream_failed`); until
+/// then a claim by id is refused `not_ready`; an operator's redispatch of
+/// the failed dependency, run to success, makes the dependent ready.
+pub fn upstream_failure_blocks_and_redispatch_unblocks<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    let a = ctx.auth();
+    let g = vec![node("up", &[]), node("down", &["up"])];
+    ctx.block_on(a.add_graph(g)).unwrap().unwrap();
+    let w = id("w");
+    let r = ctx
+        .block_on(a.claim(&id("down"), &w, Some(600_000)))
+        .unwrap();
+    assert_eq!(
+        refusal(&r),
+        &Refusal::NotReady {
+            waiting_on: vec![id("up")]
+        }
+    );
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    let g = r.grant().unwrap();
+    assert_eq!(g.task.as_str(), "up");
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NoneReady { census } if census.held == 1 && census.queued == 1),
+        "{r:?}"
+    );
+    ctx.block_on(a.fail(&id("up"), &w, g.fence, None)).unwrap();
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::Drained { census } if census.blocked == 1),
+        "{r:?}"
+    );
+    let r = ctx
+        .block_on(a.claim(&id("down"), &w, Some(600_000)))
+        .unwrap();
+    assert_eq!(
+        refusal(&r),
+        &Refusal::UpstreamFailed {
+            upstream: id("up"),
+            state: State::Failed
+        }
+    );
+    let blocked = ctx
+        .block_on(a.list_graph(GraphState::Blocked, None, 100))
+        .unwrap();
+    assert_eq!(blocked.len(), 1);
+    assert_eq!(blocked[0].task.as_str(), "down");
+    let op = Actor::Operator(id("ops"));
+    let r = ctx.block_on(a.redispatch(&id("up"), op, 2)).unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    let g = r.grant().unwrap();
+    assert_eq!(g.task.as_str(), "up");
+    ctx.block_on(a.complete(&id("up"), &w, g.fence)).unwrap();
+    let ready = ctx
+        .block_on(a.list_graph(GraphState::Ready, None, 100))
+        .unwrap();
+    assert_eq!(ready.len(), 1);
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert_eq!(granted(&r).as_str(), "down");
+    let kinds: Vec<EventKind> = ctx
+        .task_events(&id("down"))
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [EventKind::Added, EventKind::Ready, EventKind::Claimed]
+    );
+}
+
+/// Adding a graph is all or nothing: a cycle, an unknown dependency, or a
+/// node that exists with another definition adds none of it; the same
+/// graph again is an idempotent repeat.
+pub fn add_graph_all_or_nothing<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    let a = ctx.auth();
+    let e = ctx
+        .block_on(a.add_graph(vec![
+            node("c1", &["c2"]),
+            node("c2", &["c1"]),
+            node("free", &[]),
+        ]))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("depends_on"), "{e}");
+    assert!(e.message.contains("cycle through c1, c2"), "{e}");
+    let e = ctx
+        .block_on(a.add_graph(vec![node("free", &[]), node("x", &["ghost"])]))
+        .unwrap_err();
+    assert!(e.message.contains("x -> ghost"), "{e}");
+    assert!(ctx.block_on(a.get(&id("free"))).unwrap().is_none());
+    let e = ctx
+        .block_on(a.add(&id("solo"), spec("solo", None, 0, &["ghost"])))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("depends_on"), "{e}");
+    assert!(ctx.block_on(a.get(&id("solo"))).unwrap().is_none());
+    let g = vec![node("g1", &[]), node("g2", &["g1"])];
+    let first = ctx.block_on(a.add_graph(g.clone())).unwrap().unwrap();
+    assert_eq!((first.added, first.repeated), (2, 0));
+    let again = ctx.block_on(a.add_graph(g)).unwrap().unwrap();
+    assert_eq!((again.added, again.repeated), (0, 2));
+    // g2 again with another dependency, with a new node beside it.
+    let clash = vec![node("g3", &[]), node("g2", &[])];
+    let (task, why) = ctx.block_on(a.add_graph(clash)).unwrap().unwrap_err();
+    assert_eq!((task.as_str(), why), ("g2", Refusal::ManifestConflict));
+    assert!(ctx.block_on(a.get(&id("g3"))).unwrap().is_none());
+    let g1 = ctx.block_on(a.get(&id("g1"))).unwrap().unwrap();
+    assert_eq!(g1.dependents, vec![id("g2")], "one link, not two");
+}
+
+/// Declared tasks with `depends_on` in their manifests: `task next` claims
+/// the ready one for its registered run, and the dependent after.
+pub fn task_next_takes_declared_tasks_in_order<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    let a = ctx.auth();
+    let mut m1 = manifest("build", 1, &[], 600, 1);
+    m1.queue = Some(id("ci"));
+    let mut m2 = manifest("deploy", 1, &[], 600, 1);
+    m2.queue = Some(id("ci"));
+    m2.depends_on = vec![id("build")];
+    for m in [m1, m2] {
+        let t = m.task_id.clone();
+        ctx.block_on(a.declare(m)).unwrap();
+        ctx.block_on(a.register(&t, &id(&format!("run-{t}"))))
+            .unwrap();
+    }
+    let ex = id("ci");
+    let ci = [id("ci")];
+    let r = ctx.block_on(a.task_next(&ex, &ci, None)).unwrap();
+    let g = r.grant().unwrap();
+    assert_eq!(g.task.as_str(), "build");
+    let r = ctx.block_on(a.task_next(&ex, &ci, None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::NoneReady { .. }), "{r:?}");
+    // The bare lane does not see declared tasks.
+    let r = ctx.block_on(a.next(&ex, &ci, None, None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::Drained { .. }), "{r:?}");
+    let run = id("run-build");
+    ctx.block_on(a.start(&id("build"), &run, &ex, g.fence))
+        .unwrap();
+    ctx.block_on(a.heartbeat(&id("build"), &run, &ex, g.fence, 1, None))
+        .unwrap();
+    let r = ctx
+        .block_on(a.succeed(&id("build"), &run, &ex, g.fence, BTreeMap::new()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let r = ctx.block_on(a.task_next(&ex, &ci, None)).unwrap();
+    let g = r.grant().unwrap();
+    assert_eq!(g.task.as_str(), "deploy");
+    let got = ctx.block_on(a.get(&id("deploy"))).unwrap().unwrap();
+    assert_eq!(got.run_id, Some(id("run-deploy")));
+}
+
+/// A grant whose lease expired is `next`'s again (a new attempt, a new
+/// fence), though it left the ready index when it was granted.
+pub fn an_expired_grant_is_next_again<H: Harness>(ctx: &mut Ctx<H>) {
+    if !graph_or_refused(ctx) {
+        return;
+    }
+    let a = ctx.auth();
+    ctx.block_on(a.add(&id("job"), spec("job", None, 0, &[])))
+        .unwrap();
+    let ttl = ctx.short_ttl_ms();
+    let r = ctx
+        .block_on(a.next(&id("w1"), &[], Some(ttl), None))
+        .unwrap();
+    let first = r.grant().unwrap();
+    ctx.expire(ttl);
+    let r = ctx
+        .block_on(a.next(&id("w2"), &[], Some(600_000), None))
+        .unwrap();
+    let second = r.grant().unwrap();
+    assert_eq!(second.task.as_str(), "job");
+    assert!(second.fence > first.fence);
+    assert_eq!(second.attempt, first.attempt + 1);
+    let r = ctx
+        .block_on(a.complete(&id("job"), &id("w1"), first.fence))
+        .unwrap();
+    assert!(r.is_refused(), "the first holder's fence is stale: {r:?}");
+}

@@ -1,0 +1,204 @@
+//! The work graph's requests: add, and the two follow-ups a store applies
+//! in the same commit (link, on a dependency when a dependent is added;
+//! wake, on a dependent when a dependency succeeds); and readiness, which
+//! every grant of a graph task passes.
+
+use super::*;
+use crate::graph::{Node, NodeSpec, Readiness, Upstream};
+
+/// Creates a bare task in REGISTERED with its place in the graph.
+pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream) -> Verdict {
+    if spec.depends_on.contains(&op.task) {
+        return Verdict::Invalid(Error::invalid(
+            "depends_on",
+            format!("task {:?} may not depend on itself", op.task.as_str()),
+        ));
+    }
+    let now = op.now;
+    let ready = match upstream.readiness(&spec.depends_on) {
+        Readiness::Unknown { missing } => {
+            return Verdict::Invalid(Error::invalid(
+                "depends_on",
+                format!(
+                    "names a task that does not exist: {} -> {}",
+                    op.task.as_str(),
+                    missing.as_str()
+                ),
+            ));
+        }
+        Readiness::Ready => true,
+        _ => false,
+    };
+    let r = TaskRecord {
+        task: op.task.clone(),
+        manifest: None,
+        state: State::Registered,
+        revision: 1,
+        attempt: 0,
+        stalls: 0,
+        iteration: 1,
+        lease: None,
+        run_id: None,
+        executor: None,
+        current_step: 0,
+        evidence: Default::default(),
+        error: None,
+        metadata: Default::default(),
+        closure: None,
+        created_at: now,
+        deadline_from: None,
+        started_at: None,
+        finished_at: None,
+        updated_at: now,
+        node: Some(Node {
+            spec: spec.clone(),
+            ready_at: ready.then_some(now),
+        }),
+        dependents: Vec::new(),
+    };
+    let mut events = vec![
+        draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "depends_on": spec.depends_on,
+        })),
+    ];
+    if ready {
+        events.push(ready_event(&r, now));
+    }
+    commit(r, events)
+}
+
+/// The node a declared task's manifest gives it, ready at `now` when every
+/// dependency has succeeded already.
+pub(super) fn declared_node(
+    op: &Operation,
+    manifest: &crate::manifest::Manifest,
+    upstream: &Upstream,
+) -> Result<Node, Error> {
+    let spec = manifest.node_spec();
+    match upstream.readiness(&spec.depends_on) {
+        Readiness::Unknown { missing } => Err(Error::invalid(
+            "depends_on",
+            format!(
+                "names a task that does not exist: {} -> {}",
+                op.task.as_str(),
+                missing.as_str()
+            ),
+        )),
+        r => Ok(Node {
+            spec,
+            ready_at: (r == Readiness::Ready).then_some(op.now),
+        }),
+    }
+}
+
+pub(super) fn ready_event(r: &TaskRecord, now: Timestamp) -> EventDraft {
+    draft(r, EventKind::Ready, Some(r.state), Actor::System, None, now)
+}
+
+/// Add, link and wake on an existing task.
+pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> Verdict {
+    let now = op.now;
+    match &op.request {
+        Request::Add { node } => match &rec.node {
+            Some(n) if rec.is_bare() && &n.spec == node => Verdict::Ack,
+            _ => refuse(Refusal::ManifestConflict),
+        },
+        Request::Link { dependent } => {
+            if rec.dependents.contains(dependent) {
+                return Verdict::Ack;
+            }
+            let mut r = next(rec, now);
+            let at = r.dependents.partition_point(|d| d < dependent);
+            r.dependents.insert(at, dependent.clone());
+            // The dependent's ADDED (or DECLARED) event names the edge.
+            commit(r, Vec::new())
+        }
+        Request::Wake => {
+            let Some(node) = &rec.node else {
+                return Verdict::Ack;
+            };
+            if node.ready_at.is_some()
+                || upstream.readiness(&node.spec.depends_on) != Readiness::Ready
+            {
+                return Verdict::Ack;
+            }
+            let mut r = next(rec, now);
+            if let Some(n) = r.node.as_mut() {
+                n.ready_at = Some(now);
+            }
+            let e = ready_event(&r, now);
+            commit(r, vec![e])
+        }
+        _ => illegal(rec, &op.request),
+    }
+}
+
+/// A grant of a claimable graph task whose dependencies have not all
+/// succeeded: refused, by claim or by `next` alike.
+pub(super) fn not_ready(rec: &TaskRecord, upstream: &Upstream) -> Option<Refusal> {
+    if rec.state != State::Registered {
+        return None;
+    }
+    match upstream.readiness(rec.depends_on()) {
+        Readiness::Ready => None,
+        Readiness::Waiting { on } => Some(Refusal::NotReady { waiting_on: on }),
+        Readiness::Unknown { missing } => Some(Refusal::NotReady {
+            waiting_on: vec![missing],
+        }),
+        Readiness::Blocked { upstream, state } => Some(Refusal::UpstreamFailed { upstream, state }),
+    }
+}
+
+/// What the store must apply after `d` in the same commit: a link on each
+/// dependency of a task just created with some, a wake of each dependent of
+/// a task that just succeeded (and of a dependent linked to a dependency
+/// that had already succeeded).
+pub(super) fn follow_ups(op: &Operation, d: &Decision) -> Vec<(TaskId, Request)> {
+    let Verdict::Commit(c) = &d.verdict else {
+        return Vec::new();
+    };
+    let after = &c.record;
+    let created = d.current.is_none();
+    let mut out = Vec::new();
+    if created {
+        for dep in after.depends_on() {
+            out.push((
+                dep.clone(),
+                Request::Link {
+                    dependent: after.task.clone(),
+                },
+            ));
+        }
+    }
+    let was_done = d
+        .current
+        .as_ref()
+        .is_some_and(|r| r.state == State::Succeeded);
+    if after.state == State::Succeeded && !was_done {
+        for t in &after.dependents {
+            out.push((t.clone(), Request::Wake));
+        }
+    }
+    if let Request::Link { dependent } = &op.request
+        && after.state == State::Succeeded
+    {
+        out.push((dependent.clone(), Request::Wake));
+    }
+    out
+}
+
+/// A grant of a graph task found ready by its upstream but never stamped
+/// ready (its wake was lost to nothing in the embedded stores, but a store
+/// may be restored from a copy): stamped now, so that once released it is
+/// back in the ready index.
+pub(super) fn stamp_ready(verdict: &mut Verdict, now: Timestamp) {
+    if let Verdict::Commit(c) = verdict
+        && c.mints_fence
+        && let Some(n) = c.record.node.as_mut()
+        && n.ready_at.is_none()
+    {
+        n.ready_at = Some(now);
+    }
+}

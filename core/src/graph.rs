@@ -1,0 +1,755 @@
+//! The work graph: where a task waits (its queue and priority), what it
+//! waits on (its dependencies), and the order in which `next` offers ready
+//! tasks. Plain data and pure functions; the decision that grants reads
+//! these facts inside the granting commit (see [`crate::decide`]).
+//!
+//! A task is **ready** when it is claimable (REGISTERED) and every
+//! dependency SUCCEEDED. SUCCEEDED is final, so a ready task never becomes
+//! unready through its dependencies. A dependency that ended any other way
+//! (FAILED, CANCELLED, STALLED, NOT_STARTED) **blocks** its dependents until
+//! an operator redispatches it.
+
+use crate::error::Error;
+use crate::id::{Id, TaskId};
+use crate::kinds::State;
+use crate::model::TaskRecord;
+use crate::store::Snapshot;
+use crate::time::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The queue a task is in when none is named.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The most dependencies one task may have.
+pub const MAX_DEPENDENCIES: usize = 256;
+/// The most nodes one `add` of a graph may carry.
+pub const MAX_GRAPH_NODES: usize = 100_000;
+
+/// What a task's definition says about its place in the graph: compared
+/// whole when the same task is added again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeSpec {
+    pub queue: Id,
+    /// Higher runs first.
+    pub priority: i64,
+    /// Sorted, without repeats.
+    pub depends_on: Vec<TaskId>,
+}
+
+impl NodeSpec {
+    /// A spec from its parts, normalised (dependencies sorted, repeats
+    /// dropped) and checked: a task may not depend on itself, and may have
+    /// at most [`MAX_DEPENDENCIES`].
+    pub fn new(
+        task: &TaskId,
+        queue: Option<Id>,
+        priority: i64,
+        depends_on: impl IntoIterator<Item = TaskId>,
+    ) -> Result<NodeSpec, Error> {
+        let depends_on: BTreeSet<TaskId> = depends_on.into_iter().collect();
+        if depends_on.contains(task) {
+            return Err(Error::invalid(
+                "depends_on",
+                format!("task {:?} may not depend on itself", task.as_str()),
+            ));
+        }
+        if depends_on.len() > MAX_DEPENDENCIES {
+            return Err(Error::invalid(
+                "depends_on",
+                format!(
+                    "must name at most {MAX_DEPENDENCIES} tasks (got {})",
+                    depends_on.len()
+                ),
+            ));
+        }
+        let queue = match queue {
+            Some(q) => q,
+            None => Id::parse("queue", DEFAULT_QUEUE)?,
+        };
+        Ok(NodeSpec {
+            queue,
+            priority,
+            depends_on: depends_on.into_iter().collect(),
+        })
+    }
+}
+
+/// A task's place in the work graph, kept on its record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Node {
+    #[serde(flatten)]
+    pub spec: NodeSpec,
+    /// When the task became ready (added with every dependency done, or
+    /// woken by the success of its last one): its place among equal
+    /// priorities. `None` while it waits on a dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Timestamp>,
+}
+
+/// Bare tasks and declared tasks are offered by different requests
+/// (`next` and `task next`), so each has its own lane of the index.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    Bare,
+    Declared,
+}
+
+impl Lane {
+    pub fn of(record: &TaskRecord) -> Lane {
+        if record.is_bare() {
+            Lane::Bare
+        } else {
+            Lane::Declared
+        }
+    }
+
+    /// One letter, for index keys.
+    pub fn letter(self) -> char {
+        match self {
+            Lane::Bare => 'b',
+            Lane::Declared => 'd',
+        }
+    }
+}
+
+/// A task's entry in the ready index: stores keep one per record for which
+/// [`TaskRecord::ready_entry`] is `Some`, ordered by [`ReadyEntry::cmp`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReadyEntry {
+    pub lane: Lane,
+    pub queue: Id,
+    /// `i64::MAX - priority`, so ascending order is highest priority first.
+    pub rank: u64,
+    pub ready_at: Timestamp,
+    pub task: TaskId,
+}
+
+impl ReadyEntry {
+    /// The priority back from the rank.
+    pub fn priority(&self) -> i64 {
+        rank_to_priority(self.rank)
+    }
+
+    /// An order-preserving byte key (lane, queue, rank, ready time, task),
+    /// for stores that sort keys as bytes (sled, etcd). The queue ends
+    /// with a 0 byte, which no id contains.
+    pub fn key(&self) -> Vec<u8> {
+        let mut k = Self::prefix(self.lane, &self.queue);
+        k.extend_from_slice(&self.rank.to_be_bytes());
+        k.extend_from_slice(&millis_key(self.ready_at));
+        k.extend_from_slice(self.task.as_str().as_bytes());
+        k
+    }
+
+    /// The key prefix of one queue of one lane.
+    pub fn prefix(lane: Lane, queue: &Id) -> Vec<u8> {
+        let mut k = Vec::with_capacity(queue.as_str().len() + 20);
+        k.push(lane.letter() as u8);
+        k.extend_from_slice(queue.as_str().as_bytes());
+        k.push(0);
+        k
+    }
+}
+
+fn millis_key(t: Timestamp) -> [u8; 8] {
+    u64::try_from(t.as_millis().max(0))
+        .unwrap_or(0)
+        .to_be_bytes()
+}
+
+/// The held-index keys of `lane`/`queue` whose lease expired by `now`:
+/// `[start, end)`.
+pub fn held_range(lane: Lane, queue: &Id, now: Timestamp) -> (Vec<u8>, Vec<u8>) {
+    let start = ReadyEntry::prefix(lane, queue);
+    let mut end = start.clone();
+    // Keys at exactly `now` have expired (`now >= expires_at`).
+    end.extend_from_slice(&millis_key(now.plus_ms(1)));
+    (start, end)
+}
+
+/// The end (exclusive) of the keys that start with `prefix`, a queue
+/// prefix (which ends in the 0 byte).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    end
+}
+
+/// `i64::MAX - priority` as an unsigned rank (highest priority, lowest rank).
+pub fn priority_rank(priority: i64) -> u64 {
+    // Two's complement shifted: i64::MIN..=i64::MAX maps onto 0..=u64::MAX
+    // increasing; inverting makes it decreasing.
+    !((priority as u64) ^ (1 << 63))
+}
+
+fn rank_to_priority(rank: u64) -> i64 {
+    ((!rank) ^ (1 << 63)) as i64
+}
+
+impl TaskRecord {
+    /// The task's ready-index entry: a claimable graph task whose
+    /// dependencies all succeeded (as the commit that set `ready_at` found).
+    /// A store writes, moves or drops it with every change of the record.
+    pub fn ready_entry(&self) -> Option<ReadyEntry> {
+        let node = self.node.as_ref()?;
+        let ready_at = node.ready_at?;
+        (self.state == State::Registered).then(|| ReadyEntry {
+            lane: Lane::of(self),
+            queue: node.spec.queue.clone(),
+            rank: priority_rank(node.spec.priority),
+            ready_at,
+            task: self.task.clone(),
+        })
+    }
+
+    /// The task's held-index key: for a held graph task, its queue's
+    /// prefix, then when its lease expires, then its id, so `next` finds
+    /// the grants that ran out (claimable again, though not in the ready
+    /// index) with one range read. A store keeps it like the ready entry.
+    pub fn held_key(&self) -> Option<Vec<u8>> {
+        let node = self.node.as_ref()?;
+        let lease = self.lease.as_ref()?;
+        if !self.state.is_held() {
+            return None;
+        }
+        let mut k = ReadyEntry::prefix(Lane::of(self), &node.spec.queue);
+        k.extend_from_slice(&millis_key(lease.expires_at));
+        k.extend_from_slice(self.task.as_str().as_bytes());
+        Some(k)
+    }
+
+    /// The dependencies the decision must see for `self`.
+    pub fn depends_on(&self) -> &[TaskId] {
+        self.node.as_ref().map_or(&[], |n| &n.spec.depends_on)
+    }
+}
+
+/// The states of a task's dependencies as the store found them in the
+/// commit that decides (derived: an expired lease or a passed deadline
+/// shows as what it comes to). `None`: no such task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Upstream {
+    states: BTreeMap<TaskId, Option<State>>,
+}
+
+impl Upstream {
+    /// Nothing read: a task with dependencies is then never ready (fail closed).
+    pub fn none() -> Upstream {
+        Upstream::default()
+    }
+
+    /// From snapshots read in the deciding commit.
+    pub fn of(
+        found: impl IntoIterator<Item = (TaskId, Option<Snapshot>)>,
+        now: Timestamp,
+    ) -> Upstream {
+        let states = found
+            .into_iter()
+            .map(|(id, snap)| {
+                let state = snap.map(|s| crate::decide::derive(&s.record, s.judged, now).state);
+                (id, state)
+            })
+            .collect();
+        Upstream { states }
+    }
+
+    /// From states already derived.
+    pub fn of_states(states: impl IntoIterator<Item = (TaskId, Option<State>)>) -> Upstream {
+        Upstream {
+            states: states.into_iter().collect(),
+        }
+    }
+
+    /// The derived state of `dep`, if it was read and exists.
+    pub fn state(&self, dep: &TaskId) -> Option<State> {
+        self.states.get(dep).copied().flatten()
+    }
+
+    fn read(&self, dep: &TaskId) -> bool {
+        self.states.contains_key(dep)
+    }
+
+    /// Where `depends_on` stands.
+    pub fn readiness(&self, depends_on: &[TaskId]) -> Readiness {
+        let mut waiting = Vec::new();
+        for dep in depends_on {
+            match self.state(dep) {
+                Some(State::Succeeded) => {}
+                Some(s) if s.is_terminal() => {
+                    return Readiness::Blocked {
+                        upstream: dep.clone(),
+                        state: s,
+                    };
+                }
+                Some(_) => waiting.push(dep.clone()),
+                None if self.read(dep) => {
+                    return Readiness::Unknown {
+                        missing: dep.clone(),
+                    };
+                }
+                // Not read: not known to be done.
+                None => waiting.push(dep.clone()),
+            }
+        }
+        if waiting.is_empty() {
+            Readiness::Ready
+        } else {
+            Readiness::Waiting { on: waiting }
+        }
+    }
+}
+
+/// Where a task's dependencies stand.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "readiness", rename_all = "snake_case")]
+pub enum Readiness {
+    /// Every dependency SUCCEEDED.
+    Ready,
+    /// Some have not ended yet.
+    Waiting { on: Vec<TaskId> },
+    /// One ended without success.
+    Blocked { upstream: TaskId, state: State },
+    /// One does not exist.
+    Unknown { missing: TaskId },
+}
+
+/// The ids whose records the decision of a request on `record` needs.
+pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecord>) -> Vec<TaskId> {
+    use crate::request::Request;
+    match request {
+        Request::Add { node } => node.depends_on.clone(),
+        Request::Declare { manifest } => manifest.depends_on.clone(),
+        Request::Claim { .. }
+        | Request::Recover { .. }
+        | Request::TaskClaim { .. }
+        | Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// Which kind of task a `next` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taker {
+    /// `next`: a bare task, granted to `owner`.
+    Owner {
+        owner: Id,
+        ttl_ms: Option<u64>,
+        lock_delay_ms: Option<u64>,
+    },
+    /// `task next`: a declared task, claimed for the run registered for it.
+    Executor { executor: Id, ttl_ms: Option<u64> },
+}
+
+/// A request for the next ready task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextQuery {
+    pub taker: Taker,
+    /// Queues to take from, in no order (ties across queues go by
+    /// priority, then ready time, then id). Never empty.
+    pub queues: Vec<Id>,
+    pub now: Timestamp,
+}
+
+impl NextQuery {
+    pub fn lane(&self) -> Lane {
+        match self.taker {
+            Taker::Owner { .. } => Lane::Bare,
+            Taker::Executor { .. } => Lane::Declared,
+        }
+    }
+
+    /// The grant request `next` makes for `candidate`, or `None` when the
+    /// candidate cannot be taken this way (wrong lane, no queue named, no
+    /// run registered).
+    pub fn claim_for(&self, candidate: &TaskRecord) -> Option<crate::request::Operation> {
+        use crate::request::{Operation, Preconditions, Request};
+        let node = candidate.node.as_ref()?;
+        if Lane::of(candidate) != self.lane() || !self.queues.contains(&node.spec.queue) {
+            return None;
+        }
+        let request = match &self.taker {
+            Taker::Owner {
+                owner,
+                ttl_ms,
+                lock_delay_ms,
+            } => Request::Claim {
+                owner: owner.clone(),
+                ttl_ms: *ttl_ms,
+                lock_delay_ms: *lock_delay_ms,
+            },
+            Taker::Executor { executor, ttl_ms } => Request::TaskClaim {
+                run_id: candidate.run_id.clone()?,
+                executor: executor.clone(),
+                ttl_ms: *ttl_ms,
+            },
+        };
+        Some(Operation {
+            task: candidate.task.clone(),
+            request,
+            pre: Preconditions::default(),
+            now: self.now,
+        })
+    }
+
+    /// Puts candidates in the order `next` tries them: highest priority,
+    /// then earliest ready time, then smallest id. A candidate not in the
+    /// index (a held task whose lease expired) keeps its ready time.
+    pub fn order(&self, candidates: &mut Vec<Snapshot>) {
+        candidates.sort_by_key(|s| sort_key(&s.record));
+        candidates.dedup_by(|a, b| a.record.task == b.record.task);
+    }
+}
+
+fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
+    let (rank, at) = r
+        .node
+        .as_ref()
+        .map_or((u64::MAX, Timestamp(i64::MAX)), |n| {
+            (
+                priority_rank(n.spec.priority),
+                n.ready_at.unwrap_or(Timestamp(i64::MAX)),
+            )
+        });
+    (rank, at, r.task.clone())
+}
+
+/// How many candidates `next` reads from each queue's index at a time.
+pub const NEXT_PAGE: usize = 32;
+/// The most candidates one `next` looks at before it answers that it took none.
+pub const NEXT_SCAN: usize = 1024;
+
+/// What a store that decides under a lock (or in one transaction) offers
+/// [`take_next`], all inside the one commit the grant is made in.
+pub trait NextSource {
+    /// Up to `limit` records of the ready index of `lane` and `queue`, in
+    /// index order ([`ReadyEntry::key`]), strictly after `after`.
+    fn ready(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        after: Option<&ReadyEntry>,
+        limit: usize,
+        now: Timestamp,
+    ) -> crate::error::Result<Vec<Snapshot>>;
+
+    /// Up to `limit` held tasks of `lane` and `queue` whose lease has run
+    /// out at `now` (claimable again, and not in the ready index): for a
+    /// store whose stored expiry is its judge, the keys of
+    /// [`held_range`] in its held index ([`TaskRecord::held_key`]).
+    fn expired(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        limit: usize,
+        now: Timestamp,
+    ) -> crate::error::Result<Vec<Snapshot>>;
+
+    /// Decides `op` as [`crate::store::Store::apply`] would, in this commit,
+    /// writing what the decision writes (with its follow-ups).
+    fn apply(
+        &mut self,
+        op: crate::request::Operation,
+    ) -> crate::error::Result<crate::decide::Decision>;
+}
+
+/// `next` inside one commit: candidates from each queue's ready index and
+/// the expired held tasks, tried in [`NextQuery::order`]; the first whose
+/// decision grants is the answer. A candidate that is not granted (held
+/// since, not ready, past its deadline: its settlement is written) is
+/// passed over. `None` when nothing among the first [`NEXT_SCAN`] grants.
+pub fn take_next(
+    query: &NextQuery,
+    src: &mut dyn NextSource,
+) -> crate::error::Result<Option<crate::decide::Decision>> {
+    let mut seen = 0usize;
+    let mut cursors: Vec<(Id, Option<ReadyEntry>, bool)> = query
+        .queues
+        .iter()
+        .map(|q| (q.clone(), None, true))
+        .collect();
+    let mut candidates: Vec<Snapshot> = Vec::new();
+    for q in &query.queues {
+        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
+        candidates.extend(expired.into_iter().filter(|s| !s.lease_live()));
+    }
+    loop {
+        for (queue, after, more) in cursors.iter_mut().filter(|c| c.2) {
+            let page = src.ready(query.lane(), queue, after.as_ref(), NEXT_PAGE, query.now)?;
+            *more = page.len() == NEXT_PAGE;
+            if let Some(last) = page.last().and_then(|s| s.record.ready_entry()) {
+                *after = Some(last);
+            } else {
+                *more = false;
+            }
+            candidates.extend(page);
+        }
+        query.order(&mut candidates);
+        // Only what sorts before every queue's unread rest is tried now.
+        let bound = cursors
+            .iter()
+            .filter(|c| c.2)
+            .filter_map(|c| c.1.as_ref())
+            .map(|e| (e.rank, e.ready_at, e.task.clone()))
+            .min();
+        let split = bound.map_or(candidates.len(), |b| {
+            candidates.partition_point(|c| sort_key(&c.record) <= b)
+        });
+        let rest = candidates.split_off(split);
+        for c in std::mem::replace(&mut candidates, rest) {
+            seen += 1;
+            let Some(op) = query.claim_for(&c.record) else {
+                continue;
+            };
+            let d = src.apply(op)?;
+            if d.mints_fence() {
+                return Ok(Some(d));
+            }
+        }
+        if seen >= NEXT_SCAN || !cursors.iter().any(|c| c.2) {
+            return Ok(None);
+        }
+    }
+}
+
+/// Whether `next` has any candidate at all: an entry in one of its queues'
+/// ready index, or a held task there whose lease ran out. Read on a
+/// snapshot that holds only durable commits, `false` is the answer `next`
+/// would give, so a store may give it without taking its write lock (the
+/// cheap poll of waiting workers). [`NextSource::apply`] is not called.
+pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::error::Result<bool> {
+    for q in &query.queues {
+        if !src.ready(query.lane(), q, None, 1, query.now)?.is_empty() {
+            return Ok(true);
+        }
+        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
+        if expired.iter().any(|s| !s.lease_live()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// How the tasks `next` could take stand when it took none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Census {
+    /// Waiting on a dependency that has not ended (or a declared task
+    /// whose run is not registered yet).
+    pub queued: u64,
+    /// Held under a live lease.
+    pub held: u64,
+    /// Behind a dependency that ended without success.
+    pub blocked: u64,
+    /// Ready but not taken (a lock delay, a race lost in this very call).
+    pub ready: u64,
+}
+
+impl Census {
+    /// Nothing in the queues can become ready without an operator: loops can stop.
+    pub fn drained(&self) -> bool {
+        self.queued == 0 && self.held == 0 && self.ready == 0
+    }
+
+    /// Counts `record` (as derived at query time) if `next` with `query`
+    /// could ever take it; `upstream` holds its dependencies' states.
+    pub fn count(&mut self, query: &NextQuery, record: &TaskRecord, upstream: &Upstream) {
+        let Some(node) = record.node.as_ref() else {
+            return;
+        };
+        if Lane::of(record) != query.lane() || !query.queues.contains(&node.spec.queue) {
+            return;
+        }
+        match record.state {
+            State::Claimed | State::Running => self.held += 1,
+            State::Declared => self.queued += 1,
+            State::Registered => match upstream.readiness(&node.spec.depends_on) {
+                Readiness::Ready => self.ready += 1,
+                Readiness::Waiting { .. } => self.queued += 1,
+                Readiness::Blocked { .. } | Readiness::Unknown { .. } => self.blocked += 1,
+            },
+            _ => {}
+        }
+    }
+}
+
+/// One node of a graph to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewNode {
+    pub task: TaskId,
+    pub spec: NodeSpec,
+}
+
+/// Orders a graph to add so every node comes after the nodes of the same
+/// graph it depends on. Refuses (naming the nodes) a repeated id with two
+/// definitions, a cycle, or a dependency that is neither in the graph nor
+/// among the tasks `exists` knows; nothing is added then.
+pub fn plan(nodes: Vec<NewNode>, exists: impl Fn(&TaskId) -> bool) -> Result<Vec<NewNode>, Error> {
+    if nodes.len() > MAX_GRAPH_NODES {
+        return Err(Error::invalid(
+            "graph",
+            format!(
+                "may add at most {MAX_GRAPH_NODES} nodes at once (got {})",
+                nodes.len()
+            ),
+        ));
+    }
+    let mut by_id: BTreeMap<TaskId, NewNode> = BTreeMap::new();
+    for n in nodes {
+        if let Some(prev) = by_id.get(&n.task) {
+            if prev.spec != n.spec {
+                return Err(Error::invalid(
+                    "graph",
+                    format!("node {:?} is listed twice, differently", n.task.as_str()),
+                ));
+            }
+            continue;
+        }
+        by_id.insert(n.task.clone(), n);
+    }
+    let mut unknown: Vec<String> = Vec::new();
+    for n in by_id.values() {
+        for d in &n.spec.depends_on {
+            if !by_id.contains_key(d) && !exists(d) {
+                unknown.push(format!("{} -> {}", n.task.as_str(), d.as_str()));
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        unknown.truncate(20);
+        return Err(Error::invalid(
+            "depends_on",
+            format!(
+                "names tasks that do not exist: {} (add them first, or in the same graph)",
+                unknown.join(", ")
+            ),
+        ));
+    }
+    // Kahn's algorithm over the edges inside the graph.
+    let mut pending: BTreeMap<TaskId, usize> = BTreeMap::new();
+    let mut dependents: BTreeMap<TaskId, Vec<TaskId>> = BTreeMap::new();
+    for n in by_id.values() {
+        let inside: Vec<&TaskId> = n
+            .spec
+            .depends_on
+            .iter()
+            .filter(|d| by_id.contains_key(*d))
+            .collect();
+        pending.insert(n.task.clone(), inside.len());
+        for d in inside {
+            dependents
+                .entry(d.clone())
+                .or_default()
+                .push(n.task.clone());
+        }
+    }
+    let mut ready: Vec<TaskId> = pending
+        .iter()
+        .filter(|(_, c)| **c == 0)
+        .map(|(t, _)| t.clone())
+        .collect();
+    ready.reverse();
+    let mut order = Vec::with_capacity(by_id.len());
+    while let Some(t) = ready.pop() {
+        for d in dependents.get(&t).into_iter().flatten() {
+            if let Some(c) = pending.get_mut(d) {
+                *c -= 1;
+                if *c == 0 {
+                    ready.push(d.clone());
+                }
+            }
+        }
+        order.push(t);
+    }
+    if order.len() != by_id.len() {
+        let placed: BTreeSet<&TaskId> = order.iter().collect();
+        let mut cycle: Vec<&str> = by_id
+            .keys()
+            .filter(|t| !placed.contains(t))
+            .map(|t| t.as_str())
+            .collect();
+        cycle.truncate(20);
+        return Err(Error::invalid(
+            "depends_on",
+            format!("the graph has a cycle through {}", cycle.join(", ")),
+        ));
+    }
+    Ok(order.into_iter().filter_map(|t| by_id.remove(&t)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> TaskId {
+        Id::parse("task", s).unwrap()
+    }
+
+    fn node(t: &str, deps: &[&str]) -> NewNode {
+        NewNode {
+            task: id(t),
+            spec: NodeSpec::new(&id(t), None, 0, deps.iter().map(|d| id(d))).unwrap(),
+        }
+    }
+
+    #[test]
+    fn ranks_order_priorities_highest_first() {
+        let ps = [i64::MIN, -5, -1, 0, 1, 7, i64::MAX];
+        for w in ps.windows(2) {
+            assert!(priority_rank(w[0]) > priority_rank(w[1]), "{w:?}");
+        }
+        for p in ps {
+            assert_eq!(rank_to_priority(priority_rank(p)), p);
+        }
+    }
+
+    #[test]
+    fn a_plan_puts_dependencies_first() {
+        let got = plan(
+            vec![node("c", &["b"]), node("b", &["a"]), node("a", &[])],
+            |_| false,
+        )
+        .unwrap();
+        let order: Vec<&str> = got.iter().map(|n| n.task.as_str()).collect();
+        assert_eq!(order, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_cycle_and_an_unknown_dependency_are_refused_by_name() {
+        let e = plan(
+            vec![node("a", &["c"]), node("b", &["a"]), node("c", &["b"])],
+            |_| false,
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("depends_on"));
+        assert!(e.message.contains("cycle through a, b, c"), "{e}");
+        let e = plan(vec![node("a", &["ghost"])], |_| false).unwrap_err();
+        assert!(e.message.contains("a -> ghost"), "{e}");
+        assert!(plan(vec![node("a", &["old"])], |t| t.as_str() == "old").is_ok());
+    }
+
+    #[test]
+    fn readiness_waits_blocks_and_fails_closed() {
+        let deps = [id("a"), id("b")];
+        let up = Upstream::of_states([
+            (id("a"), Some(State::Succeeded)),
+            (id("b"), Some(State::Running)),
+        ]);
+        assert_eq!(
+            up.readiness(&deps),
+            Readiness::Waiting { on: vec![id("b")] }
+        );
+        let up = Upstream::of_states([
+            (id("a"), Some(State::Succeeded)),
+            (id("b"), Some(State::Failed)),
+        ]);
+        assert!(matches!(up.readiness(&deps), Readiness::Blocked { .. }));
+        assert!(matches!(
+            Upstream::none().readiness(&deps),
+            Readiness::Waiting { .. }
+        ));
+        assert_eq!(Upstream::none().readiness(&[]), Readiness::Ready);
+    }
+}

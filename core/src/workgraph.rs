@@ -1,0 +1,447 @@
+//! The work graph on the authority: add tasks with dependencies, take the
+//! next ready one, and read the graph. The rules (readiness, order, what
+//! blocks) are in [`crate::graph`] and [`crate::decide`]; this is the API.
+
+use crate::authority::{Authority, Reply, reply};
+use crate::error::{Error, Result};
+use crate::graph::{Census, NewNode, NextQuery, NodeSpec, Readiness, Taker, Upstream, plan};
+use crate::id::{Id, OwnerId, TaskId};
+use crate::model::{Grant, State, TaskRecord};
+use crate::refusal::Refusal;
+use crate::request::{Operation, Preconditions, Request};
+use crate::store::{Clause, Due, ListQuery, Store};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most records a census or a graph read looks at.
+pub const GRAPH_READ_LIMIT: usize = 100_000;
+
+/// What adding a graph came to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Added {
+    /// Nodes created.
+    pub added: usize,
+    /// Nodes that existed with the same definition (idempotent repeats).
+    pub repeated: usize,
+}
+
+/// One node of [`Authority::graph`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GraphNode {
+    pub task: TaskId,
+    pub state: State,
+    pub queue: Id,
+    pub priority: i64,
+    pub depends_on: Vec<TaskId>,
+    /// For a claimable task: where its dependencies stand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+    /// The live grant's holder, if held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Id>,
+}
+
+impl GraphNode {
+    /// The state shown to a person: READY and BLOCKED for claimable tasks
+    /// whose dependencies are all done or one failed, else the task's state.
+    pub fn shown_state(&self) -> &'static str {
+        match (&self.state, &self.readiness) {
+            (State::Registered, Some(Readiness::Ready)) => "READY",
+            (State::Registered, Some(Readiness::Blocked { .. } | Readiness::Unknown { .. })) => {
+                "BLOCKED"
+            }
+            (s, _) => s.as_str(),
+        }
+    }
+}
+
+/// A filter of [`Authority::list_graph`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphState {
+    /// Claimable, every dependency SUCCEEDED.
+    Ready,
+    /// Claimable, behind a dependency that ended without success.
+    Blocked,
+}
+
+impl<S: Store> Authority<S> {
+    /// Adds a bare task to the work graph in REGISTERED (see [`crate::graph`]).
+    /// An unknown dependency is bad input; the same definition again is an
+    /// acknowledgement, another one `manifest_conflict`.
+    pub async fn add(&self, task: &TaskId, spec: NodeSpec) -> Result<Reply> {
+        self.send(task, Request::Add { node: spec }).await
+    }
+
+    /// Adds a whole graph in one commit (where the store can): ordered so
+    /// each node follows the ones it depends on; a cycle, an unknown
+    /// dependency, or any node refused (an existing task defined
+    /// differently) adds nothing.
+    pub async fn add_graph(
+        &self,
+        nodes: Vec<NewNode>,
+    ) -> Result<std::result::Result<Added, (TaskId, Refusal)>> {
+        let inside: BTreeSet<TaskId> = nodes.iter().map(|n| n.task.clone()).collect();
+        let outside: BTreeSet<TaskId> = nodes
+            .iter()
+            .flat_map(|n| n.spec.depends_on.iter())
+            .filter(|d| !inside.contains(*d))
+            .cloned()
+            .collect();
+        let now = self.now();
+        let mut known = BTreeSet::new();
+        for d in outside {
+            if self.store.read(&d, now).await?.is_some() {
+                known.insert(d);
+            }
+        }
+        let ordered = plan(nodes, |t| known.contains(t))?;
+        let ops: Vec<Operation> = ordered
+            .into_iter()
+            .map(|n| Operation {
+                task: n.task,
+                request: Request::Add { node: n.spec },
+                pre: Preconditions::none(),
+                now,
+            })
+            .collect();
+        for op in &ops {
+            op.request.validate()?;
+        }
+        let decisions = self.store.apply_all(ops.clone()).await?;
+        let mut added = Added {
+            added: 0,
+            repeated: 0,
+        };
+        for (op, d) in ops.iter().zip(decisions) {
+            match reply(d)? {
+                Reply::Committed(_) => added.added += 1,
+                Reply::Acknowledged(_) => added.repeated += 1,
+                Reply::Refused(r) => return Ok(Err((op.task.clone(), r))),
+            }
+        }
+        Ok(Ok(added))
+    }
+
+    /// Grants the ready bare task of `queues` with the highest priority,
+    /// then the earliest ready time, then the smallest id. Nothing ready:
+    /// `none_ready`, or `drained` when nothing in the queues can become
+    /// ready without an operator.
+    pub async fn next(
+        &self,
+        owner: &OwnerId,
+        queues: &[Id],
+        ttl_ms: Option<u64>,
+        lock_delay_ms: Option<u64>,
+    ) -> Result<Reply> {
+        let taker = Taker::Owner {
+            owner: owner.clone(),
+            ttl_ms,
+            lock_delay_ms,
+        };
+        self.next_for(taker, queues).await
+    }
+
+    /// [`Authority::next`] for declared tasks: claims the ready one for the
+    /// run registered for it, as `executor`.
+    pub async fn task_next(
+        &self,
+        executor: &Id,
+        queues: &[Id],
+        ttl_ms: Option<u64>,
+    ) -> Result<Reply> {
+        let taker = Taker::Executor {
+            executor: executor.clone(),
+            ttl_ms,
+        };
+        self.next_for(taker, queues).await
+    }
+
+    /// The query a `next` by `taker` on `queues` makes now (the default
+    /// queue when none is named).
+    pub fn next_query(&self, taker: Taker, queues: &[Id]) -> Result<NextQuery> {
+        let mut queues: Vec<Id> = queues.to_vec();
+        if queues.is_empty() {
+            queues.push(Id::parse("queue", crate::graph::DEFAULT_QUEUE)?);
+        }
+        queues.sort();
+        queues.dedup();
+        let check = match &taker {
+            Taker::Owner {
+                owner,
+                ttl_ms,
+                lock_delay_ms,
+            } => Request::Claim {
+                owner: owner.clone(),
+                ttl_ms: *ttl_ms,
+                lock_delay_ms: *lock_delay_ms,
+            },
+            Taker::Executor { executor, ttl_ms } => Request::TaskClaim {
+                run_id: executor.clone(),
+                executor: executor.clone(),
+                ttl_ms: *ttl_ms,
+            },
+        };
+        check.validate()?;
+        Ok(NextQuery {
+            taker,
+            queues,
+            now: self.now(),
+        })
+    }
+
+    /// `next` or `task next`, by who takes.
+    pub async fn next_for(&self, taker: Taker, queues: &[Id]) -> Result<Reply> {
+        let query = self.next_query(taker, queues)?;
+        match self.store.next(&query).await? {
+            Some(d) => reply(d),
+            None => {
+                let census = self.census(&query).await?;
+                Ok(Reply::Refused(if census.drained() {
+                    Refusal::Drained { census }
+                } else {
+                    Refusal::NoneReady { census }
+                }))
+            }
+        }
+    }
+
+    /// Counts the tasks `query` could take, by where they stand (at most
+    /// [`GRAPH_READ_LIMIT`] records are looked at; past that the counts are
+    /// a lower bound and never `drained`).
+    pub async fn census(&self, query: &NextQuery) -> Result<Census> {
+        let clauses = [
+            State::Declared,
+            State::Registered,
+            State::Claimed,
+            State::Running,
+        ]
+        .into_iter()
+        .map(|state| Clause {
+            state,
+            due: Due::Any,
+        })
+        .collect();
+        let records = self.scan(Some(clauses)).await?;
+        let mut census = Census::default();
+        let full = records.len() >= GRAPH_READ_LIMIT;
+        let mut cache = BTreeMap::new();
+        for r in &records {
+            let up = self.upstream(r, &mut cache).await?;
+            census.count(query, r, &up);
+        }
+        if full {
+            census.queued = census.queued.max(1);
+        }
+        Ok(census)
+    }
+
+    /// Where `record`'s dependencies stand now.
+    pub async fn readiness(&self, record: &TaskRecord) -> Result<Readiness> {
+        let up = self.upstream(record, &mut BTreeMap::new()).await?;
+        Ok(up.readiness(record.depends_on()))
+    }
+
+    /// The graph: every task with a place in it (at most
+    /// [`GRAPH_READ_LIMIT`]), with state, readiness, holder and edges.
+    pub async fn graph(&self) -> Result<Vec<GraphNode>> {
+        let records = self.scan(None).await?;
+        let mut cache = BTreeMap::new();
+        let mut out = Vec::new();
+        for r in records {
+            let Some(node) = r.node.clone() else {
+                continue;
+            };
+            let readiness = if r.state == State::Registered {
+                let up = self.upstream(&r, &mut cache).await?;
+                Some(up.readiness(&node.spec.depends_on))
+            } else {
+                None
+            };
+            let holder = r
+                .state
+                .is_held()
+                .then(|| Grant::of(&r).map(|g| g.owner))
+                .flatten();
+            out.push(GraphNode {
+                task: r.task.clone(),
+                state: r.state,
+                queue: node.spec.queue,
+                priority: node.spec.priority,
+                depends_on: node.spec.depends_on,
+                readiness,
+                holder,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Claimable graph tasks that are ready, or blocked, in `queue` if
+    /// given, in task-id order.
+    pub async fn list_graph(
+        &self,
+        state: GraphState,
+        queue: Option<&Id>,
+        limit: usize,
+    ) -> Result<Vec<GraphNode>> {
+        let limit = limit.clamp(1, crate::authority::MAX_PAGE);
+        let nodes = self.graph().await?;
+        Ok(nodes
+            .into_iter()
+            .filter(|n| queue.is_none_or(|q| &n.queue == q))
+            .filter(|n| match state {
+                GraphState::Ready => n.shown_state() == "READY",
+                GraphState::Blocked => n.shown_state() == "BLOCKED",
+            })
+            .take(limit)
+            .collect())
+    }
+
+    /// Derived records matching `clauses` (all when `None`), in id order.
+    async fn scan(&self, clauses: Option<Vec<Clause>>) -> Result<Vec<TaskRecord>> {
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut cursor: Option<TaskId> = None;
+        loop {
+            let query = ListQuery {
+                after: cursor.clone(),
+                limit: 1000,
+                clauses: clauses.clone(),
+                now,
+            };
+            let batch = self.store.list(&query).await?;
+            let exhausted = batch.len() < 1000;
+            for snap in batch {
+                cursor = Some(snap.record.task.clone());
+                out.push(crate::decide::derive(&snap.record, snap.judged, now));
+            }
+            if exhausted || out.len() >= GRAPH_READ_LIMIT {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn upstream(
+        &self,
+        record: &TaskRecord,
+        cache: &mut BTreeMap<TaskId, Option<State>>,
+    ) -> Result<Upstream> {
+        let now = self.now();
+        let mut states = Vec::new();
+        for d in record.depends_on() {
+            let state = match cache.get(d) {
+                Some(s) => *s,
+                None => {
+                    let s = self
+                        .store
+                        .read(d, now)
+                        .await?
+                        .map(|s| crate::decide::derive(&s.record, s.judged, now).state);
+                    cache.insert(d.clone(), s);
+                    s
+                }
+            };
+            states.push((d.clone(), state));
+        }
+        Ok(Upstream::of_states(states))
+    }
+}
+
+/// The longest pause between two tries of a waiting `next`.
+pub const NEXT_WAIT_CAP_MS: u64 = 1_000;
+/// The first pause of a waiting `next`; each one after doubles, to the cap.
+pub const NEXT_WAIT_FIRST_MS: u64 = 25;
+
+#[cfg(feature = "keeper")]
+impl<S: Store> Authority<S> {
+    /// [`Authority::next_for`], tried again while it answers `none_ready`,
+    /// for up to `wait_ms`: pauses of [`NEXT_WAIT_FIRST_MS`] doubling to
+    /// [`NEXT_WAIT_CAP_MS`], each jittered by a quarter either way, so
+    /// waiting workers do not try in step. `drained` ends the wait at once.
+    pub async fn next_waiting(&self, taker: Taker, queues: &[Id], wait_ms: u64) -> Result<Reply> {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let mut pause = NEXT_WAIT_FIRST_MS;
+        loop {
+            let reply = self.next_for(taker.clone(), queues).await?;
+            let now = std::time::Instant::now();
+            if !matches!(reply, Reply::Refused(Refusal::NoneReady { .. })) || now >= until {
+                return Ok(reply);
+            }
+            let noise = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                pause,
+            );
+            let jittered = pause - pause / 4 + noise % (pause / 2 + 1);
+            let left = until - now;
+            tokio::time::sleep(std::time::Duration::from_millis(jittered).min(left)).await;
+            pause = (pause * 2).min(NEXT_WAIT_CAP_MS);
+        }
+    }
+}
+
+/// Parses a graph file: a JSON object `{"nodes": [{"task": ID, "queue": Q,
+/// "priority": N, "after": [ID...]}...]}` or a bare list of such nodes.
+pub fn parse_graph(text: &str) -> Result<Vec<NewNode>> {
+    let value = crate::json::parse_strict("graph", text)?;
+    let list = match &value {
+        serde_json::Value::Array(a) => a,
+        serde_json::Value::Object(o) => match o.get("nodes") {
+            Some(serde_json::Value::Array(a)) if o.len() == 1 => a,
+            _ => {
+                return Err(Error::invalid(
+                    "graph",
+                    "must be a list of nodes or an object with one field, \"nodes\"",
+                ));
+            }
+        },
+        _ => return Err(Error::invalid("graph", "must be a JSON list or object")),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            parse_node(v).map_err(|mut e| {
+                e.message = format!("nodes[{i}]: {}", e.message);
+                e
+            })
+        })
+        .collect()
+}
+
+fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
+    const FIELDS: &[&str] = &["task", "queue", "priority", "after"];
+    let o = v
+        .as_object()
+        .ok_or_else(|| Error::invalid("node", "must be an object"))?;
+    if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Error::invalid(
+            k.as_str(),
+            format!("unknown node field (known: {})", FIELDS.join(", ")),
+        ));
+    }
+    let task = match o.get("task") {
+        Some(serde_json::Value::String(s)) => Id::parse("task", s)?,
+        _ => return Err(Error::invalid("task", "is required (a task id)")),
+    };
+    let queue = match o.get("queue") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(Id::parse("queue", s)?),
+        Some(_) => return Err(Error::invalid("queue", "must be a string")),
+    };
+    let priority = match o.get("priority") {
+        None | Some(serde_json::Value::Null) => 0,
+        Some(p) => p
+            .as_i64()
+            .ok_or_else(|| Error::invalid("priority", "must be a whole number"))?,
+    };
+    let after = match o.get("after") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|d| match d {
+                serde_json::Value::String(s) => Id::parse("after", s),
+                _ => Err(Error::invalid("after", "entries must be task ids")),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        Some(_) => return Err(Error::invalid("after", "must be a list of task ids")),
+    };
+    let spec = NodeSpec::new(&task, queue, priority, after)?;
+    Ok(NewNode { task, spec })
+}
