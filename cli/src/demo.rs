@@ -150,6 +150,121 @@ async fn supervised_run(
 /// `store`: a store named with `--store` on the command line (never the
 /// `BATON_STORE` of the environment: the demo does not write into the
 /// store a user works with unless told to).
+/// The demo's work graph: (node, what it runs after).
+const GRAPH: &[(&str, &[&str])] = &[
+    ("fetch", &[]),
+    ("compile-a", &["fetch"]),
+    ("compile-b", &["fetch"]),
+    ("docs", &["fetch"]),
+    ("link", &["compile-a", "compile-b"]),
+    ("package", &["link", "docs"]),
+];
+
+struct Drained {
+    order: Vec<String>,
+    in_order: bool,
+    skipped: bool,
+}
+
+/// Adds [`GRAPH`] in one commit and lets four workers take `next` from its
+/// queue until it is drained; checks that each node ran after its
+/// dependencies ended.
+async fn drain_graph(
+    a: &Arc<DynAuthority>,
+    tag: &str,
+    tl: &mut Timeline,
+) -> Result<Drained, Error> {
+    use baton_core::graph::{NewNode, NodeSpec};
+    if !a.store().capabilities().work_graph {
+        tl.note("this store keeps no work graph: the graph act is skipped");
+        return Ok(Drained {
+            order: Vec::new(),
+            in_order: true,
+            skipped: true,
+        });
+    }
+    let name = |n: &str| format!("{tag}-{n}");
+    let queue = id(&format!("demo-{tag}"))?;
+    let mut nodes = Vec::new();
+    for (n, after) in GRAPH {
+        let task = id(&name(n))?;
+        let after = after
+            .iter()
+            .map(|d| id(&name(d)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let spec = NodeSpec::new(&task, Some(queue.clone()), 0, after)?;
+        nodes.push(NewNode { task, spec });
+    }
+    if let Err((task, r)) = a.add_graph(nodes).await? {
+        return Err(Error::unavailable(format!(
+            "demo: adding the graph was refused at {task}: {r}"
+        )));
+    }
+    tl.note(format!(
+        "a graph of {} nodes in queue {queue}: fetch, then compile-a, compile-b and docs, then link, then package",
+        GRAPH.len()
+    ));
+    let done = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (a, done, queue) = (a.clone(), done.clone(), queue.clone());
+            tokio::spawn(async move {
+                let owner = id(&format!("graph-worker-{w}"))?;
+                loop {
+                    let reply = a
+                        .next_waiting(
+                            baton_core::graph::Taker::Owner {
+                                owner: owner.clone(),
+                                ttl_ms: Some(30_000),
+                                lock_delay_ms: None,
+                            },
+                            std::slice::from_ref(&queue),
+                            10_000,
+                        )
+                        .await?;
+                    let Some(g) = reply.grant() else {
+                        return Ok::<(), Error>(());
+                    };
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    a.complete(&g.task, &owner, g.fence).await?;
+                    if let Ok(mut d) = done.lock() {
+                        d.push((g.task.to_string(), owner.to_string()));
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await
+            .map_err(|e| Error::unavailable(format!("demo graph worker failed: {e}")))??;
+    }
+    let done = done.lock().map(|d| d.clone()).unwrap_or_default();
+    let position = |n: &str| done.iter().position(|(t, _)| t == &name(n));
+    let in_order = done.len() == GRAPH.len()
+        && GRAPH.iter().all(|(n, after)| {
+            after
+                .iter()
+                .all(|d| matches!((position(d), position(n)), (Some(x), Some(y)) if x < y))
+        });
+    let order: Vec<String> = done
+        .iter()
+        .map(|(t, _)| t.strip_prefix(&format!("{tag}-")).unwrap_or(t).to_owned())
+        .collect();
+    let ran: Vec<String> = done
+        .iter()
+        .map(|(t, w)| format!("{} ({w})", t.strip_prefix(&format!("{tag}-")).unwrap_or(t)))
+        .collect();
+    tl.note(format!(
+        "4 workers drained it with next, in this order: {}",
+        ran.join(", ")
+    ));
+    Ok(Drained {
+        order,
+        in_order,
+        skipped: false,
+    })
+}
+
 pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
     // Task names of their own, so a named store can run the demo again.
     let tag = format!(
@@ -298,13 +413,17 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     // Act 4: a supervised run whose store goes away mid-run.
     let (outcome, stopped_early_ms) = supervised_run(&tag, tmp.path(), &mut tl).await?;
 
+    // Act 5: four workers drain a small work graph with `next`.
+    let graph = drain_graph(&a, &tag, &mut tl).await?;
+
     let ok = double_grants == 0
         && outcome == "lost"
         && stopped_early_ms > 0
         && per_task.len() == TASKS
         && late_reason == "stale_fence"
         && !stale_current
-        && gates_passed == 3;
+        && gates_passed == 3
+        && graph.in_order;
     let summary = json!({
         "store": url,
         "tasks": TASKS + 1 + 3 + 1,
@@ -316,6 +435,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "stale_completion": late_reason,
         "gates_passed": gates_passed,
         "supervised_run": {"outcome": outcome, "stopped_before_lease_end_ms": stopped_early_ms},
+        "graph": {"order": graph.order, "in_dependency_order": graph.in_order, "skipped": graph.skipped},
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
@@ -355,6 +475,18 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         (
             "supervised run",
             format!("{outcome}, child stopped {stopped_early_ms} ms before its lease could end"),
+        ),
+        (
+            "work graph",
+            if graph.skipped {
+                "skipped (the store keeps no work graph)".to_owned()
+            } else {
+                format!(
+                    "{} nodes by 4 workers, dependencies first: {}",
+                    graph.order.len(),
+                    if graph.in_order { "yes" } else { "NO" }
+                )
+            },
         ),
     ] {
         text.push_str(&format!("  {k:<16} {v}\n"));

@@ -855,6 +855,16 @@ fn the_demo_runs_and_finds_no_double_grant() {
             > 0,
         "{v}"
     );
+    // The graph act: six nodes, each after its dependencies.
+    let order: Vec<&str> = v["graph"]["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(order.len(), 6, "{v}");
+    assert_eq!((order[0], order[5]), ("fetch", "package"), "{v}");
+    assert_eq!(v["graph"]["in_dependency_order"], true);
 }
 
 fn an_answer_that_cannot_be_written_is_not_a_success(backend: Backend) {
