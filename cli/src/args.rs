@@ -257,6 +257,10 @@ pub struct BenchArgs {
     /// Where --series writes bench.md and bench.svg.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
+    /// Drain a layered work graph of --tasks with `next`, beside claiming
+    /// as many tasks by id, on the same store in the same run.
+    #[arg(long, conflicts_with_all = ["processes", "series"])]
+    pub next: bool,
 }
 
 #[derive(Debug, Args, Clone)]

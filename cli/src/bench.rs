@@ -469,6 +469,24 @@ pub async fn run(
             "workers and tasks must be at least 1",
         ));
     }
+    if args.next {
+        let mut results = Vec::new();
+        for s in &stores {
+            results.push(crate::bench_next::run_one(s, args).await?);
+        }
+        let ok = results
+            .iter()
+            .all(|r| r.double_grants == 0 && r.ungranted == 0 && r.errors == 0);
+        let status = if ok { Status::Ok } else { Status::Refused };
+        return Ok(Out {
+            items: results.iter().map(|r| json!(r)).collect(),
+            next: None,
+            status,
+            printed: false,
+            wrote: false,
+            view: View::Generic,
+        });
+    }
     let mut results = Vec::new();
     for s in &stores {
         for &w in &counts {

@@ -11,6 +11,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_next;
 mod demo;
 mod output;
 mod supervise;

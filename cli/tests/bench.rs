@@ -180,3 +180,30 @@ fn a_series_writes_a_table_and_a_chart() {
         "{svg}"
     );
 }
+
+/// `bench --next`: a layered graph drained with `next` beside as many
+/// claims by id, each task granted once and every graph task SUCCEEDED.
+#[test]
+fn bench_next_drains_the_graph_and_reports_both_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("b.db").display());
+    let rows = bench(&store, &["--next", "--workers", "4", "--tasks", "300"]);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(
+        (r["tasks"].as_u64(), r["layers"].as_u64()),
+        (Some(300), Some(20))
+    );
+    assert_eq!(
+        (
+            r["double_grants"].as_u64(),
+            r["ungranted"].as_u64(),
+            r["errors"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{r}"
+    );
+    assert!(r["next_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["by_id_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+}

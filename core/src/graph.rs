@@ -417,8 +417,12 @@ fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
     (rank, at, r.task.clone())
 }
 
-/// How many candidates `next` reads from each queue's index at a time.
-pub const NEXT_PAGE: usize = 32;
+/// The most candidates `next` reads from each queue's index at a time (the
+/// first read takes [`NEXT_FIRST_PAGE`], each after it four times more).
+pub const NEXT_PAGE: usize = 64;
+/// What the first read of a queue's index takes: most `next`s grant the
+/// first candidate, and every candidate read is a record decoded.
+pub const NEXT_FIRST_PAGE: usize = 2;
 /// The most candidates one `next` looks at before it answers that it took none.
 pub const NEXT_SCAN: usize = 1024;
 
@@ -466,6 +470,7 @@ pub fn take_next(
     src: &mut dyn NextSource,
 ) -> crate::error::Result<Option<crate::decide::Decision>> {
     let mut seen = 0usize;
+    let mut page_size = NEXT_FIRST_PAGE;
     let mut cursors: Vec<(Id, Option<ReadyEntry>, bool)> = query
         .queues
         .iter()
@@ -478,8 +483,8 @@ pub fn take_next(
     }
     loop {
         for (queue, after, more) in cursors.iter_mut().filter(|c| c.2) {
-            let page = src.ready(query.lane(), queue, after.as_ref(), NEXT_PAGE, query.now)?;
-            *more = page.len() == NEXT_PAGE;
+            let page = src.ready(query.lane(), queue, after.as_ref(), page_size, query.now)?;
+            *more = page.len() == page_size;
             if let Some(last) = page.last().and_then(|s| s.record.ready_entry()) {
                 *after = Some(last);
             } else {
@@ -512,6 +517,7 @@ pub fn take_next(
         if seen >= NEXT_SCAN || !cursors.iter().any(|c| c.2) {
             return Ok(None);
         }
+        page_size = (page_size * 4).min(NEXT_PAGE);
     }
 }
 

@@ -39,7 +39,9 @@ impl Id {
         // Format characters (a right-to-left override, a zero-width joiner)
         // and line or paragraph separators make an id print as something
         // else, or across lines.
-        if let Some(c) = value.chars().find(|c| {
+        // No ASCII character is a format or separator character: only the
+        // others need the (costly) category lookup.
+        if let Some(c) = value.chars().filter(|c| !c.is_ascii()).find(|c| {
             matches!(
                 c.general_category(),
                 GeneralCategory::Format

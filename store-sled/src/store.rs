@@ -16,6 +16,7 @@ use baton_core::{
 };
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::{Transactional, Tree};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -594,6 +595,8 @@ impl Inner {
                     ready,
                     held,
                     index: &index,
+                    ready_delta: BTreeMap::new(),
+                    held_delta: BTreeMap::new(),
                     failed: None,
                     wrote: false,
                 };
@@ -878,6 +881,9 @@ struct SledTx<'a> {
     ready: &'a TransactionalTree,
     held: &'a TransactionalTree,
     index: &'a Prefetched,
+    /// This transaction's changes to the two indexes (`None`: removed).
+    ready_delta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    held_delta: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// The sled error that stopped the transaction, returned from the
     /// closure as is (so a conflict runs it again).
     failed: Option<ConflictableTransactionError<Abort>>,
@@ -916,31 +922,38 @@ impl SledTx<'_> {
         }
     }
 
-    /// The records of prefetched index entries in `[from, end)`, read
-    /// inside the transaction (an entry may be stale: core decides on the
-    /// record).
+    /// The records of the index entries in `[from, end)`: those read before
+    /// the transaction with this transaction's own changes to the index
+    /// applied (`delta`), each record read inside the transaction.
     fn indexed(
         &mut self,
         entries: Option<&Entries>,
+        held: bool,
         from: std::ops::Bound<Vec<u8>>,
         end: &[u8],
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let ids: Vec<Vec<u8>> = entries
+        let range = (from, std::ops::Bound::Excluded(end.to_vec()));
+        let in_range = |k: &Vec<u8>| std::ops::RangeBounds::contains(&range, k);
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = entries
             .into_iter()
             .flatten()
-            .filter(|(k, _)| {
-                let after = match &from {
-                    std::ops::Bound::Included(f) => k >= f,
-                    std::ops::Bound::Excluded(f) => k > f,
-                    std::ops::Bound::Unbounded => true,
-                };
-                after && k.as_slice() < end
-            })
-            .take(limit)
-            .map(|(_, v)| v.clone())
+            .filter(|(k, _)| in_range(k))
+            .cloned()
             .collect();
+        let delta = if held {
+            &self.held_delta
+        } else {
+            &self.ready_delta
+        };
+        for (k, v) in delta.range(range.clone()) {
+            match v {
+                Some(task) => merged.insert(k.clone(), task.clone()),
+                None => merged.remove(k),
+            };
+        }
+        let ids: Vec<Vec<u8>> = merged.into_values().take(limit).collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(r) = self.record(&id)? {
@@ -976,9 +989,11 @@ impl SledTx<'_> {
                 }
                 if let Some(e) = old.ready_entry() {
                     self.ready.remove(e.key())?;
+                    self.ready_delta.insert(e.key(), None);
                 }
                 if let Some(k) = old.held_key() {
-                    self.held.remove(k)?;
+                    self.held.remove(k.clone())?;
+                    self.held_delta.insert(k, None);
                 }
             }
             if let Some(due) = r.due_at() {
@@ -987,9 +1002,11 @@ impl SledTx<'_> {
             }
             if let Some(e) = r.ready_entry() {
                 self.ready.insert(e.key(), key)?;
+                self.ready_delta.insert(e.key(), Some(key.to_vec()));
             }
             if let Some(k) = r.held_key() {
-                self.held.insert(k, key)?;
+                self.held.insert(k.clone(), key)?;
+                self.held_delta.insert(k, Some(key.to_vec()));
             }
             let due = r
                 .due_at()
@@ -1041,7 +1058,7 @@ impl NextSource for SledTx<'_> {
             None => std::ops::Bound::Included(prefix.clone()),
         };
         let entries = self.index.ready.get(&(lane, queue.clone()));
-        self.indexed(entries, from, &prefix_end(&prefix), limit, now)
+        self.indexed(entries, false, from, &prefix_end(&prefix), limit, now)
     }
 
     fn expired(
@@ -1053,7 +1070,14 @@ impl NextSource for SledTx<'_> {
     ) -> Result<Vec<Snapshot>> {
         let (start, end) = held_range(lane, queue, now);
         let entries = self.index.held.get(&(lane, queue.clone()));
-        self.indexed(entries, std::ops::Bound::Included(start), &end, limit, now)
+        self.indexed(
+            entries,
+            true,
+            std::ops::Bound::Included(start),
+            &end,
+            limit,
+            now,
+        )
     }
 
     fn apply(&mut self, op: Operation) -> Result<Decision> {

@@ -9,5 +9,9 @@
 
 ALTER TABLE tasks ADD COLUMN ready_key BLOB;
 ALTER TABLE tasks ADD COLUMN held_key BLOB;
-CREATE INDEX tasks_ready ON tasks (ready_key) WHERE ready_key IS NOT NULL;
-CREATE INDEX tasks_held ON tasks (held_key) WHERE held_key IS NOT NULL;
+-- Whole indexes, not partial ones: a partial index whose condition only a
+-- bound parameter implies makes SQLite prepare the statement again at each
+-- new binding. The NULLs of every other task sort first and are skipped by
+-- the range.
+CREATE INDEX tasks_ready ON tasks (ready_key);
+CREATE INDEX tasks_held ON tasks (held_key);

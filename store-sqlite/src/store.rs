@@ -433,6 +433,9 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .map_err(|e| map_err(path, e))?;
     install_busy_handler(&mut conn, options.busy_timeout).map_err(|e| map_err(path, e))?;
+    // Every statement the store runs stays prepared (rusqlite keeps 16 by
+    // default; the store has more, and a miss parses the SQL again).
+    conn.set_prepared_statement_cache_capacity(64);
     if conn
         .is_readonly(rusqlite::MAIN_DB)
         .map_err(|e| map_err(path, e))?
