@@ -568,7 +568,7 @@ impl FabricStore {
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
             if !d.follow_ups.is_empty()
-                || !baton_core::graph::upstream_ids(&op.request, record).is_empty()
+                || !baton_core::decide::upstream_ids(&op.request, record).is_empty()
             {
                 return Err(no_graph());
             }

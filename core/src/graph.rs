@@ -12,8 +12,6 @@
 use crate::error::Error;
 use crate::id::{Id, TaskId};
 use crate::kinds::State;
-use crate::model::TaskRecord;
-use crate::store::Snapshot;
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -97,14 +95,6 @@ pub enum Lane {
 }
 
 impl Lane {
-    pub fn of(record: &TaskRecord) -> Lane {
-        if record.is_bare() {
-            Lane::Bare
-        } else {
-            Lane::Declared
-        }
-    }
-
     /// One letter, for index keys.
     pub fn letter(self) -> char {
         match self {
@@ -153,7 +143,8 @@ impl ReadyEntry {
     }
 }
 
-fn millis_key(t: Timestamp) -> [u8; 8] {
+/// A time as 8 order-preserving bytes (before the epoch: 0).
+pub fn millis_key(t: Timestamp) -> [u8; 8] {
     u64::try_from(t.as_millis().max(0))
         .unwrap_or(0)
         .to_be_bytes()
@@ -190,44 +181,6 @@ fn rank_to_priority(rank: u64) -> i64 {
     ((!rank) ^ (1 << 63)) as i64
 }
 
-impl TaskRecord {
-    /// The task's ready-index entry: a claimable graph task whose
-    /// dependencies all succeeded (as the commit that set `ready_at` found).
-    /// A store writes, moves or drops it with every change of the record.
-    pub fn ready_entry(&self) -> Option<ReadyEntry> {
-        let node = self.node.as_ref()?;
-        let ready_at = node.ready_at?;
-        (self.state == State::Registered).then(|| ReadyEntry {
-            lane: Lane::of(self),
-            queue: node.spec.queue.clone(),
-            rank: priority_rank(node.spec.priority),
-            ready_at,
-            task: self.task.clone(),
-        })
-    }
-
-    /// The task's held-index key: for a held graph task, its queue's
-    /// prefix, then when its lease expires, then its id, so `next` finds
-    /// the grants that ran out (claimable again, though not in the ready
-    /// index) with one range read. A store keeps it like the ready entry.
-    pub fn held_key(&self) -> Option<Vec<u8>> {
-        let node = self.node.as_ref()?;
-        let lease = self.lease.as_ref()?;
-        if !self.state.is_held() {
-            return None;
-        }
-        let mut k = ReadyEntry::prefix(Lane::of(self), &node.spec.queue);
-        k.extend_from_slice(&millis_key(lease.expires_at));
-        k.extend_from_slice(self.task.as_str().as_bytes());
-        Some(k)
-    }
-
-    /// The dependencies the decision must see for `self`.
-    pub fn depends_on(&self) -> &[TaskId] {
-        self.node.as_ref().map_or(&[], |n| &n.spec.depends_on)
-    }
-}
-
 /// The states of a task's dependencies as the store found them in the
 /// commit that decides (derived: an expired lease or a passed deadline
 /// shows as what it comes to). `None`: no such task.
@@ -240,21 +193,6 @@ impl Upstream {
     /// Nothing read: a task with dependencies is then never ready (fail closed).
     pub fn none() -> Upstream {
         Upstream::default()
-    }
-
-    /// From snapshots read in the deciding commit.
-    pub fn of(
-        found: impl IntoIterator<Item = (TaskId, Option<Snapshot>)>,
-        now: Timestamp,
-    ) -> Upstream {
-        let states = found
-            .into_iter()
-            .map(|(id, snap)| {
-                let state = snap.map(|s| crate::decide::derive(&s.record, s.judged, now).state);
-                (id, state)
-            })
-            .collect();
-        Upstream { states }
     }
 
     /// From states already derived.
@@ -317,20 +255,6 @@ pub enum Readiness {
     Unknown { missing: TaskId },
 }
 
-/// The ids whose records the decision of a request on `record` needs.
-pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecord>) -> Vec<TaskId> {
-    use crate::request::Request;
-    match request {
-        Request::Add { node } => node.depends_on.clone(),
-        Request::Declare { manifest } => manifest.depends_on.clone(),
-        Request::Claim { .. }
-        | Request::Recover { .. }
-        | Request::TaskClaim { .. }
-        | Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
-        _ => Vec::new(),
-    }
-}
-
 /// Which kind of task a `next` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Taker {
@@ -355,188 +279,13 @@ pub struct NextQuery {
 }
 
 impl NextQuery {
+    /// The lane of the index this query takes from.
     pub fn lane(&self) -> Lane {
         match self.taker {
             Taker::Owner { .. } => Lane::Bare,
             Taker::Executor { .. } => Lane::Declared,
         }
     }
-
-    /// The grant request `next` makes for `candidate`, or `None` when the
-    /// candidate cannot be taken this way (wrong lane, no queue named, no
-    /// run registered).
-    pub fn claim_for(&self, candidate: &TaskRecord) -> Option<crate::request::Operation> {
-        use crate::request::{Operation, Preconditions, Request};
-        let node = candidate.node.as_ref()?;
-        if Lane::of(candidate) != self.lane() || !self.queues.contains(&node.spec.queue) {
-            return None;
-        }
-        let request = match &self.taker {
-            Taker::Owner {
-                owner,
-                ttl_ms,
-                lock_delay_ms,
-            } => Request::Claim {
-                owner: owner.clone(),
-                ttl_ms: *ttl_ms,
-                lock_delay_ms: *lock_delay_ms,
-            },
-            Taker::Executor { executor, ttl_ms } => Request::TaskClaim {
-                run_id: candidate.run_id.clone()?,
-                executor: executor.clone(),
-                ttl_ms: *ttl_ms,
-            },
-        };
-        Some(Operation {
-            task: candidate.task.clone(),
-            request,
-            pre: Preconditions::default(),
-            now: self.now,
-        })
-    }
-
-    /// Puts candidates in the order `next` tries them: highest priority,
-    /// then earliest ready time, then smallest id. A candidate not in the
-    /// index (a held task whose lease expired) keeps its ready time.
-    pub fn order(&self, candidates: &mut Vec<Snapshot>) {
-        candidates.sort_by_key(|s| sort_key(&s.record));
-        candidates.dedup_by(|a, b| a.record.task == b.record.task);
-    }
-}
-
-fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
-    let (rank, at) = r
-        .node
-        .as_ref()
-        .map_or((u64::MAX, Timestamp(i64::MAX)), |n| {
-            (
-                priority_rank(n.spec.priority),
-                n.ready_at.unwrap_or(Timestamp(i64::MAX)),
-            )
-        });
-    (rank, at, r.task.clone())
-}
-
-/// The most candidates `next` reads from each queue's index at a time (the
-/// first read takes [`NEXT_FIRST_PAGE`], each after it four times more).
-pub const NEXT_PAGE: usize = 64;
-/// What the first read of a queue's index takes: most `next`s grant the
-/// first candidate, and every candidate read is a record decoded.
-pub const NEXT_FIRST_PAGE: usize = 2;
-/// The most candidates one `next` looks at before it answers that it took none.
-pub const NEXT_SCAN: usize = 1024;
-
-/// What a store that decides under a lock (or in one transaction) offers
-/// [`take_next`], all inside the one commit the grant is made in.
-pub trait NextSource {
-    /// Up to `limit` records of the ready index of `lane` and `queue`, in
-    /// index order ([`ReadyEntry::key`]), strictly after `after`.
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> crate::error::Result<Vec<Snapshot>>;
-
-    /// Up to `limit` held tasks of `lane` and `queue` whose lease has run
-    /// out at `now` (claimable again, and not in the ready index): for a
-    /// store whose stored expiry is its judge, the keys of
-    /// [`held_range`] in its held index ([`TaskRecord::held_key`]).
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> crate::error::Result<Vec<Snapshot>>;
-
-    /// Decides `op` as [`crate::store::Store::apply`] would, in this commit,
-    /// writing what the decision writes (with its follow-ups).
-    fn apply(
-        &mut self,
-        op: crate::request::Operation,
-    ) -> crate::error::Result<crate::decide::Decision>;
-}
-
-/// `next` inside one commit: candidates from each queue's ready index and
-/// the expired held tasks, tried in [`NextQuery::order`]; the first whose
-/// decision grants is the answer. A candidate that is not granted (held
-/// since, not ready, past its deadline: its settlement is written) is
-/// passed over. `None` when nothing among the first [`NEXT_SCAN`] grants.
-pub fn take_next(
-    query: &NextQuery,
-    src: &mut dyn NextSource,
-) -> crate::error::Result<Option<crate::decide::Decision>> {
-    let mut seen = 0usize;
-    let mut page_size = NEXT_FIRST_PAGE;
-    let mut cursors: Vec<(Id, Option<ReadyEntry>, bool)> = query
-        .queues
-        .iter()
-        .map(|q| (q.clone(), None, true))
-        .collect();
-    let mut candidates: Vec<Snapshot> = Vec::new();
-    for q in &query.queues {
-        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
-        candidates.extend(expired.into_iter().filter(|s| !s.lease_live()));
-    }
-    loop {
-        for (queue, after, more) in cursors.iter_mut().filter(|c| c.2) {
-            let page = src.ready(query.lane(), queue, after.as_ref(), page_size, query.now)?;
-            *more = page.len() == page_size;
-            if let Some(last) = page.last().and_then(|s| s.record.ready_entry()) {
-                *after = Some(last);
-            } else {
-                *more = false;
-            }
-            candidates.extend(page);
-        }
-        query.order(&mut candidates);
-        // Only what sorts before every queue's unread rest is tried now.
-        let bound = cursors
-            .iter()
-            .filter(|c| c.2)
-            .filter_map(|c| c.1.as_ref())
-            .map(|e| (e.rank, e.ready_at, e.task.clone()))
-            .min();
-        let split = bound.map_or(candidates.len(), |b| {
-            candidates.partition_point(|c| sort_key(&c.record) <= b)
-        });
-        let rest = candidates.split_off(split);
-        for c in std::mem::replace(&mut candidates, rest) {
-            seen += 1;
-            let Some(op) = query.claim_for(&c.record) else {
-                continue;
-            };
-            let d = src.apply(op)?;
-            if d.mints_fence() {
-                return Ok(Some(d));
-            }
-        }
-        if seen >= NEXT_SCAN || !cursors.iter().any(|c| c.2) {
-            return Ok(None);
-        }
-        page_size = (page_size * 4).min(NEXT_PAGE);
-    }
-}
-
-/// Whether `next` has any candidate at all: an entry in one of its queues'
-/// ready index, or a held task there whose lease ran out. Read on a
-/// snapshot that holds only durable commits, `false` is the answer `next`
-/// would give, so a store may give it without taking its write lock (the
-/// cheap poll of waiting workers). [`NextSource::apply`] is not called.
-pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::error::Result<bool> {
-    for q in &query.queues {
-        if !src.ready(query.lane(), q, None, 1, query.now)?.is_empty() {
-            return Ok(true);
-        }
-        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
-        if expired.iter().any(|s| !s.lease_live()) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// How the tasks `next` could take stand when it took none.
@@ -557,27 +306,6 @@ impl Census {
     /// Nothing in the queues can become ready without an operator: loops can stop.
     pub fn drained(&self) -> bool {
         self.queued == 0 && self.held == 0 && self.ready == 0
-    }
-
-    /// Counts `record` (as derived at query time) if `next` with `query`
-    /// could ever take it; `upstream` holds its dependencies' states.
-    pub fn count(&mut self, query: &NextQuery, record: &TaskRecord, upstream: &Upstream) {
-        let Some(node) = record.node.as_ref() else {
-            return;
-        };
-        if Lane::of(record) != query.lane() || !query.queues.contains(&node.spec.queue) {
-            return;
-        }
-        match record.state {
-            State::Claimed | State::Running => self.held += 1,
-            State::Declared => self.queued += 1,
-            State::Registered => match upstream.readiness(&node.spec.depends_on) {
-                Readiness::Ready => self.ready += 1,
-                Readiness::Waiting { .. } => self.queued += 1,
-                Readiness::Blocked { .. } | Readiness::Unknown { .. } => self.blocked += 1,
-            },
-            _ => {}
-        }
     }
 }
 

@@ -25,6 +25,7 @@ pub mod kinds;
 pub mod manifest;
 pub mod memory;
 pub mod model;
+pub mod next;
 pub mod refusal;
 pub mod request;
 pub mod store;

@@ -4,10 +4,11 @@
 
 use crate::decide::Decision;
 use crate::error::{Error, Result};
-use crate::graph::{Lane, NextQuery, NextSource, ReadyEntry, held_range, take_next};
+use crate::graph::{Lane, NextQuery, ReadyEntry, held_range};
 use crate::id::Id;
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
+use crate::next::{NextSource, take_next};
 use crate::request::Operation;
 use crate::store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
 use crate::store::{Txn, apply_group, apply_in};

@@ -2,6 +2,7 @@
 //! notifications. Everything here is plain data with serde; the rules that
 //! change it live in [`crate::decide`].
 
+use crate::graph::{Lane, ReadyEntry, millis_key, priority_rank};
 use crate::id::{Id, OwnerId, TaskId};
 use crate::manifest::Manifest;
 use crate::time::Timestamp;
@@ -282,5 +283,53 @@ impl Notification {
             payload: d.payload,
             at: d.at,
         }
+    }
+}
+
+/// The work graph's view of a record (see [`crate::graph`]).
+impl TaskRecord {
+    /// Which lane of the ready index the task is in.
+    pub fn lane(&self) -> Lane {
+        if self.is_bare() {
+            Lane::Bare
+        } else {
+            Lane::Declared
+        }
+    }
+
+    /// The task's ready-index entry: a claimable graph task whose
+    /// dependencies all succeeded (as the commit that set `ready_at` found).
+    /// A store writes, moves or drops it with every change of the record.
+    pub fn ready_entry(&self) -> Option<ReadyEntry> {
+        let node = self.node.as_ref()?;
+        let ready_at = node.ready_at?;
+        (self.state == State::Registered).then(|| ReadyEntry {
+            lane: self.lane(),
+            queue: node.spec.queue.clone(),
+            rank: priority_rank(node.spec.priority),
+            ready_at,
+            task: self.task.clone(),
+        })
+    }
+
+    /// The task's held-index key: for a held graph task, its queue's
+    /// prefix, then when its lease expires, then its id, so `next` finds
+    /// the grants that ran out (claimable again, though not in the ready
+    /// index) with one range read. A store keeps it like the ready entry.
+    pub fn held_key(&self) -> Option<Vec<u8>> {
+        let node = self.node.as_ref()?;
+        let lease = self.lease.as_ref()?;
+        if !self.state.is_held() {
+            return None;
+        }
+        let mut k = ReadyEntry::prefix(self.lane(), &node.spec.queue);
+        k.extend_from_slice(&millis_key(lease.expires_at));
+        k.extend_from_slice(self.task.as_str().as_bytes());
+        Some(k)
+    }
+
+    /// The dependencies the decision must see for `self`.
+    pub fn depends_on(&self) -> &[TaskId] {
+        self.node.as_ref().map_or(&[], |n| &n.spec.depends_on)
     }
 }

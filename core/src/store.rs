@@ -312,6 +312,18 @@ macro_rules! forward_store {
 forward_store!(Arc<S>);
 forward_store!(Box<S>);
 
+/// The upstream of a decision, from the snapshots of its dependencies read
+/// in the deciding commit (each derived at `now`).
+pub fn upstream_of(
+    found: impl IntoIterator<Item = (TaskId, Option<Snapshot>)>,
+    now: Timestamp,
+) -> crate::graph::Upstream {
+    crate::graph::Upstream::of_states(found.into_iter().map(|(id, snap)| {
+        let state = snap.map(|s| crate::decide::derive(&s.record, s.judged, now).state);
+        (id, state)
+    }))
+}
+
 /// One open commit of a store that decides under a lock or inside one
 /// transaction (SQLite, sled, memory): what [`apply_in`] needs of it.
 pub trait Txn {
@@ -335,13 +347,13 @@ pub fn apply_in(tx: &mut dyn Txn, op: &Operation) -> Result<(Decision, bool)> {
 
 fn apply_depth(tx: &mut dyn Txn, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
     let current = tx.load(&op.task, op.now)?;
-    let ids = crate::graph::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
+    let ids = crate::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
     let mut found = Vec::with_capacity(ids.len());
     for id in ids {
         let snap = tx.load(&id, op.now)?;
         found.push((id, snap));
     }
-    let upstream = crate::graph::Upstream::of(found, op.now);
+    let upstream = upstream_of(found, op.now);
     let (record, judged) = match &current {
         Some(s) => (Some(&s.record), s.judged),
         None => (None, Judged::default()),

@@ -4,10 +4,9 @@
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
-use baton_core::graph::{
-    Lane, NextQuery, NextSource, ReadyEntry, held_range, prefix_end, take_next,
-};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
 use baton_core::model::{EventDraft, NotificationDraft};
+use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
 use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
@@ -654,7 +653,7 @@ impl Inner {
             return Ok(out);
         };
         // Each `next` of the batch may pass over the grants of those before it.
-        let want = baton_core::graph::NEXT_PAGE * 2 + nexts.len() * 2;
+        let want = baton_core::next::NEXT_PAGE * 2 + nexts.len() * 2;
         let err = |e| self.err(e);
         for q in &nexts {
             for queue in &q.queues {

@@ -5,15 +5,14 @@ use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
-use baton_core::graph::{
-    Lane, NextQuery, NextSource, ReadyEntry, held_range, prefix_end, take_next,
-};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
 use baton_core::model::{EventDraft, NotificationDraft};
+use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
 use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, Judged, ListQuery,
-    Notification, Operation, Result, Snapshot, Store, TaskId, Timestamp, Upstream, decide_in,
+    Notification, Operation, Result, Snapshot, Store, TaskId, Timestamp, decide_in,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -736,13 +735,13 @@ impl Inner {
             };
             let current = t.load(&op.task, op.now)?;
             let ids =
-                baton_core::graph::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
+                baton_core::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
             let mut found = Vec::with_capacity(ids.len());
             for id in ids {
                 let snap = t.load(&id, op.now)?;
                 found.push((id, snap));
             }
-            let upstream = Upstream::of(found, op.now);
+            let upstream = baton_core::store::upstream_of(found, op.now);
             let (record, judged) = match &current {
                 Some(s) => (Some(&s.record), s.judged),
                 None => (None, Judged::default()),
@@ -1162,7 +1161,7 @@ impl Store for SqliteStore {
                         tx,
                         wrote: false,
                     };
-                    baton_core::graph::has_candidates(&q, &mut t)
+                    baton_core::next::has_candidates(&q, &mut t)
                 })
             })
             .await?;

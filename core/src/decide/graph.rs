@@ -202,3 +202,17 @@ pub(super) fn stamp_ready(verdict: &mut Verdict, now: Timestamp) {
         n.ready_at = Some(now);
     }
 }
+
+/// The ids whose records the decision of a request on `record` needs.
+pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecord>) -> Vec<TaskId> {
+    use crate::request::Request;
+    match request {
+        Request::Add { node } => node.depends_on.clone(),
+        Request::Declare { manifest } => manifest.depends_on.clone(),
+        Request::Claim { .. }
+        | Request::Recover { .. }
+        | Request::TaskClaim { .. }
+        | Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}

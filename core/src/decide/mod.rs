@@ -30,6 +30,7 @@ mod settle;
 
 use build::*;
 use checks::*;
+pub use graph::upstream_ids;
 use lease::{claim_like, create_bare, lease_end};
 use notify::finish;
 use registry::create_declared;
