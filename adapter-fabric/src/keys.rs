@@ -13,6 +13,16 @@ pub fn hex(s: &str) -> String {
     out
 }
 
+/// Bytes as lowercase hex: two characters a byte, so the order of keys is
+/// the order of the bytes.
+pub fn hex_bytes(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len() * 2);
+    for x in b {
+        out.push_str(&format!("{x:02x}"));
+    }
+    out
+}
+
 pub fn unhex(s: &str) -> Option<String> {
     let bytes: Option<Vec<u8>> = (0..s.len())
         .step_by(2)
@@ -111,6 +121,16 @@ impl Keys {
 
     pub fn outbox(&self, intent: &str) -> String {
         format!("{}o/{intent}", self.prefix)
+    }
+
+    /// A ready-index entry (`ReadyEntry::key`, in hex), its value the task id.
+    pub fn ready(&self, key: &[u8]) -> String {
+        format!("{}r/{}", self.prefix, hex_bytes(key))
+    }
+
+    /// A held-index entry (`TaskRecord::held_key`, in hex), its value the task id.
+    pub fn held(&self, key: &[u8]) -> String {
+        format!("{}k/{}", self.prefix, hex_bytes(key))
     }
 
     pub fn outboxes(&self) -> String {

@@ -18,6 +18,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+#[path = "store_graph.rs"]
+mod graph;
+
 /// How to reach the cluster, and the limits the adapter keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricOptions {
@@ -567,10 +570,12 @@ impl FabricStore {
             }
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
-            if !d.follow_ups.is_empty()
-                || !baton_core::decide::upstream_ids(&op.request, record).is_empty()
-            {
-                return Err(no_graph());
+            if Self::is_graph(&op, record, &d) {
+                // It reads or changes other tasks: one transaction over all of them.
+                let mut ds = self.apply_group(std::slice::from_ref(&op), false).await?;
+                return ds
+                    .pop()
+                    .ok_or_else(|| Error::unavailable("etcd: a transaction decided nothing"));
             }
             if !d.writes() {
                 return Ok(d);
@@ -613,6 +618,7 @@ impl FabricStore {
                     request: request_id.clone(),
                 };
                 ops.push(TxnOp::put(tk.clone(), encode(&env)?, None));
+                self.index_ops(record, Some(after), &mut ops);
             }
             match (d.lease, lease_id) {
                 (LeaseEffect::Granted { .. } | LeaseEffect::Extended { .. }, Some(id)) => {
@@ -1090,13 +1096,6 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| Error::corrupt(format!("cannot encode a value: {e}")))
 }
 
-/// The work graph's requests on etcd, which does not keep a ready index yet.
-fn no_graph() -> Error {
-    Error::unsupported(
-        "etcd: the work graph (dependencies, adding a graph, next) is not supported on etcd yet; nothing was written",
-    )
-}
-
 #[async_trait]
 impl Store for FabricStore {
     fn capabilities(&self) -> Capabilities {
@@ -1106,7 +1105,7 @@ impl Store for FabricStore {
             multi_process: true,
             min_ttl_ms: self.opts.min_ttl_secs * 1000,
             ttl_granularity_ms: 1000,
-            work_graph: false,
+            work_graph: true,
         }
     }
 
@@ -1124,12 +1123,12 @@ impl Store for FabricStore {
         self.apply_op(op).await
     }
 
-    async fn apply_all(&self, _ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        Err(no_graph())
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.apply_all_on_etcd(ops).await
     }
 
-    async fn next(&self, _query: &baton_core::NextQuery) -> Result<Option<Decision>> {
-        Err(no_graph())
+    async fn next(&self, query: &baton_core::NextQuery) -> Result<Option<Decision>> {
+        self.next_on_etcd(query).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

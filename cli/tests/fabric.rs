@@ -162,3 +162,67 @@ fn processes_with_clocks_an_hour_off_move_no_deadline() {
     assert_eq!(code, 0, "{g2}");
     assert_eq!(g2["attempt"], 2, "{g2}");
 }
+
+/// The work graph through the binary on the cluster: a graph file added,
+/// separate processes waiting with `next --wait` each take one task as
+/// soon as the task they all wait on succeeds, none the same one.
+#[test]
+fn waiting_processes_take_the_graph_on_etcd() {
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let url = cluster.url("graph");
+    let dir = tempfile::tempdir().unwrap();
+    let graph = dir.path().join("graph.json");
+    let nodes: Vec<String> = (0..3)
+        .map(|i| format!(r#"{{"task": "job-{i}", "after": ["gate"]}}"#))
+        .collect();
+    std::fs::write(
+        &graph,
+        format!(r#"[{{"task": "gate"}}, {}]"#, nodes.join(",")),
+    )
+    .unwrap();
+    let (code, out) = baton(&url, &["add", "--file", graph.to_str().unwrap()]);
+    assert_eq!((code, out["added"].as_u64()), (0, Some(4)), "{out}");
+    let (code, g) = baton(&url, &["next", "--owner", "keeper", "--ttl", "60s"]);
+    assert_eq!((code, g["task"].as_str()), (0, Some("gate")), "{g}");
+    let (code, r) = baton(&url, &["claim", "job-0", "--owner", "x"]);
+    assert_eq!((code, r["refused"].as_str()), (1, Some("not_ready")), "{r}");
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let mut c = Command::new(BIN);
+            c.arg("--store")
+                .arg(&url)
+                .args(["next", "--owner", &format!("w{i}"), "--wait", "30s"]);
+            c.env_remove("BATON_STORE")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    let fence = g["fence"].as_u64().unwrap().to_string();
+    let (code, _) = baton(
+        &url,
+        &["complete", "gate", "--owner", "keeper", "--fence", &fence],
+    );
+    assert_eq!(code, 0);
+    let mut taken: Vec<String> = waiters
+        .into_iter()
+        .map(|w| {
+            let out = w.wait_with_output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            v["task"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    taken.sort();
+    assert_eq!(taken, ["job-0", "job-1", "job-2"]);
+    let (code, r) = baton(&url, &["next", "--owner", "late"]);
+    assert_eq!(
+        (code, r["refused"].as_str()),
+        (1, Some("none_ready")),
+        "{r}"
+    );
+}
