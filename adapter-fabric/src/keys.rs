@@ -128,6 +128,11 @@ impl Keys {
         format!("{}r/{}", self.prefix, hex_bytes(key))
     }
 
+    /// Every ready-index entry of the store.
+    pub fn readies(&self) -> String {
+        format!("{}r/", self.prefix)
+    }
+
     /// A held-index entry (`TaskRecord::held_key`, in hex), its value the task id.
     pub fn held(&self, key: &[u8]) -> String {
         format!("{}k/{}", self.prefix, hex_bytes(key))

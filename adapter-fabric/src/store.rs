@@ -64,6 +64,8 @@ pub struct FabricStore {
     keys: Keys,
     opts: FabricOptions,
     commits: std::sync::Arc<AtomicU64>,
+    /// Transactions that failed their compare (a lost race), for tests and benchmarks.
+    lost: std::sync::Arc<AtomicU64>,
 }
 
 impl fmt::Debug for FabricStore {
@@ -279,6 +281,7 @@ impl FabricStore {
             keys: Keys::new(&opts.prefix),
             opts,
             commits: Default::default(),
+            lost: Default::default(),
         };
         store.refuse_earlier_layout().await?;
         Ok(store)
@@ -314,6 +317,12 @@ impl FabricStore {
             .with_context(self.context()));
         }
         Ok(())
+    }
+
+    /// How many of this handle's transactions failed their compare (lost a
+    /// race and were decided again).
+    pub fn lost_races(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
     }
 
     fn context(&self) -> String {
@@ -769,6 +778,7 @@ impl FabricStore {
                 },
                 Ok(Ok(_)) => {
                     // Someone changed what we read: let the unused leases go and decide again.
+                    self.lost.fetch_add(1, Ordering::Relaxed);
                     self.revoke_all(&made).await;
                     continue;
                 }
@@ -1129,6 +1139,10 @@ impl Store for FabricStore {
 
     async fn next(&self, query: &baton_core::NextQuery) -> Result<Option<Decision>> {
         self.next_on_etcd(query).await
+    }
+
+    async fn watch_ready(&self, _query: &baton_core::NextQuery, max_ms: u64) -> Result<bool> {
+        self.watch_ready_on_etcd(max_ms).await
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

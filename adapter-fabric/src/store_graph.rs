@@ -396,6 +396,7 @@ impl FabricStore {
                 }
             }
             Ok(Ok(_)) => {
+                self.lost.fetch_add(1, Ordering::Relaxed);
                 self.revoke_all(&made).await;
                 Ok(None)
             }
@@ -561,6 +562,31 @@ impl FabricStore {
             }
         }
         Ok(None)
+    }
+
+    /// Waits (at most `max_ms`) for a put under the ready prefix: a task
+    /// that became ready. The first message of a watch only says it was
+    /// created; deletes (grants taking entries) are filtered out.
+    pub(super) async fn watch_ready_on_etcd(&self, max_ms: u64) -> Result<bool> {
+        use etcd_client::{WatchFilterType, WatchOptions};
+        let key = self.keys.readies();
+        let mut client = self.client.clone();
+        let wait = async move {
+            let opts = WatchOptions::new()
+                .with_prefix()
+                .with_filters([WatchFilterType::NoDelete]);
+            let mut stream = client.watch(key, Some(opts)).await?;
+            while let Some(resp) = stream.message().await? {
+                if !resp.events().is_empty() {
+                    break;
+                }
+            }
+            Ok::<(), etcd_client::Error>(())
+        };
+        match tokio::time::timeout(Duration::from_millis(max_ms), wait).await {
+            Err(_) | Ok(Ok(())) => Ok(true),
+            Ok(Err(e)) => Err(self.map_err("watch", e)),
+        }
     }
 
     async fn read_snapshot(&self, task: &TaskId) -> Result<Option<Snapshot>> {

@@ -108,6 +108,9 @@ impl<S: Store> Store for FaultStore<S> {
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         self.inner.list(query).await
     }
+    async fn watch_ready(&self, query: &crate::graph::NextQuery, max_ms: u64) -> Result<bool> {
+        self.inner.watch_ready(query, max_ms).await
+    }
     async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
         self.inner.events(task, after, limit).await
     }

@@ -257,6 +257,19 @@ pub trait Store: Send + Sync + Debug {
     /// record write, in the same commit.
     async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>>;
 
+    /// Waits until something may have become ready for `query` (a task
+    /// entered a ready index), for at most `max_ms`; `Ok(true)` once it
+    /// waited (for a change, or out the time), `Ok(false)` at once when the
+    /// store has no change feed and the caller should back off instead.
+    ///
+    /// # Contract
+    /// Writes nothing. A wake-up is a hint, never a grant: the caller asks
+    /// `next` again, and a change missed (one made before the watch began)
+    /// costs at most `max_ms`.
+    async fn watch_ready(&self, _query: &crate::graph::NextQuery, _max_ms: u64) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Acknowledges notifications by intent id at `now` (the authority's
     /// clock); returns how many were newly acknowledged.
     ///
@@ -287,6 +300,13 @@ macro_rules! forward_store {
             }
             async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>> {
                 (**self).next(query).await
+            }
+            async fn watch_ready(
+                &self,
+                query: &crate::graph::NextQuery,
+                max_ms: u64,
+            ) -> Result<bool> {
+                (**self).watch_ready(query, max_ms).await
             }
             async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
                 (**self).list(query).await

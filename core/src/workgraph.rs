@@ -349,13 +349,20 @@ impl<S: Store> Authority<S> {
 pub const NEXT_WAIT_CAP_MS: u64 = 1_000;
 /// The first pause of a waiting `next`; each one after doubles, to the cap.
 pub const NEXT_WAIT_FIRST_MS: u64 = 25;
+/// On a store that watches (etcd): how far apart waiters woken by one
+/// change try again, at most.
+pub const NEXT_WAIT_WOKEN_SPREAD_MS: u64 = 50;
 
 #[cfg(feature = "keeper")]
 impl<S: Store> Authority<S> {
     /// [`Authority::next_for`], tried again while it answers `none_ready`,
-    /// for up to `wait_ms`: pauses of [`NEXT_WAIT_FIRST_MS`] doubling to
-    /// [`NEXT_WAIT_CAP_MS`], each jittered by a quarter either way, so
-    /// waiting workers do not try in step. `drained` ends the wait at once.
+    /// for up to `wait_ms`. On a store that watches ([`Store::watch_ready`]:
+    /// etcd) it waits for a task to enter a ready index (at most
+    /// [`NEXT_WAIT_CAP_MS`] at a time), then tries within a random
+    /// [`NEXT_WAIT_WOKEN_SPREAD_MS`]; elsewhere it pauses
+    /// [`NEXT_WAIT_FIRST_MS`] doubling to [`NEXT_WAIT_CAP_MS`], each
+    /// jittered by a quarter either way, so waiting workers do not try in
+    /// step. `drained` ends the wait at once.
     pub async fn next_waiting(&self, taker: Taker, queues: &[Id], wait_ms: u64) -> Result<Reply> {
         let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
         let mut pause = NEXT_WAIT_FIRST_MS;
@@ -369,9 +376,25 @@ impl<S: Store> Authority<S> {
                 &std::collections::hash_map::RandomState::new(),
                 pause,
             );
-            let jittered = pause - pause / 4 + noise % (pause / 2 + 1);
             let left = until - now;
-            tokio::time::sleep(std::time::Duration::from_millis(jittered).min(left)).await;
+            let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+            let query = self.next_query(taker.clone(), queues)?;
+            let pause_ms = if self
+                .store
+                .watch_ready(&query, NEXT_WAIT_CAP_MS.min(left_ms))
+                .await?
+            {
+                // Woken with every other waiter: a spread, so they do not
+                // all go for the one task that became ready.
+                noise % (NEXT_WAIT_WOKEN_SPREAD_MS + 1)
+            } else {
+                pause - pause / 4 + noise % (pause / 2 + 1)
+            };
+            tokio::time::sleep(
+                std::time::Duration::from_millis(pause_ms)
+                    .min(until - std::time::Instant::now().min(until)),
+            )
+            .await;
             pause = (pause * 2).min(NEXT_WAIT_CAP_MS);
         }
     }
