@@ -261,6 +261,9 @@ pub struct BenchArgs {
     /// as many tasks by id, on the same store in the same run.
     #[arg(long, conflicts_with_all = ["processes", "series"])]
     pub next: bool,
+    /// With --next: the graph's layers (1: no dependencies at all).
+    #[arg(long, default_value_t = 20, requires = "next")]
+    pub layers: usize,
 }
 
 #[derive(Debug, Args, Clone)]

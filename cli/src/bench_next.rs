@@ -150,7 +150,7 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
     }
     let workers = args.workers.max(1);
     let tasks = args.tasks.max(1);
-    let layers = 20.min(tasks);
+    let layers = args.layers.clamp(1, tasks);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

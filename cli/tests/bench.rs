@@ -206,4 +206,12 @@ fn bench_next_drains_the_graph_and_reports_both_rates() {
     assert!(r["next_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["by_id_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+    // One layer: no dependencies at all, every task ready at once.
+    let rows = bench(
+        &store,
+        &["--next", "--workers", "2", "--tasks", "50", "--layers", "1"],
+    );
+    assert_eq!(rows[0]["layers"].as_u64(), Some(1));
+    assert_eq!(rows[0]["double_grants"].as_u64(), Some(0), "{}", rows[0]);
+    assert_eq!(rows[0]["ungranted"].as_u64(), Some(0), "{}", rows[0]);
 }
