@@ -143,11 +143,6 @@ async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
 /// Runs both halves on `store`.
 pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error> {
     let a = Arc::new(crate::authority_for(store).await?);
-    if !a.store().capabilities().work_graph {
-        return Err(Error::unsupported(format!(
-            "{store}: this store keeps no work graph, so `bench --next` cannot run on it"
-        )));
-    }
     let workers = args.workers.max(1);
     let tasks = args.tasks.max(1);
     let layers = args.layers.clamp(1, tasks);

@@ -163,7 +163,6 @@ const GRAPH: &[(&str, &[&str])] = &[
 struct Drained {
     order: Vec<String>,
     in_order: bool,
-    skipped: bool,
 }
 
 /// Adds [`GRAPH`] in one commit and lets four workers take `next` from its
@@ -175,14 +174,6 @@ async fn drain_graph(
     tl: &mut Timeline,
 ) -> Result<Drained, Error> {
     use baton_core::graph::{NewNode, NodeSpec};
-    if !a.store().capabilities().work_graph {
-        tl.note("this store keeps no work graph: the graph act is skipped");
-        return Ok(Drained {
-            order: Vec::new(),
-            in_order: true,
-            skipped: true,
-        });
-    }
     let name = |n: &str| format!("{tag}-{n}");
     let queue = id(&format!("demo-{tag}"))?;
     let mut nodes = Vec::new();
@@ -258,11 +249,7 @@ async fn drain_graph(
         "4 workers drained it with next, in this order: {}",
         ran.join(", ")
     ));
-    Ok(Drained {
-        order,
-        in_order,
-        skipped: false,
-    })
+    Ok(Drained { order, in_order })
 }
 
 pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
@@ -435,7 +422,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "stale_completion": late_reason,
         "gates_passed": gates_passed,
         "supervised_run": {"outcome": outcome, "stopped_before_lease_end_ms": stopped_early_ms},
-        "graph": {"order": graph.order, "in_dependency_order": graph.in_order, "skipped": graph.skipped},
+        "graph": {"order": graph.order, "in_dependency_order": graph.in_order},
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
@@ -478,15 +465,11 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         ),
         (
             "work graph",
-            if graph.skipped {
-                "skipped (the store keeps no work graph)".to_owned()
-            } else {
-                format!(
-                    "{} nodes by 4 workers, dependencies first: {}",
-                    graph.order.len(),
-                    if graph.in_order { "yes" } else { "NO" }
-                )
-            },
+            format!(
+                "{} nodes by 4 workers, dependencies first: {}",
+                graph.order.len(),
+                if graph.in_order { "yes" } else { "NO" }
+            ),
         ),
     ] {
         text.push_str(&format!("  {k:<16} {v}\n"));

@@ -172,7 +172,6 @@ impl Store for MemoryStore {
             multi_process: false,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
-            work_graph: true,
         }
     }
 

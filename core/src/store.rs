@@ -169,10 +169,6 @@ pub struct Capabilities {
     /// Lease TTLs are whole multiples of this many milliseconds (1 for
     /// millisecond leases; 1000 for etcd's whole seconds).
     pub ttl_granularity_ms: u64,
-    /// Dependencies, the ready index and `next` are implemented. A store
-    /// without them refuses every request that needs them with
-    /// `Unsupported`, writing nothing; tasks without dependencies work.
-    pub work_graph: bool,
 }
 
 impl Capabilities {

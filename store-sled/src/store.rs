@@ -1138,7 +1138,6 @@ impl Store for SledStore {
             multi_process: false,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
-            work_graph: true,
         }
     }
 

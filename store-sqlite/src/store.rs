@@ -1121,7 +1121,6 @@ impl Store for SqliteStore {
             multi_process: true,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
-            work_graph: true,
         }
     }
 

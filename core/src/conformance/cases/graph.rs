@@ -23,29 +23,6 @@ fn node(task: &str, after: &[&str]) -> NewNode {
     }
 }
 
-/// Whether the store keeps the work graph; if not, checks that it refuses
-/// it whole (`Unsupported`, nothing written) and the case ends there.
-fn graph_or_refused<H: Harness>(ctx: &mut Ctx<H>) -> bool {
-    let a = ctx.auth();
-    if a.store().capabilities().work_graph {
-        return true;
-    }
-    let e = ctx
-        .block_on(a.add_graph(vec![node("u-1", &[]), node("u-2", &["u-1"])]))
-        .unwrap_err();
-    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
-    let e = ctx.block_on(a.next(&id("w"), &[], None, None)).unwrap_err();
-    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
-    ctx.block_on(a.add(&id("u-1"), spec("u-1", None, 0, &[])))
-        .unwrap();
-    let e = ctx
-        .block_on(a.add(&id("u-2"), spec("u-2", None, 0, &["u-1"])))
-        .unwrap_err();
-    assert_eq!(e.kind, crate::error::ErrorKind::Unsupported, "{e}");
-    assert!(ctx.block_on(a.get(&id("u-2"))).unwrap().is_none());
-    false
-}
-
 fn granted(r: &Reply) -> TaskId {
     r.grant()
         .unwrap_or_else(|| panic!("expected a grant, got {r:?}"))
@@ -75,9 +52,6 @@ fn layered(layers: usize, width: usize) -> Vec<NewNode> {
 /// granted exactly once, none before every dependency SUCCEEDED (by the
 /// event order), and the loops end on `drained`.
 pub fn graph_drain_exactly_once_in_dependency_order<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     const THREADS: usize = 16;
     let graph = layered(10, 100);
     let deps: BTreeMap<TaskId, Vec<TaskId>> = graph
@@ -160,9 +134,6 @@ pub fn graph_drain_exactly_once_in_dependency_order<H: Harness>(ctx: &mut Ctx<H>
 /// Among ready tasks: highest priority, then earliest ready time, then
 /// smallest id; a queue not asked for is not taken from.
 pub fn next_honours_priority_then_ready_time_then_id<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     let a = ctx.auth();
     let add = |t: &str, q: Option<&str>, p: i64| {
         let r = ctx.block_on(a.add(&id(t), spec(t, q, p, &[]))).unwrap();
@@ -206,9 +177,6 @@ pub fn next_honours_priority_then_ready_time_then_id<H: Harness>(ctx: &mut Ctx<H
 /// then a claim by id is refused `not_ready`; an operator's redispatch of
 /// the failed dependency, run to success, makes the dependent ready.
 pub fn upstream_failure_blocks_and_redispatch_unblocks<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     let a = ctx.auth();
     let g = vec![node("up", &[]), node("down", &["up"])];
     ctx.block_on(a.add_graph(g)).unwrap().unwrap();
@@ -279,9 +247,6 @@ pub fn upstream_failure_blocks_and_redispatch_unblocks<H: Harness>(ctx: &mut Ctx
 /// node that exists with another definition adds none of it; the same
 /// graph again is an idempotent repeat.
 pub fn add_graph_all_or_nothing<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     let a = ctx.auth();
     let e = ctx
         .block_on(a.add_graph(vec![
@@ -319,9 +284,6 @@ pub fn add_graph_all_or_nothing<H: Harness>(ctx: &mut Ctx<H>) {
 /// Declared tasks with `depends_on` in their manifests: `task next` claims
 /// the ready one for its registered run, and the dependent after.
 pub fn task_next_takes_declared_tasks_in_order<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     let a = ctx.auth();
     let mut m1 = manifest("build", 1, &[], 600, 1);
     m1.queue = Some(id("ci"));
@@ -363,9 +325,6 @@ pub fn task_next_takes_declared_tasks_in_order<H: Harness>(ctx: &mut Ctx<H>) {
 /// A grant whose lease expired is `next`'s again (a new attempt, a new
 /// fence), though it left the ready index when it was granted.
 pub fn an_expired_grant_is_next_again<H: Harness>(ctx: &mut Ctx<H>) {
-    if !graph_or_refused(ctx) {
-        return;
-    }
     let a = ctx.auth();
     ctx.block_on(a.add(&id("job"), spec("job", None, 0, &[])))
         .unwrap();
