@@ -44,6 +44,36 @@ pub enum Answer {
     Next(Option<Decision>),
 }
 
+impl Answer {
+    fn mismatched() -> Error {
+        Error::unavailable("the commit thread answered a job with another kind of answer")
+    }
+
+    /// The decision of a [`Job::One`].
+    pub fn into_one(self) -> Result<Decision> {
+        match self {
+            Answer::One(d) => Ok(d),
+            _ => Err(Self::mismatched()),
+        }
+    }
+
+    /// The decisions of a [`Job::All`].
+    pub fn into_all(self) -> Result<Vec<Decision>> {
+        match self {
+            Answer::All(d) => Ok(d),
+            _ => Err(Self::mismatched()),
+        }
+    }
+
+    /// The answer of a [`Job::Next`].
+    pub fn into_next(self) -> Result<Option<Decision>> {
+        match self {
+            Answer::Next(d) => Ok(d),
+            _ => Err(Self::mismatched()),
+        }
+    }
+}
+
 /// A caller waiting for its job's answer.
 struct Queued {
     job: Job,
@@ -97,33 +127,7 @@ impl GroupCommitter {
 
     /// Queues `op` and waits for its decision.
     pub async fn submit(&self, op: Operation) -> Result<Decision> {
-        match self.submit_job(Job::One(op)).await? {
-            Answer::One(d) => Ok(d),
-            _ => Err(self.mismatched()),
-        }
-    }
-
-    /// Queues a group that commits whole or not at all.
-    pub async fn submit_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        match self.submit_job(Job::All(ops)).await? {
-            Answer::All(d) => Ok(d),
-            _ => Err(self.mismatched()),
-        }
-    }
-
-    /// Queues a `next`.
-    pub async fn submit_next(&self, q: crate::graph::NextQuery) -> Result<Option<Decision>> {
-        match self.submit_job(Job::Next(q)).await? {
-            Answer::Next(d) => Ok(d),
-            _ => Err(self.mismatched()),
-        }
-    }
-
-    fn mismatched(&self) -> Error {
-        Error::unavailable(format!(
-            "{}: the commit thread answered a job with another kind of answer",
-            self.name
-        ))
+        self.submit_job(Job::One(op)).await?.into_one()
     }
 
     /// Queues `job` and waits for its answer.

@@ -157,10 +157,6 @@ impl NextSource for Tx<'_> {
             .map(|r| Snapshot::at(r.clone(), now))
             .collect())
     }
-
-    fn apply(&mut self, op: Operation) -> Result<Decision> {
-        apply_in(self, &op).map(|(d, _)| d)
-    }
 }
 
 #[async_trait]

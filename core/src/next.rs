@@ -79,7 +79,7 @@ pub const NEXT_SCAN: usize = 1024;
 
 /// What a store that decides under a lock (or in one transaction) offers
 /// [`take_next`], all inside the one commit the grant is made in.
-pub trait NextSource {
+pub trait NextSource: crate::store::Txn {
     /// Up to `limit` records of the ready index of `lane` and `queue`, in
     /// index order ([`ReadyEntry::key`]), strictly after `after`.
     fn ready(
@@ -105,7 +105,9 @@ pub trait NextSource {
 
     /// Decides `op` as [`crate::store::Store::apply`] would, in this commit,
     /// writing what the decision writes (with its follow-ups).
-    fn apply(&mut self, op: crate::request::Operation) -> crate::error::Result<Decision>;
+    fn apply(&mut self, op: crate::request::Operation) -> crate::error::Result<Decision> {
+        crate::store::apply_in(self, &op).map(|(d, _)| d)
+    }
 }
 
 /// `next` inside one commit: candidates from each queue's ready index and

@@ -357,11 +357,11 @@ pub trait Txn {
 /// task and the records [`crate::graph::upstream_ids`] names, calls
 /// [`crate::decide::decide_in`], writes, and applies each follow-up the
 /// same way. Returns the decision and whether anything was written.
-pub fn apply_in(tx: &mut dyn Txn, op: &Operation) -> Result<(Decision, bool)> {
+pub fn apply_in<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<(Decision, bool)> {
     apply_depth(tx, op, 0)
 }
 
-fn apply_depth(tx: &mut dyn Txn, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
+fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
     let current = tx.load(&op.task, op.now)?;
     let ids = crate::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
     let mut found = Vec::with_capacity(ids.len());
@@ -397,7 +397,10 @@ fn apply_depth(tx: &mut dyn Txn, op: &Operation, depth: u8) -> Result<(Decision,
 /// [`Store::apply_all`] inside `tx`: every operation through [`apply_in`].
 /// Returns the decisions and whether the commit may keep them (every one
 /// a commit or an acknowledgement); when not, the caller rolls back.
-pub fn apply_group(tx: &mut dyn Txn, ops: &[Operation]) -> Result<(Vec<Decision>, bool)> {
+pub fn apply_group<T: Txn + ?Sized>(
+    tx: &mut T,
+    ops: &[Operation],
+) -> Result<(Vec<Decision>, bool)> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
         let (d, _) = apply_in(tx, op)?;

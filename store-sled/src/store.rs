@@ -1078,10 +1078,6 @@ impl NextSource for SledTx<'_> {
             now,
         )
     }
-
-    fn apply(&mut self, op: Operation) -> Result<Decision> {
-        apply_in(self, &op).map(|(d, _)| d)
-    }
 }
 
 /// A `by_due` key: state NUL due time (big-endian, so keys sort by time) task id.
@@ -1147,24 +1143,15 @@ impl Store for SledStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        match self.job(Job::One(op)).await? {
-            Answer::One(d) => Ok(d),
-            _ => Err(Error::unavailable("sled: a commit answered another job")),
-        }
+        self.job(Job::One(op)).await?.into_one()
     }
 
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        match self.job(Job::All(ops)).await? {
-            Answer::All(d) => Ok(d),
-            _ => Err(Error::unavailable("sled: a commit answered another job")),
-        }
+        self.job(Job::All(ops)).await?.into_all()
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
-        match self.job(Job::Next(query.clone())).await? {
-            Answer::Next(d) => Ok(d),
-            _ => Err(Error::unavailable("sled: a commit answered another job")),
-        }
+        self.job(Job::Next(query.clone())).await?.into_next()
     }
 
     fn commits(&self) -> Option<u64> {

@@ -1041,10 +1041,6 @@ impl NextSource for SqlTx<'_> {
             now,
         )
     }
-
-    fn apply(&mut self, op: Operation) -> Result<Decision> {
-        apply_in(self, &op).map(|(d, _)| d)
-    }
 }
 
 fn load(tx: &rusqlite::Transaction<'_>, task: &TaskId) -> rusqlite::Result<Option<String>> {
@@ -1135,17 +1131,11 @@ impl Store for SqliteStore {
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
-        match self.job(Job::One(op)).await? {
-            Answer::One(d) => Ok(d),
-            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
-        }
+        self.job(Job::One(op)).await?.into_one()
     }
 
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        match self.job(Job::All(ops)).await? {
-            Answer::All(d) => Ok(d),
-            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
-        }
+        self.job(Job::All(ops)).await?.into_all()
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
@@ -1167,10 +1157,7 @@ impl Store for SqliteStore {
         if !any {
             return Ok(None);
         }
-        match self.job(Job::Next(query.clone())).await? {
-            Answer::Next(d) => Ok(d),
-            _ => Err(Error::unavailable("sqlite: a commit answered another job")),
-        }
+        self.job(Job::Next(query.clone())).await?.into_next()
     }
 
     fn commits(&self) -> Option<u64> {
