@@ -46,6 +46,35 @@ pub(super) fn reset_attempt_state(r: &mut TaskRecord, now: Timestamp) {
     r.executor = None;
 }
 
+/// A task's first record (revision 1, attempt 0, iteration 1), in `state`
+/// at `now`; the caller sets what its request gives it.
+pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskRecord {
+    TaskRecord {
+        task: task.clone(),
+        manifest: None,
+        state,
+        revision: 1,
+        attempt: 0,
+        stalls: 0,
+        iteration: 1,
+        lease: None,
+        run_id: None,
+        executor: None,
+        current_step: 0,
+        evidence: Default::default(),
+        error: None,
+        metadata: Default::default(),
+        closure: None,
+        created_at: now,
+        deadline_from: None,
+        started_at: None,
+        finished_at: None,
+        updated_at: now,
+        node: None,
+        dependents: Vec::new(),
+    }
+}
+
 /// The next version of `rec`: revision + 1, stamped `now`.
 pub(super) fn next(rec: &TaskRecord, now: Timestamp) -> TaskRecord {
     let mut r = rec.clone();

@@ -29,33 +29,11 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         Readiness::Ready => true,
         _ => false,
     };
-    let r = TaskRecord {
-        task: op.task.clone(),
-        manifest: None,
-        state: State::Registered,
-        revision: 1,
-        attempt: 0,
-        stalls: 0,
-        iteration: 1,
-        lease: None,
-        run_id: None,
-        executor: None,
-        current_step: 0,
-        evidence: Default::default(),
-        error: None,
-        metadata: Default::default(),
-        closure: None,
-        created_at: now,
-        deadline_from: None,
-        started_at: None,
-        finished_at: None,
-        updated_at: now,
-        node: Some(Node {
-            spec: spec.clone(),
-            ready_at: ready.then_some(now),
-        }),
-        dependents: Vec::new(),
-    };
+    let mut r = first_record(&op.task, State::Registered, now);
+    r.node = Some(Node {
+        spec: spec.clone(),
+        ready_at: ready.then_some(now),
+    });
     let mut events = vec![
         draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
             "queue": spec.queue,

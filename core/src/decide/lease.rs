@@ -209,38 +209,17 @@ pub(super) fn create_bare(
         Ok(t) => t,
         Err(e) => return Verdict::Invalid(e),
     };
-    let r = TaskRecord {
-        task: op.task.clone(),
-        manifest: None,
-        state: State::Claimed,
-        revision: 1,
+    let mut r = first_record(&op.task, State::Claimed, now);
+    r.attempt = 1;
+    r.lease = Some(Lease {
+        owner: owner.clone(),
         attempt: 1,
-        stalls: 0,
-        iteration: 1,
-        lease: Some(Lease {
-            owner: owner.clone(),
-            attempt: 1,
-            fence: PENDING_FENCE,
-            expires_at,
-            claimed_at: now,
-            expired: false,
-            lock_delay_ms: lock_delay_of(None, &op.request),
-        }),
-        run_id: None,
-        executor: None,
-        current_step: 0,
-        evidence: Default::default(),
-        error: None,
-        metadata: Default::default(),
-        closure: None,
-        created_at: now,
-        deadline_from: None,
-        started_at: None,
-        finished_at: None,
-        updated_at: now,
-        node: None,
-        dependents: Vec::new(),
-    };
+        fence: PENDING_FENCE,
+        expires_at,
+        claimed_at: now,
+        expired: false,
+        lock_delay_ms: lock_delay_of(None, &op.request),
+    });
     let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
         .details(json!({"expires_at": expires_at}));
     Verdict::Commit(finish(r, vec![e], true))

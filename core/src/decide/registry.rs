@@ -245,30 +245,10 @@ pub(super) fn create_declared(
     node: crate::graph::Node,
 ) -> Change {
     let now = op.now;
-    let r = TaskRecord {
-        task: op.task.clone(),
-        manifest: Some(manifest.clone()),
-        state: State::Declared,
-        revision: 1,
-        attempt: 0,
-        stalls: 0,
-        iteration: 1,
-        lease: None,
-        run_id: None,
-        executor: None,
-        current_step: 0,
-        evidence: Default::default(),
-        error: None,
-        metadata: Default::default(),
-        closure: None,
-        created_at: now,
-        deadline_from: Some(now),
-        started_at: None,
-        finished_at: None,
-        updated_at: now,
-        node: Some(node),
-        dependents: Vec::new(),
-    };
+    let mut r = first_record(&op.task, State::Declared, now);
+    r.manifest = Some(manifest.clone());
+    r.deadline_from = Some(now);
+    r.node = Some(node);
     let mut details = json!({"source_oid": manifest.source_oid});
     if !manifest.depends_on.is_empty() {
         details["depends_on"] = json!(manifest.depends_on);
