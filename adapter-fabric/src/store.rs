@@ -580,8 +580,12 @@ impl FabricStore {
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
             if Self::is_graph(&op, record, &d) {
-                // It reads or changes other tasks: one transaction over all of them.
-                let mut ds = self.apply_group(std::slice::from_ref(&op), false).await?;
+                // It reads or changes other tasks: one transaction over all
+                // of them, starting from the record just read.
+                let seed = std::collections::BTreeMap::from([(op.task.clone(), found)]);
+                let mut ds = self
+                    .apply_group_from(std::slice::from_ref(&op), false, seed)
+                    .await?;
                 return ds
                     .pop()
                     .ok_or_else(|| Error::unavailable("etcd: a transaction decided nothing"));

@@ -184,10 +184,24 @@ impl FabricStore {
         ops: &[Operation],
         all_or_nothing: bool,
     ) -> Result<Vec<Decision>> {
+        self.apply_group_from(ops, all_or_nothing, BTreeMap::new())
+            .await
+    }
+
+    /// [`FabricStore::apply_group`] starting from records already read
+    /// (`seed`, read at one revision each: they are compared like the
+    /// rest), so a caller that has read its task does not read it again.
+    pub(super) async fn apply_group_from(
+        &self,
+        ops: &[Operation],
+        all_or_nothing: bool,
+        mut seed: BTreeMap<TaskId, Found>,
+    ) -> Result<Vec<Decision>> {
         let rules = self.capabilities().lease_rules();
         let start = self.next_turn();
         for attempt in 0..self.opts.max_attempts as u64 {
-            let mut cache: BTreeMap<TaskId, Found> = BTreeMap::new();
+            // The seed serves the first attempt; a lost compare reads anew.
+            let mut cache: BTreeMap<TaskId, Found> = std::mem::take(&mut seed);
             let (mut top, written, wrote, keep) = loop {
                 match dry(ops, &cache, rules, all_or_nothing)? {
                     Dry::Needs(task) => {
@@ -532,10 +546,7 @@ impl FabricStore {
                 }
             }
             q.order(&mut candidates);
-            candidates.retain(|c| {
-                (c.record.state == baton_core::State::Registered || !c.lease_live())
-                    && c.record.lane() == q.lane()
-            });
+            candidates.retain(|c| q.takeable(c));
             if candidates.is_empty() {
                 return Ok(None);
             }

@@ -46,6 +46,13 @@ impl NextQuery {
         })
     }
 
+    /// Whether `next` would try `candidate` at all: it is in the query's
+    /// lane and queues (with a run bound, if declared) and not held under
+    /// a live lease. The decision still has the last word.
+    pub fn takeable(&self, candidate: &Snapshot) -> bool {
+        !candidate.lease_live() && self.claim_for(&candidate.record).is_some()
+    }
+
     /// Puts candidates in the order `next` tries them: highest priority,
     /// then earliest ready time, then smallest id. A candidate not in the
     /// index (a held task whose lease expired) keeps its ready time.
@@ -129,7 +136,7 @@ pub fn take_next(
     let mut candidates: Vec<Snapshot> = Vec::new();
     for q in &query.queues {
         let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
-        candidates.extend(expired.into_iter().filter(|s| !s.lease_live()));
+        candidates.extend(expired.into_iter().filter(|s| query.takeable(s)));
     }
     loop {
         for (queue, after, more) in cursors.iter_mut().filter(|c| c.2) {
@@ -182,7 +189,7 @@ pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::err
             return Ok(true);
         }
         let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
-        if expired.iter().any(|s| !s.lease_live()) {
+        if expired.iter().any(|s| query.takeable(s)) {
             return Ok(true);
         }
     }
