@@ -361,7 +361,13 @@ pub fn apply_in<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<(Decision
     apply_depth(tx, op, 0)
 }
 
-fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
+/// Decides `op` on what `tx` holds, writing nothing: reads the task and
+/// the records [`crate::graph::upstream_ids`] names and calls
+/// [`crate::decide::decide_in`]. On a snapshot of durable commits only, a
+/// decision that writes nothing is the answer (a store may give it
+/// without its write lock); one that writes must be decided again inside
+/// the commit.
+pub fn decide_read<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<Decision> {
     let current = tx.load(&op.task, op.now)?;
     let ids = crate::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
     let mut found = Vec::with_capacity(ids.len());
@@ -374,7 +380,17 @@ fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result
         Some(s) => (Some(&s.record), s.judged),
         None => (None, Judged::default()),
     };
-    let mut d = crate::decide::decide_in(op, record, judged, tx.rules(), &upstream);
+    Ok(crate::decide::decide_in(
+        op,
+        record,
+        judged,
+        tx.rules(),
+        &upstream,
+    ))
+}
+
+fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
+    let mut d = decide_read(tx, op)?;
     if !d.writes() {
         return Ok((d, false));
     }

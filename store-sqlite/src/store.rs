@@ -11,8 +11,8 @@ use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
 use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, Judged, ListQuery,
-    Notification, Operation, Result, Snapshot, Store, TaskId, Timestamp, decide_in,
+    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, ListQuery, Notification,
+    Operation, Result, Snapshot, Store, TaskId, Timestamp,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -733,20 +733,7 @@ impl Inner {
                 tx,
                 wrote: false,
             };
-            let current = t.load(&op.task, op.now)?;
-            let ids =
-                baton_core::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
-            let mut found = Vec::with_capacity(ids.len());
-            for id in ids {
-                let snap = t.load(&id, op.now)?;
-                found.push((id, snap));
-            }
-            let upstream = baton_core::store::upstream_of(found, op.now);
-            let (record, judged) = match &current {
-                Some(s) => (Some(&s.record), s.judged),
-                None => (None, Judged::default()),
-            };
-            let d = decide_in(op, record, judged, t.rules(), &upstream);
+            let d = baton_core::store::decide_read(&mut t, op)?;
             Ok((!d.writes()).then_some(d))
         })
     }

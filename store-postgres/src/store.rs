@@ -1,0 +1,900 @@
+//! The Postgres store: a pool of connections on a runtime of the store's
+//! own, transactions that decide under the store-wide counter lock, and the
+//! one function that maps Postgres's errors to baton's.
+//!
+//! Core's in-commit helpers (`apply_in`, `apply_group`, `take_next`) are
+//! synchronous; they run on the committer thread (or a blocking thread),
+//! and every statement they need is sent from there and waited for on the
+//! store's runtime.
+
+use crate::options::PostgresOptions;
+use crate::schema::{CURRENT_VERSION, MIGRATIONS, lock_key};
+use async_trait::async_trait;
+use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
+use baton_core::model::{EventDraft, NotificationDraft};
+use baton_core::next::{NextSource, has_candidates, take_next};
+use baton_core::store::{Clause, Due, Txn, apply_group, apply_in, decide_read};
+use baton_core::{
+    Capabilities, ClockKind, Decision, Error, Event, Id, ListQuery, Notification, Result, Snapshot,
+    Store, TaskId, Timestamp,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use futures_util::future::{BoxFuture, FutureExt, try_join_all};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{IsolationLevel, NoTls};
+
+/// The database server's clock, in milliseconds since the epoch.
+const SERVER_NOW: &str = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// A baton store in one Postgres schema. Clones share the pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+    /// `None` when group commit is off.
+    committer: Option<Arc<GroupCommitter>>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("store", &self.inner.name)
+            .field("group_commit", &self.committer.is_some())
+            .finish()
+    }
+}
+
+/// The store's own runtime, for the driver's connections: it lives as
+/// long as the store, whatever runtime (or none) its callers use, and is
+/// shut down without blocking, so dropping the store inside an async task
+/// is fine.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+struct Inner {
+    name: String,
+    pool: Pool,
+    handle: tokio::runtime::Handle,
+    min_ttl_ms: u64,
+    commits: AtomicU64,
+    write_transactions: AtomicU64,
+    // Last: dropped after the pool, whose connections run on it.
+    _rt: OwnRuntime,
+}
+
+/// Where a failure happened, which decides what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Before the commit was sent: nothing was applied.
+    Before,
+    /// While the commit was on its way: it may have been applied.
+    Commit,
+}
+
+/// What failed.
+enum Cause<'a> {
+    Db(&'a tokio_postgres::Error),
+    Pool(&'a PoolError),
+}
+
+/// The one place Postgres's failures become baton's errors.
+fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
+    let e = match cause {
+        Cause::Pool(PoolError::Backend(e)) => e,
+        Cause::Pool(PoolError::Timeout(_)) => {
+            return Error::unavailable(format!(
+                "{name}: no connection to the database server within the connect timeout (is it running and reachable?)"
+            ));
+        }
+        Cause::Pool(other) => {
+            return Error::unavailable(format!("{name}: no connection: {other}"));
+        }
+        Cause::Db(e) => e,
+    };
+    let Some(db) = e.as_db_error() else {
+        // No answer from the server: the connection broke or never came up.
+        return if at == At::Commit {
+            Error::indeterminate(format!(
+                "{name}: the connection was lost while the commit was on its way; it may or may not have been applied: read the task before anything else ({e})"
+            ))
+        } else {
+            Error::unavailable(format!(
+                "{name}: cannot reach the database server ({e}); nothing was applied"
+            ))
+        };
+    };
+    let code = db.code();
+    let msg = db.message();
+    let detail = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        format!("the server is read-only (a replica, or default_transaction_read_only) ({msg})")
+    } else if *code == SqlState::QUERY_CANCELED {
+        format!(
+            "a statement ran past statement_timeout (another writer holds the store's lock, or the server is slow) ({msg})"
+        )
+    } else if *code == SqlState::LOCK_NOT_AVAILABLE {
+        format!("a lock wait ran past its timeout ({msg})")
+    } else if [
+        SqlState::ADMIN_SHUTDOWN,
+        SqlState::CRASH_SHUTDOWN,
+        SqlState::CANNOT_CONNECT_NOW,
+    ]
+    .contains(code)
+    {
+        format!("the server is shutting down or starting up ({msg})")
+    } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+    {
+        format!("the transaction was aborted by the server; retry ({msg})")
+    } else if *code == SqlState::INVALID_PASSWORD
+        || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    {
+        format!("the server refused the login ({msg})")
+    } else if *code == SqlState::INVALID_CATALOG_NAME {
+        format!("the database does not exist ({msg})")
+    } else if *code == SqlState::DISK_FULL {
+        format!("the server's disk is full ({msg})")
+    } else if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_COLUMN {
+        return Error::corrupt(format!(
+            "{name}: the schema is not the one baton wrote ({msg})"
+        ));
+    } else {
+        format!("{msg} (SQLSTATE {})", code.code())
+    };
+    // The server answered with an error, so the transaction did not commit.
+    Error::unavailable(format!("{name}: {detail}; nothing was applied"))
+}
+
+impl PostgresStore {
+    /// Connects, creates the schema or migrates it forward (under an
+    /// advisory lock), and checks that it is one this build can use.
+    pub async fn open(options: PostgresOptions) -> Result<PostgresStore> {
+        let name = options.name();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("baton-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::unavailable(format!("{name}: cannot start a runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let rt = OwnRuntime(Some(rt));
+        let mut config = options.config.clone();
+        let timeout_ms = options.statement_timeout.as_millis();
+        config.options(format!(
+            "-c search_path={schema} -c synchronous_commit=on -c statement_timeout={timeout_ms} \
+             -c idle_in_transaction_session_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed",
+            schema = options.schema
+        ));
+        config.connect_timeout(options.connect_timeout);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| Error::unavailable(format!("{name}: cannot build the pool: {e}")))?;
+        let inner = Arc::new(Inner {
+            name: name.clone(),
+            pool,
+            handle,
+            min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
+            commits: AtomicU64::new(0),
+            write_transactions: AtomicU64::new(0),
+            _rt: rt,
+        });
+        let schema = options.schema.clone();
+        let i = inner.clone();
+        inner.spawn(async move { i.migrate(&schema).await }).await?;
+        let committer = if options.group_commit {
+            let i = inner.clone();
+            Some(Arc::new(GroupCommitter::start(
+                name,
+                "baton-postgres-commit",
+                move |jobs: &[Job]| i.commit_jobs(jobs),
+            )?))
+        } else {
+            None
+        };
+        Ok(PostgresStore { inner, committer })
+    }
+
+    /// Parses a store URL ([`PostgresOptions::from_url`]) and opens it.
+    pub async fn open_url(url: &str) -> Result<PostgresStore> {
+        PostgresStore::open(PostgresOptions::from_url(url)?).await
+    }
+
+    /// How many write transactions this handle has begun (committed or not).
+    pub fn write_transactions(&self) -> u64 {
+        self.inner.write_transactions.load(Ordering::Relaxed)
+    }
+
+    async fn job(&self, job: Job) -> Result<Answer> {
+        match &self.committer {
+            // The committer answers only after the commit holding this decision is durable.
+            Some(c) => c.submit_job(job).await,
+            None => {
+                let inner = self.inner.clone();
+                let name = inner.name.clone();
+                let h = inner.handle.clone();
+                h.spawn_blocking(move || {
+                    isolate(&name, || {
+                        inner
+                            .commit_jobs(std::slice::from_ref(&job))?
+                            .pop()
+                            .ok_or_else(|| {
+                                Error::unavailable("postgres: a commit answered nothing")
+                            })
+                    })
+                })
+                .await
+                .map_err(|e| Error::unavailable(format!("postgres worker thread failed: {e}")))?
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `f` on the store's runtime and waits for it from any runtime.
+    async fn spawn<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.handle
+            .spawn(f)
+            .await
+            .map_err(|e| Error::unavailable(format!("{}: a store task failed: {e}", self.name)))?
+    }
+
+    /// Waits for `f` on the store's runtime from a thread outside it (the
+    /// committer, a blocking thread).
+    fn wait<T>(&self, f: impl Future<Output = T>) -> T {
+        self.handle.block_on(f)
+    }
+
+    fn db(&self, e: &tokio_postgres::Error) -> Error {
+        classify(&self.name, Cause::Db(e), At::Before)
+    }
+
+    async fn client(&self) -> Result<Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| classify(&self.name, Cause::Pool(&e), At::Before))
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
+        serde_json::from_str(json).map_err(|e| {
+            Error::corrupt(format!("{}: a stored row does not decode: {e}", self.name))
+        })
+    }
+
+    fn stored_u64(&self, what: &str, n: i64) -> Result<u64> {
+        u64::try_from(n)
+            .map_err(|_| Error::corrupt(format!("{}: {what} is negative ({n})", self.name)))
+    }
+
+    async fn migrate(&self, schema: &str) -> Result<()> {
+        let mut client = self.client().await?;
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let tx = client.transaction().await.map_err(err)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)])
+            .await
+            .map_err(err)?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};
+             CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+                 id integer PRIMARY KEY CHECK (id = 1),
+                 version integer NOT NULL,
+                 written_by text NOT NULL
+             );"
+        ))
+        .await
+        .map_err(err)?;
+        let version: i32 = tx
+            .query_opt(
+                &format!("SELECT version FROM {schema}.schema_version WHERE id = 1"),
+                &[],
+            )
+            .await
+            .map_err(err)?
+            .map_or(0, |r| r.get(0));
+        if version > CURRENT_VERSION {
+            return Err(Error::unsupported(format!(
+                "{}: the schema was written by a newer baton (version {version}; this build knows {CURRENT_VERSION}); upgrade baton",
+                self.name
+            )));
+        }
+        let from = usize::try_from(version).unwrap_or(0);
+        for sql in &MIGRATIONS[from..] {
+            tx.batch_execute(&format!("SET LOCAL search_path TO {schema};\n{sql}"))
+                .await
+                .map_err(err)?;
+        }
+        if from < MIGRATIONS.len() {
+            tx.execute(
+                &format!(
+                    "INSERT INTO {schema}.schema_version (id, version, written_by) VALUES (1, $1, $2)
+                     ON CONFLICT (id) DO UPDATE SET version = excluded.version, written_by = excluded.written_by"
+                ),
+                &[&CURRENT_VERSION, &concat!("baton ", env!("CARGO_PKG_VERSION"))],
+            )
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)
+    }
+
+    /// Decides `jobs` in order inside one transaction under the counter
+    /// lock and commits once; returns after the commit is durable. If
+    /// anything fails, nothing is applied.
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
+        let mut client = self.wait(self.client())?;
+        // A batch a snapshot answers whole writes nothing: no lock taken.
+        let answered = self.answer_on_snapshot(&mut client, jobs)?;
+        if answered.len() == jobs.len() {
+            return Ok(answered);
+        }
+        self.write_transactions.fetch_add(1, Ordering::Relaxed);
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let tx = self.wait(client.transaction()).map_err(err)?;
+        let row = self
+            .wait(tx.query_one(
+                &format!(
+                    "SELECT fence, event_seq, outbox_seq, {SERVER_NOW} FROM counters WHERE id = 1 FOR UPDATE"
+                ),
+                &[],
+            ))
+            .map_err(err)?;
+        let now = Timestamp(row.get(3));
+        let mut t = PgTx {
+            inner: self,
+            tx: &tx,
+            fence: row.get(0),
+            event_seq: row.get(1),
+            outbox_seq: row.get(2),
+            wrote: false,
+        };
+        let mut answers = Vec::with_capacity(jobs.len());
+        let mut keep = true;
+        for job in jobs {
+            answers.push(match at(job, now) {
+                Job::One(op) => Answer::One(apply_in(&mut t, &op)?.0),
+                Job::Next(q) => Answer::Next(take_next(&q, &mut t)?),
+                Job::All(ops) => {
+                    let (ds, ok) = apply_group(&mut t, &ops)?;
+                    keep &= ok;
+                    Answer::All(ds)
+                }
+            });
+        }
+        if t.wrote && keep {
+            self.wait(tx.execute(
+                "UPDATE counters SET fence = $1, event_seq = $2, outbox_seq = $3 WHERE id = 1",
+                &[&t.fence, &t.event_seq, &t.outbox_seq],
+            ))
+            .map_err(err)?;
+            self.wait(tx.commit())
+                .map_err(|e| classify(&self.name, Cause::Db(&e), At::Commit))?;
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Nothing to keep: roll back, which also frees the lock.
+            self.wait(tx.rollback()).map_err(err)?;
+        }
+        Ok(answers)
+    }
+
+    /// The answers a read snapshot gives for the leading jobs of a batch
+    /// whose decisions write nothing (a refusal with nothing to record, an
+    /// acknowledgement, bad input), decided at the server's time. Sound
+    /// because a commit becomes visible only after its log is flushed
+    /// (`synchronous_commit=on`), and the snapshot is taken after the
+    /// request arrived.
+    fn answer_on_snapshot(&self, client: &mut Object, jobs: &[Job]) -> Result<Vec<Answer>> {
+        let mut answered = Vec::new();
+        if !matches!(jobs.first(), Some(Job::One(_))) {
+            return Ok(answered);
+        }
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let tx = self
+            .wait(
+                client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start(),
+            )
+            .map_err(err)?;
+        let now: i64 = self
+            .wait(tx.query_one(&format!("SELECT {SERVER_NOW}"), &[]))
+            .map_err(err)?
+            .get(0);
+        let mut t = PgTx {
+            inner: self,
+            tx: &tx,
+            fence: 0,
+            event_seq: 0,
+            outbox_seq: 0,
+            wrote: false,
+        };
+        for job in jobs {
+            let Job::One(op) = at(job, Timestamp(now)) else {
+                break;
+            };
+            let d = decide_read(&mut t, &op)?;
+            if d.writes() {
+                break;
+            }
+            answered.push(Answer::One(d));
+        }
+        self.wait(tx.commit()).map_err(err)?;
+        Ok(answered)
+    }
+
+    /// Whether `next` has any candidate, on a read snapshot at the
+    /// server's time.
+    fn has_candidates(&self, mut q: NextQuery) -> Result<bool> {
+        let mut client = self.wait(self.client())?;
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let tx = self
+            .wait(
+                client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start(),
+            )
+            .map_err(err)?;
+        q.now = Timestamp(
+            self.wait(tx.query_one(&format!("SELECT {SERVER_NOW}"), &[]))
+                .map_err(err)?
+                .get(0),
+        );
+        let mut t = PgTx {
+            inner: self,
+            tx: &tx,
+            fence: 0,
+            event_seq: 0,
+            outbox_seq: 0,
+            wrote: false,
+        };
+        let any = has_candidates(&q, &mut t)?;
+        self.wait(tx.commit()).map_err(err)?;
+        Ok(any)
+    }
+
+    async fn server_now(&self, client: &Object) -> Result<Timestamp> {
+        let row = client
+            .query_one(&format!("SELECT {SERVER_NOW}"), &[])
+            .await
+            .map_err(|e| self.db(&e))?;
+        Ok(Timestamp(row.get(0)))
+    }
+
+    async fn read(&self, task: &TaskId) -> Result<Option<Snapshot>> {
+        let client = self.client().await?;
+        let st = client
+            .prepare_cached(&format!(
+                "SELECT (SELECT record FROM tasks WHERE task_id = $1), {SERVER_NOW}"
+            ))
+            .await
+            .map_err(|e| self.db(&e))?;
+        let row = client
+            .query_one(&st, &[&task.as_str()])
+            .await
+            .map_err(|e| self.db(&e))?;
+        let json: Option<String> = row.get(0);
+        let now = Timestamp(row.get(1));
+        json.map(|j| Ok(Snapshot::at(self.decode(&j)?, now)))
+            .transpose()
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Vec<Snapshot>> {
+        let client = self.client().await?;
+        let now = self.server_now(&client).await?;
+        let after = q.after.as_ref().map_or("", |a| a.as_str()).to_owned();
+        let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+        let n = now.as_millis();
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let mut found = Vec::new();
+        match &q.clauses {
+            None => {
+                let st = client
+                    .prepare_cached(
+                        "SELECT task_id, record FROM tasks WHERE task_id > $1 ORDER BY task_id LIMIT $2",
+                    )
+                    .await
+                    .map_err(err)?;
+                found.extend(client.query(&st, &[&after, &limit]).await.map_err(err)?);
+            }
+            Some(clauses) => {
+                for Clause { state, due } in clauses {
+                    let s = state.as_str();
+                    let cond = match due {
+                        Due::Any => "",
+                        Due::NotYet => "AND (due_at IS NULL OR due_at > $4)",
+                        Due::Passed => "AND due_at <= $4",
+                    };
+                    let st = client
+                        .prepare_cached(&format!(
+                            "SELECT task_id, record FROM tasks WHERE state = $1 AND task_id > $2 {cond}
+                             ORDER BY task_id LIMIT $3"
+                        ))
+                        .await
+                        .map_err(err)?;
+                    let rows = if *due == Due::Any {
+                        client.query(&st, &[&s, &after, &limit]).await
+                    } else {
+                        client.query(&st, &[&s, &after, &limit, &n]).await
+                    };
+                    found.extend(rows.map_err(err)?);
+                }
+            }
+        }
+        let mut rows: Vec<(String, String)> =
+            found.into_iter().map(|r| (r.get(0), r.get(1))).collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.dedup_by(|a, b| a.0 == b.0);
+        rows.truncate(q.limit);
+        rows.into_iter()
+            .map(|(_, json)| Ok(Snapshot::at(self.decode(&json)?, now)))
+            .collect()
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let client = self.client().await?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let rows = match task {
+            Some(t) => {
+                let st = client
+                    .prepare_cached(
+                        "SELECT seq, count, body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                    )
+                    .await
+                    .map_err(err)?;
+                client.query(&st, &[&t.as_str(), &after, &limit]).await
+            }
+            None => {
+                let st = client
+                    .prepare_cached("SELECT seq, count, body FROM events WHERE seq > $1 ORDER BY seq LIMIT $2")
+                    .await
+                    .map_err(err)?;
+                client.query(&st, &[&after, &limit]).await
+            }
+        }
+        .map_err(err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let draft: EventDraft = self.decode(r.get(2))?;
+            let mut e = Event::from_draft(self.stored_u64("an event sequence", r.get(0))?, draft);
+            e.count = self.stored_u64("an event count", r.get(1))?;
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let client = self.client().await?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let st = client
+            .prepare_cached(
+                "SELECT seq, body FROM outbox WHERE acked_at IS NULL AND seq > $1 ORDER BY seq LIMIT $2",
+            )
+            .await
+            .map_err(err)?;
+        let rows = client.query(&st, &[&after, &limit]).await.map_err(err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let draft: NotificationDraft = self.decode(r.get(1))?;
+            out.push(Notification::from_draft(
+                self.stored_u64("an outbox sequence", r.get(0))?,
+                draft,
+            ));
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, ids: &[String], now: Timestamp) -> Result<u64> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE outbox SET acked_at = $2 WHERE intent_id = ANY($1) AND acked_at IS NULL",
+                &[&ids, &now.as_millis()],
+            )
+            .await
+            .map_err(|e| classify(&self.name, Cause::Db(&e), At::Commit))?;
+        Ok(n)
+    }
+}
+
+/// `job` as decided at `now` (the server's time).
+fn at(job: &Job, now: Timestamp) -> Job {
+    match job.clone() {
+        Job::One(mut op) => {
+            op.now = now;
+            Job::One(op)
+        }
+        Job::All(mut ops) => {
+            for op in &mut ops {
+                op.now = now;
+            }
+            Job::All(ops)
+        }
+        Job::Next(mut q) => {
+            q.now = now;
+            Job::Next(q)
+        }
+    }
+}
+
+/// One open transaction, as core's commit helpers see it. The counters
+/// are read with the lock and written back once before the commit.
+struct PgTx<'a> {
+    inner: &'a Inner,
+    tx: &'a deadpool_postgres::Transaction<'a>,
+    fence: i64,
+    event_seq: i64,
+    outbox_seq: i64,
+    wrote: bool,
+}
+
+impl PgTx<'_> {
+    fn records(
+        &self,
+        sql: &str,
+        p: &[&(dyn ToSql + Sync)],
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let inner = self.inner;
+        let rows = inner
+            .wait(async {
+                let st = self.tx.prepare_cached(sql).await?;
+                self.tx.query(&st, p).await
+            })
+            .map_err(|e| inner.db(&e))?;
+        rows.into_iter()
+            .map(|r| Ok(Snapshot::at(inner.decode(r.get(0))?, now)))
+            .collect()
+    }
+}
+
+impl Txn for PgTx<'_> {
+    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        let mut found = self.records(
+            "SELECT record FROM tasks WHERE task_id = $1",
+            &[&task.as_str()],
+            now,
+        )?;
+        Ok(found.pop())
+    }
+
+    fn rules(&self) -> baton_core::LeaseRules {
+        baton_core::LeaseRules {
+            granularity_ms: 1,
+            min_ms: self.inner.min_ttl_ms,
+        }
+    }
+
+    /// Sends every statement of `d` at once (pipelined) and waits for all.
+    fn write(&mut self, d: &mut Decision) -> Result<()> {
+        self.wrote = true;
+        if d.mints_fence() {
+            self.fence += 1;
+            let fence = self.inner.stored_u64("the fence counter", self.fence)?;
+            d.assign_fence(fence);
+        }
+        let record = match d.record_to_write() {
+            Some(r) => Some((
+                r.task.as_str().to_owned(),
+                r.state.as_str(),
+                r.due_at().map(|t| t.as_millis()),
+                i64::try_from(r.revision).unwrap_or(i64::MAX),
+                encode(r)?,
+                r.ready_entry().map(|e| e.key()),
+                r.held_key(),
+            )),
+            None => None,
+        };
+        let mut events = Vec::new();
+        for e in d.events() {
+            self.event_seq += 1;
+            events.push((
+                self.event_seq,
+                e.task.as_str().to_owned(),
+                e.kind.as_str(),
+                e.conflict_key.clone(),
+                encode(e)?,
+            ));
+        }
+        let mut notes = Vec::new();
+        for n in d.notifications() {
+            self.outbox_seq += 1;
+            notes.push((
+                self.outbox_seq,
+                n.intent_id.clone(),
+                n.task.as_str().to_owned(),
+                encode(n)?,
+            ));
+        }
+        let tx = self.tx;
+        let inner = self.inner;
+        inner
+            .wait(async {
+                let upsert = tx
+                    .prepare_cached(
+                        "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, due_at = excluded.due_at,
+                         revision = excluded.revision, record = excluded.record,
+                         ready_key = excluded.ready_key, held_key = excluded.held_key",
+                    )
+                    .await?;
+                // A repeated conflict (same task and key) counts on the first event.
+                let event = tx
+                    .prepare_cached(
+                        "INSERT INTO events (seq, task_id, kind, conflict_key, body) VALUES ($1, $2, $3, $4, $5)
+                         ON CONFLICT (task_id, conflict_key) WHERE conflict_key IS NOT NULL
+                         DO UPDATE SET count = events.count + 1",
+                    )
+                    .await?;
+                let note = tx
+                    .prepare_cached(
+                        "INSERT INTO outbox (seq, intent_id, task_id, body) VALUES ($1, $2, $3, $4)",
+                    )
+                    .await?;
+                let mut sent: Vec<BoxFuture<'_, std::result::Result<u64, tokio_postgres::Error>>> =
+                    Vec::new();
+                if let Some((task, state, due, rev, json, ready, held)) = &record {
+                    let p: Vec<&(dyn ToSql + Sync)> = vec![task, state, due, rev, json, ready, held];
+                    sent.push(tx.execute_raw(&upsert, p).boxed());
+                }
+                for (seq, task, kind, key, body) in &events {
+                    let p: Vec<&(dyn ToSql + Sync)> = vec![seq, task, kind, key, body];
+                    sent.push(tx.execute_raw(&event, p).boxed());
+                }
+                for (seq, intent, task, body) in &notes {
+                    let p: Vec<&(dyn ToSql + Sync)> = vec![seq, intent, task, body];
+                    sent.push(tx.execute_raw(&note, p).boxed());
+                }
+                try_join_all(sent).await
+            })
+            .map_err(|e| inner.db(&e))?;
+        Ok(())
+    }
+}
+
+impl NextSource for PgTx<'_> {
+    fn ready(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        after: Option<&ReadyEntry>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let prefix = ReadyEntry::prefix(lane, queue);
+        let from = after.map_or_else(|| prefix.clone(), ReadyEntry::key);
+        let end = prefix_end(&prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.records(
+            "SELECT record FROM tasks WHERE ready_key > $1 AND ready_key < $2 ORDER BY ready_key LIMIT $3",
+            &[&from, &end, &limit],
+            now,
+        )
+    }
+
+    fn expired(
+        &mut self,
+        lane: Lane,
+        queue: &Id,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let (start, end) = held_range(lane, queue, now);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.records(
+            "SELECT record FROM tasks WHERE held_key > $1 AND held_key < $2 ORDER BY held_key LIMIT $3",
+            &[&start, &end, &limit],
+            now,
+        )
+    }
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // Every deadline is judged by the database server's clock.
+            clock: ClockKind::Engine,
+            durable: true,
+            multi_process: true,
+            min_ttl_ms: self.inner.min_ttl_ms,
+            ttl_granularity_ms: 1,
+        }
+    }
+
+    async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
+        let (i, task) = (self.inner.clone(), task.clone());
+        self.inner.spawn(async move { i.read(&task).await }).await
+    }
+
+    async fn apply(&self, op: baton_core::Operation) -> Result<Decision> {
+        self.job(Job::One(op)).await?.into_one()
+    }
+
+    async fn apply_all(&self, ops: Vec<baton_core::Operation>) -> Result<Vec<Decision>> {
+        self.job(Job::All(ops)).await?.into_all()
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        // Nothing to offer on a snapshot (durable commits only): that is
+        // the answer, without the lock.
+        let (i, q) = (self.inner.clone(), query.clone());
+        let h = self.inner.handle.clone();
+        let any = h
+            .spawn_blocking(move || i.has_candidates(q))
+            .await
+            .map_err(|e| Error::unavailable(format!("postgres worker thread failed: {e}")))??;
+        if !any {
+            return Ok(None);
+        }
+        self.job(Job::Next(query.clone())).await?.into_next()
+    }
+
+    fn commits(&self) -> Option<u64> {
+        Some(self.inner.commits.load(Ordering::Relaxed))
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        let (i, q) = (self.inner.clone(), query.clone());
+        self.inner.spawn(async move { i.list(&q).await }).await
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let (i, task) = (self.inner.clone(), task.cloned());
+        self.inner
+            .spawn(async move { i.events(task.as_ref(), after, limit).await })
+            .await
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let i = self.inner.clone();
+        self.inner
+            .spawn(async move { i.pending(after, limit).await })
+            .await
+    }
+
+    async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
+        let (i, ids) = (self.inner.clone(), intent_ids.to_vec());
+        self.inner
+            .spawn(async move { i.ack(&ids, now).await })
+            .await
+    }
+}
