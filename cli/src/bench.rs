@@ -203,7 +203,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     if args.processes && !a.store().capabilities().multi_process {
         return Err(Error::invalid(
             "store",
-            "--processes needs a store several processes can open at once (sqlite:, etcd://)",
+            "--processes needs a store several processes can open at once (sqlite:, etcd://, postgres://)",
         ));
     }
     let dir = store_dir(store);

@@ -31,6 +31,8 @@ pub enum StoreUrl {
         /// The deadline of every call to the cluster (default 3s).
         timeout: Option<Duration>,
     },
+    /// `postgres://...`: checked and parsed by the Postgres store itself.
+    Postgres { url: String },
     /// `fault`: every write fails so (for testing how callers handle it).
     Memory {
         fault: Option<baton_core::fault::Fault>,
@@ -73,6 +75,11 @@ impl StoreUrl {
     /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory:`.
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
         let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres {
+                url: url.to_owned(),
+            });
+        }
         if let Some(rest) = url.strip_prefix("etcd://") {
             let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
             let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -109,7 +116,7 @@ impl StoreUrl {
         }
         let Some((scheme, rest)) = url.split_once(':') else {
             return Err(bad(
-                "a store URL is sqlite:PATH, sled:PATH, etcd://HOSTS/PREFIX or memory:",
+                "a store URL is sqlite:PATH, sled:PATH, etcd://HOSTS/PREFIX, postgres://USER@HOST/DB or memory:",
             ));
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -150,14 +157,19 @@ impl StoreUrl {
             )),
             "memory" => Ok(StoreUrl::Memory { fault }),
             other => Err(bad(&format!(
-                "unknown store scheme {other:?}; use sqlite:, sled:, etcd:// or memory:"
+                "unknown store scheme {other:?}; use sqlite:, sled:, etcd://, postgres:// or memory:"
             ))),
         }
     }
 }
 
 #[cfg_attr(
-    all(feature = "sqlite", feature = "sled", feature = "fabric"),
+    all(
+        feature = "sqlite",
+        feature = "sled",
+        feature = "fabric",
+        feature = "postgres"
+    ),
     allow(dead_code)
 )]
 fn compiled_out(feature: &str, scheme: &str) -> Error {
@@ -246,6 +258,12 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         }
         #[cfg(not(feature = "fabric"))]
         StoreUrl::Etcd { .. } => Err(compiled_out("fabric", "etcd://")),
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres { url } => Ok(Arc::new(
+            baton_store_postgres::PostgresStore::open_url(&url).await?,
+        )),
+        #[cfg(not(feature = "postgres"))]
+        StoreUrl::Postgres { .. } => Err(compiled_out("postgres", "postgres://")),
     }
 }
 

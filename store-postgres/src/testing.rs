@@ -163,6 +163,8 @@ impl PgCluster {
             "-c max_connections=200".to_owned(),
             "-c fsync=on".to_owned(),
             "-c shared_buffers=64MB".to_owned(),
+            // For the test that fences follow commit order.
+            "-c track_commit_timestamp=on".to_owned(),
         ];
         // The server runs under a watcher: when this test process is gone,
         // the server is stopped at once and its directory removed.
@@ -221,6 +223,11 @@ impl PgCluster {
     /// Runs `sql` through `psql`; its output (unaligned, tuples only), or
     /// `None` when it failed.
     pub fn try_sql(&self, sql: &str) -> Option<String> {
+        self.try_sql_in("postgres", sql)
+    }
+
+    /// [`PgCluster::try_sql`] in database `db`.
+    pub fn try_sql_in(&self, db: &str, sql: &str) -> Option<String> {
         let psql = if self.bin.join("psql").exists() {
             self.bin.join("psql")
         } else {
@@ -228,20 +235,15 @@ impl PgCluster {
         };
         let out = Command::new(psql)
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args([
-                "-U",
-                "baton",
-                "-d",
-                "postgres",
-                "-At",
-                "-v",
-                "ON_ERROR_STOP=1",
-            ])
+            .args(["-U", "baton", "-d", db, "-At", "-v", "ON_ERROR_STOP=1"])
             .args(["-c", sql])
             .env("PGCONNECT_TIMEOUT", "2")
             .stderr(Stdio::piped())
             .output()
             .ok()?;
+        if !out.status.success() {
+            eprintln!("psql: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
@@ -251,6 +253,12 @@ impl PgCluster {
     pub fn sql(&self, sql: &str) -> String {
         self.try_sql(sql)
             .unwrap_or_else(|| panic!("psql failed on {sql:?}"))
+    }
+
+    /// [`PgCluster::sql`] in database `db`.
+    pub fn sql_in(&self, db: &str, sql: &str) -> String {
+        self.try_sql_in(db, sql)
+            .unwrap_or_else(|| panic!("psql failed on {sql:?} in {db}"))
     }
 
     /// Stops the server the way a crash does (`SIGQUIT`: no checkpoint;

@@ -1,0 +1,216 @@
+//! Failing closed on a real server: the server down, a read-only server, a
+//! statement past its timeout, a schema from a newer baton; each answers
+//! without granting, and the same store works again once the fault is gone.
+//! Also: processes opening a fresh database at once do not race.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use baton_core::{Authority, ErrorKind, Id, Store, SystemClock};
+use baton_store_postgres::PostgresStore;
+use baton_store_postgres::testing::PgCluster;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn id(s: &str) -> Id {
+    Id::parse("task", s).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn open(rt: &tokio::runtime::Runtime, url: &str) -> Authority<PostgresStore> {
+    let s = rt.block_on(PostgresStore::open_url(url)).unwrap();
+    Authority::new(s, Arc::new(SystemClock))
+}
+
+/// Ends every session of baton's on `db` (a failover, an operator's kill).
+fn drop_sessions(pg: &PgCluster, db: &str) {
+    pg.sql(&format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+    ));
+}
+
+/// Claims `task` until it is granted (the pool may need a try to notice a
+/// broken connection), for at most 10 s.
+fn claim_eventually(rt: &tokio::runtime::Runtime, a: &Authority<PostgresStore>, task: &str) {
+    let start = Instant::now();
+    loop {
+        match rt.block_on(a.claim(&id(task), &id("w"), Some(60_000))) {
+            Ok(r) if r.grant().is_some() => return,
+            Ok(r) => panic!("{task}: {r:?}"),
+            Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{task}: the store did not recover: {e}"),
+        }
+    }
+}
+
+/// Reads `task` (a pooled connection the fault broke fails once, closed:
+/// read again) and checks that no one holds it.
+fn not_held(rt: &tokio::runtime::Runtime, a: &Authority<PostgresStore>, task: &str) {
+    for _ in 0..20 {
+        match rt.block_on(a.get(&id(task))) {
+            Ok(r) => {
+                let held = r.is_some_and(|r| r.lease.is_some());
+                assert!(!held, "{task} was granted during the fault");
+                return;
+            }
+            Err(e) => {
+                assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    panic!("{task} could not be read after the fault");
+}
+
+#[test]
+fn faults_answer_unavailable_grant_nothing_and_heal() {
+    let Some(mut pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let rt = rt();
+    pg.sql("CREATE DATABASE faults");
+    let url = format!(
+        "postgres://baton@127.0.0.1:{}/faults?schema=f&statement_timeout=400ms&connect_timeout=1s",
+        pg.port
+    );
+    let a = open(&rt, &url);
+    claim_eventually(&rt, &a, "before");
+
+    // A read-only server (a replica, or default_transaction_read_only).
+    pg.sql("ALTER DATABASE faults SET default_transaction_read_only = on");
+    drop_sessions(&pg, "faults");
+    let mut saw_read_only = false;
+    for _ in 0..5 {
+        let e = rt
+            .block_on(a.claim(&id("ro"), &id("w"), Some(60_000)))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        if e.message.contains("read-only") {
+            saw_read_only = true;
+            break;
+        }
+    }
+    assert!(saw_read_only, "no claim named the read-only server");
+    pg.sql("ALTER DATABASE faults RESET default_transaction_read_only");
+    drop_sessions(&pg, "faults");
+    not_held(&rt, &a, "ro");
+    claim_eventually(&rt, &a, "ro");
+
+    // A statement past statement_timeout: another session holds the
+    // store's lock for longer than the timeout.
+    let holder = std::thread::spawn({
+        let port = pg.port;
+        move || {
+            std::process::Command::new("psql")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "baton",
+                    "-d",
+                    "faults",
+                ])
+                .args([
+                    "-c",
+                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep(2); COMMIT;",
+                ])
+                .output()
+                .unwrap()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let e = rt
+        .block_on(a.claim(&id("slow"), &id("w"), Some(60_000)))
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("statement_timeout"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(holder.join().unwrap().status.success());
+    not_held(&rt, &a, "slow");
+    claim_eventually(&rt, &a, "slow");
+
+    // The server down: answered at once (connect timeout), nothing granted;
+    // the same store handle works once the server is back.
+    pg.crash();
+    let started = Instant::now();
+    let e = rt
+        .block_on(a.claim(&id("down"), &id("w"), Some(60_000)))
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = rt.block_on(a.get(&id("before"))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    pg.restart();
+    claim_eventually(&rt, &a, "down");
+    not_held(&rt, &a, "never");
+    let before = rt.block_on(a.get(&id("before"))).unwrap().unwrap();
+    assert!(
+        before.lease.is_some(),
+        "the grant before the crash survived it"
+    );
+
+    // A schema written by a newer baton: refused on open, untouched.
+    pg.sql_in("faults", "UPDATE f.schema_version SET version = 99");
+    let e = rt.block_on(PostgresStore::open_url(&url)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+    assert!(e.message.contains("newer baton"), "{e}");
+    assert_eq!(
+        pg.sql_in("faults", "SELECT version FROM f.schema_version"),
+        "99"
+    );
+    pg.sql_in("faults", "UPDATE f.schema_version SET version = 1");
+    drop(a);
+}
+
+#[test]
+fn processes_opening_a_fresh_database_at_once_do_not_race() {
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let url = pg.url("fresh");
+    // Eight openers with pools of their own, released together.
+    let go = Arc::new(std::sync::Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let (url, go) = (url.clone(), go.clone());
+            std::thread::spawn(move || {
+                let rt = rt();
+                go.wait();
+                let s = rt.block_on(PostgresStore::open_url(&url)).unwrap();
+                let a = Authority::new(s, Arc::new(SystemClock));
+                let r = rt
+                    .block_on(a.claim(&id(&format!("t{i}")), &id("w"), Some(60_000)))
+                    .unwrap();
+                r.grant().unwrap().fence
+            })
+        })
+        .collect();
+    let mut fences: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    fences.sort_unstable();
+    assert_eq!(fences, (1..=8).collect::<Vec<_>>());
+    assert_eq!(pg.sql("SELECT version FROM fresh.schema_version"), "1");
+    assert_eq!(pg.sql("SELECT count(*) FROM fresh.counters"), "1");
+    // A store is reopened without migrating again.
+    let rt = rt();
+    let s = rt.block_on(PostgresStore::open_url(&url)).unwrap();
+    assert!(s.capabilities().multi_process);
+}
