@@ -220,45 +220,43 @@ impl PgCluster {
         )
     }
 
-    /// Runs `sql` through `psql`; its output (unaligned, tuples only), or
-    /// `None` when it failed.
-    pub fn try_sql(&self, sql: &str) -> Option<String> {
-        self.try_sql_in("postgres", sql)
-    }
-
-    /// [`PgCluster::try_sql`] in database `db`.
-    pub fn try_sql_in(&self, db: &str, sql: &str) -> Option<String> {
+    /// Runs `sql` through `psql` in database `db`: its output (unaligned,
+    /// tuples only), or what psql said when it failed.
+    pub fn run_sql(&self, db: &str, sql: &str) -> Result<String, String> {
         let psql = if self.bin.join("psql").exists() {
             self.bin.join("psql")
         } else {
             PathBuf::from("psql")
         };
+        let port = self.port.to_string();
         let out = Command::new(psql)
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "baton", "-d", db, "-At", "-v", "ON_ERROR_STOP=1"])
-            .args(["-c", sql])
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "baton", "-d", db])
+            .args(["-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .env("PGCONNECT_TIMEOUT", "2")
             .stderr(Stdio::piped())
             .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!("psql: {}", String::from_utf8_lossy(&out.stderr).trim());
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
         }
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    /// [`PgCluster::try_sql`], panicking when it fails.
+    /// [`PgCluster::run_sql`] in the `postgres` database, `None` on failure.
+    pub fn try_sql(&self, sql: &str) -> Option<String> {
+        self.run_sql("postgres", sql).ok()
+    }
+
+    /// [`PgCluster::run_sql`] in the `postgres` database, panicking when it fails.
     pub fn sql(&self, sql: &str) -> String {
-        self.try_sql(sql)
-            .unwrap_or_else(|| panic!("psql failed on {sql:?}"))
+        self.sql_in("postgres", sql)
     }
 
-    /// [`PgCluster::sql`] in database `db`.
+    /// [`PgCluster::run_sql`], panicking when it fails.
     pub fn sql_in(&self, db: &str, sql: &str) -> String {
-        self.try_sql_in(db, sql)
-            .unwrap_or_else(|| panic!("psql failed on {sql:?} in {db}"))
+        self.run_sql(db, sql)
+            .unwrap_or_else(|e| panic!("psql failed on {sql:?} in {db}: {e}"))
     }
 
     /// Stops the server the way a crash does (`SIGQUIT`: no checkpoint;
