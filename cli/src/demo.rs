@@ -322,11 +322,14 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     let Some(g1) = reply.grant() else {
         return Ok(stopped("the zombie's claim", &reply));
     };
+    // A store with a minimum lease (etcd, Postgres) rounds 400 ms up: wait
+    // out the lease it actually granted, by its own clock's arithmetic.
+    let lease_ms = (g1.expiry.as_millis() - g1.claimed_at.as_millis()).max(0) as u64;
     tl.note(format!(
-        "{zombie} claims {task}: fence {}, lease 400ms, then stalls",
+        "{zombie} claims {task}: fence {}, lease {lease_ms}ms, then stalls",
         g1.fence
     ));
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(lease_ms + 200)).await;
     let reply = a.recover(&task, &rescuer, Some(30_000)).await?;
     let Some(g2) = reply.grant() else {
         return Ok(stopped("the recovery", &reply));
