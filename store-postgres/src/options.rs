@@ -127,6 +127,14 @@ impl PostgresOptions {
                         "the options parameter is baton's own (search_path, timeouts); set server settings on the database or role instead",
                     ));
                 }
+                // Connections are plain TCP (the driver is built without a
+                // TLS connector): a URL that demands TLS is refused here
+                // rather than failing every connection as unavailable.
+                Some(("sslmode", v)) if v != "disable" && v != "prefer" => {
+                    return Err(bad(format!(
+                        "sslmode must be disable or prefer: this build connects without TLS (got {v:?}); reach a TLS-only server through a local tunnel or proxy"
+                    )));
+                }
                 Some((k, _)) if !k.is_empty() => passed.push(pair),
                 _ => return Err(bad(format!("a URL parameter is NAME=VALUE (got {pair:?})"))),
             }
@@ -218,6 +226,7 @@ mod tests {
         assert_eq!(o.config.get_dbname(), Some("jobs"));
         assert_eq!(o.config.get_application_name(), Some("w1"));
         assert_eq!(o.name(), "postgres://127.0.0.1:5433/jobs?schema=team_a");
+        assert!(PostgresOptions::from_url("postgres://u@h/db?sslmode=disable").is_ok());
         let d = PostgresOptions::from_url("postgresql://u@h/db").unwrap();
         assert_eq!(d.schema, "baton");
         assert!(d.group_commit);
@@ -237,6 +246,8 @@ mod tests {
             ("postgres://u@h/db?group_commit=maybe", "group_commit"),
             ("postgres://u@h/db?options=-c%20x", "the options"),
             ("postgres://u@h/db?nonsense", "a URL parameter"),
+            ("postgres://u@h/db?sslmode=require", "sslmode"),
+            ("postgres://u@h/db?sslmode=verify-full", "sslmode"),
             ("postgres://h/db", "the URL names no user"),
         ] {
             let e = PostgresOptions::from_url(url).unwrap_err();
