@@ -1,8 +1,9 @@
 //! Each backend, uncontended: claim, heartbeat and succeed; then claim and
 //! list-by-state as the store grows (the cost must stay flat).
-//! `BATON_BENCH_MILLION=1` adds 10^6 tasks with 10^7 events on SQLite.
+//! `BATON_BENCH_MILLION=1` adds 10^6 tasks with 10^7 events on SQLite;
+//! `BATON_BENCH_ETCD` and `BATON_BENCH_POSTGRES` add those backends.
 
-use baton_benches::{backends, etcd_url, fresh, id, seeded};
+use baton_benches::{backends, etcd_url, fresh, id, postgres_url, seeded};
 use baton_core::State;
 use baton_core::conformance::fixtures::manifest;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -88,6 +89,9 @@ fn scale(c: &mut Criterion) {
     let mut scaled = vec!["sqlite", "sled"];
     if etcd_url().is_some() {
         scaled.push("etcd");
+    }
+    if postgres_url().is_some() {
+        scaled.push("postgres");
     }
     for backend in scaled {
         for &(tasks, events) in &sizes {

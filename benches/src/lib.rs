@@ -26,7 +26,19 @@ pub fn backends() -> Vec<&'static str> {
     if etcd_url().is_some() {
         b.push("etcd");
     }
+    if postgres_url().is_some() {
+        b.push("postgres");
+    }
     b
+}
+
+/// The Postgres database to benchmark, as `postgres://USER@HOST:PORT/DB`
+/// (`scripts/pg-cluster DIR` starts a server); each store gets a schema
+/// of its own.
+pub fn postgres_url() -> Option<String> {
+    std::env::var("BATON_BENCH_POSTGRES")
+        .ok()
+        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
 }
 
 /// The etcd cluster to benchmark, as `etcd://HOST:PORT,...`.
@@ -68,6 +80,18 @@ fn open(backend: &str, path: PathBuf) -> Bench {
                 .collect::<Vec<_>>()
                 .join("/");
             format!("{hosts}/bench-{nanos}")
+        }
+        "postgres" => {
+            let base = postgres_url().unwrap_or_else(|| panic!("BATON_BENCH_POSTGRES is not set"));
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().replace('-', "_"))
+                .unwrap_or_default();
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let sep = if base.contains('?') { '&' } else { '?' };
+            format!("{base}{sep}schema=bench_{name}_{nanos}")
         }
         other => panic!("unknown backend {other}"),
     };

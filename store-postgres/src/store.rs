@@ -21,6 +21,7 @@ use baton_core::{
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use futures_util::future::{BoxFuture, FutureExt, try_join_all};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -357,13 +358,20 @@ impl Inner {
         self.write_transactions.fetch_add(1, Ordering::Relaxed);
         let err = |e: tokio_postgres::Error| self.db(&e);
         let tx = self.wait(client.transaction()).map_err(err)?;
-        let row = self
-            .wait(tx.query_one(
-                &format!(
-                    "SELECT fence, event_seq, outbox_seq, {SERVER_NOW} FROM counters WHERE id = 1 FOR UPDATE"
-                ),
-                &[],
-            ))
+        // The lock, then the named records, sent together: the server runs
+        // them in order, so the records are read under the lock.
+        let tasks = named_tasks(jobs);
+        let (row, rows) = self
+            .wait(async {
+                let lock = tx
+                    .prepare_cached(&format!(
+                        "SELECT fence, event_seq, outbox_seq, {SERVER_NOW} FROM counters WHERE id = 1 FOR UPDATE"
+                    ))
+                    .await?;
+                let pre = tx.prepare_cached(PREFETCH).await?;
+                futures_util::future::try_join(tx.query_one(&lock, &[]), tx.query(&pre, &[&tasks]))
+                    .await
+            })
             .map_err(err)?;
         let now = Timestamp(row.get(3));
         let mut t = PgTx {
@@ -373,6 +381,7 @@ impl Inner {
             event_seq: row.get(1),
             outbox_seq: row.get(2),
             wrote: false,
+            prefetched: prefetched(tasks, rows),
         };
         let mut answers = Vec::with_capacity(jobs.len());
         let mut keep = true;
@@ -387,12 +396,8 @@ impl Inner {
                 }
             });
         }
+        // Each write brought the counters up to date in its own round trip.
         if t.wrote && keep {
-            self.wait(tx.execute(
-                "UPDATE counters SET fence = $1, event_seq = $2, outbox_seq = $3 WHERE id = 1",
-                &[&t.fence, &t.event_seq, &t.outbox_seq],
-            ))
-            .map_err(err)?;
             self.wait(tx.commit())
                 .map_err(|e| classify(&self.name, Cause::Db(&e), At::Commit))?;
             self.commits.fetch_add(1, Ordering::Relaxed);
@@ -424,10 +429,16 @@ impl Inner {
                     .start(),
             )
             .map_err(err)?;
-        let now: i64 = self
-            .wait(tx.query_one(&format!("SELECT {SERVER_NOW}"), &[]))
-            .map_err(err)?
-            .get(0);
+        let tasks = named_tasks(jobs);
+        let (row, rows) = self
+            .wait(async {
+                let clock = tx.prepare_cached(&format!("SELECT {SERVER_NOW}")).await?;
+                let pre = tx.prepare_cached(PREFETCH).await?;
+                futures_util::future::try_join(tx.query_one(&clock, &[]), tx.query(&pre, &[&tasks]))
+                    .await
+            })
+            .map_err(err)?;
+        let now: i64 = row.get(0);
         let mut t = PgTx {
             inner: self,
             tx: &tx,
@@ -435,6 +446,7 @@ impl Inner {
             event_seq: 0,
             outbox_seq: 0,
             wrote: false,
+            prefetched: prefetched(tasks, rows),
         };
         for job in jobs {
             let Job::One(op) = at(job, Timestamp(now)) else {
@@ -476,6 +488,7 @@ impl Inner {
             event_seq: 0,
             outbox_seq: 0,
             wrote: false,
+            prefetched: HashMap::new(),
         };
         let any = has_candidates(&q, &mut t)?;
         self.wait(tx.commit()).map_err(err)?;
@@ -659,6 +672,40 @@ struct PgTx<'a> {
     event_seq: i64,
     outbox_seq: i64,
     wrote: bool,
+    /// Records read in the same round trip as the transaction's first
+    /// statement (task id to record, `None` for no record), each used by
+    /// the first `load` of its task unless this transaction wrote it first.
+    prefetched: HashMap<String, Option<String>>,
+}
+
+/// The records of the tasks a batch names, read in one statement.
+const PREFETCH: &str = "SELECT task_id, record FROM tasks WHERE task_id = ANY($1)";
+
+/// The tasks the jobs name directly (`next` finds its own).
+fn named_tasks(jobs: &[Job]) -> Vec<String> {
+    let mut tasks: Vec<String> = Vec::new();
+    for job in jobs {
+        match job {
+            Job::One(op) => tasks.push(op.task.as_str().to_owned()),
+            Job::All(ops) => tasks.extend(ops.iter().map(|op| op.task.as_str().to_owned())),
+            Job::Next(_) => {}
+        }
+    }
+    tasks.sort();
+    tasks.dedup();
+    tasks
+}
+
+/// The prefetch's rows as a map, with `None` for each task that has no row.
+fn prefetched(
+    tasks: Vec<String>,
+    rows: Vec<tokio_postgres::Row>,
+) -> HashMap<String, Option<String>> {
+    let mut map: HashMap<String, Option<String>> = tasks.into_iter().map(|t| (t, None)).collect();
+    for row in rows {
+        map.insert(row.get(0), Some(row.get(1)));
+    }
+    map
 }
 
 impl PgTx<'_> {
@@ -683,6 +730,11 @@ impl PgTx<'_> {
 
 impl Txn for PgTx<'_> {
     fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        if let Some(record) = self.prefetched.remove(task.as_str()) {
+            return record
+                .map(|json| Ok(Snapshot::at(self.inner.decode(&json)?, now)))
+                .transpose();
+        }
         let mut found = self.records(
             "SELECT record FROM tasks WHERE task_id = $1",
             &[&task.as_str()],
@@ -708,7 +760,11 @@ impl Txn for PgTx<'_> {
         }
         let record = match d.record_to_write() {
             Some(r) => Some((
-                r.task.as_str().to_owned(),
+                {
+                    // What this transaction writes, a later load reads back.
+                    self.prefetched.remove(r.task.as_str());
+                    r.task.as_str().to_owned()
+                },
                 r.state.as_str(),
                 r.due_at().map(|t| t.as_millis()),
                 i64::try_from(r.revision).unwrap_or(i64::MAX),
@@ -739,6 +795,7 @@ impl Txn for PgTx<'_> {
                 encode(n)?,
             ));
         }
+        let counters = (self.fence, self.event_seq, self.outbox_seq);
         let tx = self.tx;
         let inner = self.inner;
         inner
@@ -765,6 +822,11 @@ impl Txn for PgTx<'_> {
                         "INSERT INTO outbox (seq, intent_id, task_id, body) VALUES ($1, $2, $3, $4)",
                     )
                     .await?;
+                let count = tx
+                    .prepare_cached(
+                        "UPDATE counters SET fence = $1, event_seq = $2, outbox_seq = $3 WHERE id = 1",
+                    )
+                    .await?;
                 let mut sent: Vec<BoxFuture<'_, std::result::Result<u64, tokio_postgres::Error>>> =
                     Vec::new();
                 if let Some((task, state, due, rev, json, ready, held)) = &record {
@@ -779,6 +841,11 @@ impl Txn for PgTx<'_> {
                     let p: Vec<&(dyn ToSql + Sync)> = vec![seq, intent, task, body];
                     sent.push(tx.execute_raw(&note, p).boxed());
                 }
+                // The counters as of this decision, in the same round trip:
+                // the last write of the transaction leaves them final.
+                let (fence, event_seq, outbox_seq) = &counters;
+                let p: Vec<&(dyn ToSql + Sync)> = vec![fence, event_seq, outbox_seq];
+                sent.push(tx.execute_raw(&count, p).boxed());
                 try_join_all(sent).await
             })
             .map_err(|e| inner.db(&e))?;
