@@ -160,6 +160,15 @@ pub fn held_range(lane: Lane, queue: &Id, now: Timestamp) -> (Vec<u8>, Vec<u8>) 
     (start, end)
 }
 
+/// The ready-index keys of `lane`/`queue` after `after` (from the queue's
+/// first key when `None`): `(from, end)`, both exclusive. Every key is
+/// longer than its queue's prefix, so excluding the prefix skips nothing.
+pub fn ready_range(lane: Lane, queue: &Id, after: Option<&ReadyEntry>) -> (Vec<u8>, Vec<u8>) {
+    let prefix = ReadyEntry::prefix(lane, queue);
+    let end = prefix_end(&prefix);
+    (after.map_or(prefix, ReadyEntry::key), end)
+}
+
 /// The end (exclusive) of the keys that start with `prefix`, a queue
 /// prefix (which ends in the 0 byte).
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {

@@ -4,7 +4,7 @@
 
 use crate::decide::Decision;
 use crate::error::{Error, Result};
-use crate::graph::{Lane, NextQuery, ReadyEntry, held_range};
+use crate::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use crate::id::Id;
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
@@ -124,16 +124,17 @@ impl NextSource for Tx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let prefix = ReadyEntry::prefix(lane, queue);
-        let start = match after {
-            Some(e) => std::ops::Bound::Excluded(e.key()),
-            None => std::ops::Bound::Included(prefix.clone()),
-        };
+        let (from, end) = ready_range(lane, queue, after);
+        if from >= end {
+            return Ok(Vec::new()); // an `after` past this queue: nothing (and no range panic)
+        }
         Ok(self
             .inner
             .ready
-            .range((start, std::ops::Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(&prefix))
+            .range((
+                std::ops::Bound::Excluded(from),
+                std::ops::Bound::Excluded(end),
+            ))
             .take(limit)
             .filter_map(|(_, t)| self.inner.tasks.get(t))
             .map(|r| Snapshot::at(r.clone(), now))

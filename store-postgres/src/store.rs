@@ -11,7 +11,7 @@ use crate::options::PostgresOptions;
 use crate::schema::{CURRENT_VERSION, MIGRATIONS, lock_key};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::next::{NextSource, has_candidates, take_next};
 use baton_core::store::{Clause, Due, Txn, apply_group, apply_in, decide_read};
@@ -862,9 +862,7 @@ impl NextSource for PgTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let prefix = ReadyEntry::prefix(lane, queue);
-        let from = after.map_or_else(|| prefix.clone(), ReadyEntry::key);
-        let end = prefix_end(&prefix);
+        let (from, end) = ready_range(lane, queue, after);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.records(
             "SELECT record FROM tasks WHERE ready_key > $1 AND ready_key < $2 ORDER BY ready_key LIMIT $3",

@@ -4,7 +4,7 @@
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
@@ -1051,13 +1051,19 @@ impl NextSource for SledTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let prefix = ReadyEntry::prefix(lane, queue);
-        let from = match after {
-            Some(e) => std::ops::Bound::Excluded(e.key()),
-            None => std::ops::Bound::Included(prefix.clone()),
-        };
+        let (from, end) = ready_range(lane, queue, after);
+        if from >= end {
+            return Ok(Vec::new()); // an `after` past this queue: nothing (and no range panic)
+        }
         let entries = self.index.ready.get(&(lane, queue.clone()));
-        self.indexed(entries, false, from, &prefix_end(&prefix), limit, now)
+        self.indexed(
+            entries,
+            false,
+            std::ops::Bound::Excluded(from),
+            &end,
+            limit,
+            now,
+        )
     }
 
     fn expired(

@@ -5,7 +5,7 @@ use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
@@ -1000,9 +1000,7 @@ impl NextSource for SqlTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let prefix = ReadyEntry::prefix(lane, queue);
-        let from = after.map_or_else(|| prefix.clone(), ReadyEntry::key);
-        let end = prefix_end(&prefix);
+        let (from, end) = ready_range(lane, queue, after);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.records(
             "SELECT record FROM tasks INDEXED BY tasks_ready
