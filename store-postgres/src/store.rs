@@ -415,10 +415,44 @@ impl Inner {
     /// (`synchronous_commit=on`), and the snapshot is taken after the
     /// request arrived.
     fn answer_on_snapshot(&self, client: &mut Object, jobs: &[Job]) -> Result<Vec<Answer>> {
-        let mut answered = Vec::new();
         if !matches!(jobs.first(), Some(Job::One(_))) {
-            return Ok(answered);
+            return Ok(Vec::new());
         }
+        self.on_snapshot(client, named_tasks(jobs), |t, now| {
+            let mut answered = Vec::new();
+            for job in jobs {
+                let Job::One(op) = at(job, now) else {
+                    break;
+                };
+                let d = decide_read(t, &op)?;
+                if d.writes() {
+                    break;
+                }
+                answered.push(Answer::One(d));
+            }
+            Ok(answered)
+        })
+    }
+
+    /// Whether `next` has any candidate, on a read snapshot at the
+    /// server's time.
+    fn has_candidates(&self, mut q: NextQuery) -> Result<bool> {
+        let mut client = self.wait(self.client())?;
+        self.on_snapshot(&mut client, Vec::new(), |t, now| {
+            q.now = now;
+            has_candidates(&q, t)
+        })
+    }
+
+    /// Runs `f` in a read-only `REPEATABLE READ` transaction at the
+    /// server's time, with the records of `tasks` read in the same round
+    /// trip as the clock.
+    fn on_snapshot<T>(
+        &self,
+        client: &mut Object,
+        tasks: Vec<String>,
+        f: impl FnOnce(&mut PgTx<'_>, Timestamp) -> Result<T>,
+    ) -> Result<T> {
         let err = |e: tokio_postgres::Error| self.db(&e);
         let tx = self
             .wait(
@@ -429,7 +463,6 @@ impl Inner {
                     .start(),
             )
             .map_err(err)?;
-        let tasks = named_tasks(jobs);
         let (row, rows) = self
             .wait(async {
                 let clock = tx.prepare_cached(&format!("SELECT {SERVER_NOW}")).await?;
@@ -438,7 +471,6 @@ impl Inner {
                     .await
             })
             .map_err(err)?;
-        let now: i64 = row.get(0);
         let mut t = PgTx {
             inner: self,
             tx: &tx,
@@ -448,51 +480,9 @@ impl Inner {
             wrote: false,
             prefetched: prefetched(tasks, rows),
         };
-        for job in jobs {
-            let Job::One(op) = at(job, Timestamp(now)) else {
-                break;
-            };
-            let d = decide_read(&mut t, &op)?;
-            if d.writes() {
-                break;
-            }
-            answered.push(Answer::One(d));
-        }
+        let out = f(&mut t, Timestamp(row.get(0)))?;
         self.wait(tx.commit()).map_err(err)?;
-        Ok(answered)
-    }
-
-    /// Whether `next` has any candidate, on a read snapshot at the
-    /// server's time.
-    fn has_candidates(&self, mut q: NextQuery) -> Result<bool> {
-        let mut client = self.wait(self.client())?;
-        let err = |e: tokio_postgres::Error| self.db(&e);
-        let tx = self
-            .wait(
-                client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start(),
-            )
-            .map_err(err)?;
-        q.now = Timestamp(
-            self.wait(tx.query_one(&format!("SELECT {SERVER_NOW}"), &[]))
-                .map_err(err)?
-                .get(0),
-        );
-        let mut t = PgTx {
-            inner: self,
-            tx: &tx,
-            fence: 0,
-            event_seq: 0,
-            outbox_seq: 0,
-            wrote: false,
-            prefetched: HashMap::new(),
-        };
-        let any = has_candidates(&q, &mut t)?;
-        self.wait(tx.commit()).map_err(err)?;
-        Ok(any)
+        Ok(out)
     }
 
     async fn server_now(&self, client: &Object) -> Result<Timestamp> {

@@ -146,6 +146,23 @@ type Seen = Arc<std::sync::atomic::AtomicUsize>;
 
 /// Reads a child's `G task fence` lines as they come (a thread per child),
 /// counting them in `seen`.
+/// Waits for every child (each must exit cleanly unless `killed_some`)
+/// and gathers what their readers saw answered.
+fn finish(
+    children: &mut [Child],
+    readers: Vec<std::thread::JoinHandle<Vec<(String, u64)>>>,
+    killed_some: bool,
+) -> Vec<(String, u64)> {
+    for c in children.iter_mut() {
+        let status = c.wait().unwrap();
+        assert!(killed_some || status.success(), "{status}");
+    }
+    readers
+        .into_iter()
+        .flat_map(|r| r.join().unwrap())
+        .collect()
+}
+
 fn collect(child: &mut Child, seen: &Seen) -> std::thread::JoinHandle<Vec<(String, u64)>> {
     let stdout = child.stdout.take().unwrap();
     let seen = seen.clone();
@@ -215,13 +232,7 @@ fn eight_processes_and_two_hosts_race_one_winner_per_task() {
             .collect();
         let seen = Seen::default();
         let readers: Vec<_> = children.iter_mut().map(|c| collect(c, &seen)).collect();
-        for c in &mut children {
-            assert!(c.wait().unwrap().success());
-        }
-        let answered: Vec<(String, u64)> = readers
-            .into_iter()
-            .flat_map(|r| r.join().unwrap())
-            .collect();
+        let answered = finish(&mut children, readers, false);
         // Long leases, every grant completed: exactly one grant per task.
         let won: BTreeSet<&str> = answered.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(answered.len(), tasks, "{schema}: {answered:?}");
@@ -252,13 +263,7 @@ fn clients_killed_mid_storm_leave_no_double_grant() {
         )
         .unwrap();
     }
-    for c in &mut children {
-        let _ = c.wait();
-    }
-    let answered: Vec<(String, u64)> = readers
-        .into_iter()
-        .flat_map(|r| r.join().unwrap())
-        .collect();
+    let answered = finish(&mut children, readers, true);
     // The survivors finish everything, the killed ones' grants included
     // once their leases ran out; every answered grant is in the log.
     check(&url, tasks, &answered);
@@ -306,13 +311,7 @@ fn a_server_crash_mid_storm_loses_no_answered_grant_and_reuses_no_fence() {
     assert!(at_crash < tasks, "the storm ended before the crash");
     std::thread::sleep(Duration::from_millis(500));
     pg.restart();
-    for c in &mut children {
-        assert!(c.wait().unwrap().success());
-    }
-    let answered: Vec<(String, u64)> = readers
-        .into_iter()
-        .flat_map(|r| r.join().unwrap())
-        .collect();
+    let answered = finish(&mut children, readers, false);
     check(&url, tasks, &answered);
     let before: u64 = pg
         .sql("SELECT fence FROM crashed.counters")
