@@ -118,6 +118,17 @@ fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
     };
     let code = db.code();
     let msg = db.message();
+    // A session ended (FATAL: an operator's kill, a shutdown) while COMMIT
+    // was on its way: the server may have committed before it ended the
+    // session, so the answer is unknown. An ERROR at COMMIT rolled back.
+    let session_ended = matches!(db.severity(), "FATAL" | "PANIC")
+        || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN].contains(code)
+        || code.code().starts_with("08");
+    if at == At::Commit && session_ended {
+        return Error::indeterminate(format!(
+            "{name}: the session ended while the commit was on its way ({msg}); it may or may not have been applied: read the task before anything else"
+        ));
+    }
     let detail = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
         format!("the server is read-only (a replica, or default_transaction_read_only) ({msg})")
     } else if *code == SqlState::QUERY_CANCELED {
@@ -153,7 +164,8 @@ fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
     } else {
         format!("{msg} (SQLSTATE {})", code.code())
     };
-    // The server answered with an error, so the transaction did not commit.
+    // The server answered with an error before COMMIT, or COMMIT itself
+    // failed with an ERROR: either way the transaction did not commit.
     Error::unavailable(format!("{name}: {detail}; nothing was applied"))
 }
 

@@ -1,5 +1,6 @@
 //! Failing closed on a real server: the server down, a read-only server, a
-//! statement past its timeout, a schema from a newer baton; each answers
+//! statement past its timeout, a session killed mid-transaction, a schema
+//! from a newer baton; each answers
 //! without granting, and the same store works again once the fault is gone.
 //! Also: processes opening a fresh database at once do not race.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
@@ -25,6 +26,11 @@ fn rt() -> tokio::runtime::Runtime {
 fn open(rt: &tokio::runtime::Runtime, url: &str) -> Authority<PostgresStore> {
     let s = rt.block_on(PostgresStore::open_url(url)).unwrap();
     Authority::new(s, Arc::new(SystemClock))
+}
+
+/// One claim on a runtime of its own (for a claim made on another thread).
+fn rt_claim(a: &Authority<PostgresStore>, task: &str) -> baton_core::Result<baton_core::Reply> {
+    rt().block_on(a.claim(&id(task), &id("w"), Some(60_000)))
 }
 
 /// Ends every session of baton's on `db` (a failover, an operator's kill).
@@ -143,6 +149,69 @@ fn faults_answer_unavailable_grant_nothing_and_heal() {
     assert!(holder.join().unwrap().status.success());
     not_held(&rt, &a, "slow");
     claim_eventually(&rt, &a, "slow");
+
+    // The connection lost mid-transaction: a claim waits inside its
+    // transaction for the lock another session holds, and its session is
+    // killed there. Nothing was committed, so the answer is Unavailable,
+    // never Indeterminate, and nothing is granted.
+    let patient = open(
+        &rt,
+        &format!(
+            "postgres://baton@127.0.0.1:{}/faults?schema=f&statement_timeout=10s&connect_timeout=1s&group_commit=off",
+            pg.port
+        ),
+    );
+    let holder = std::thread::spawn({
+        let port = pg.port;
+        move || {
+            std::process::Command::new("psql")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "baton",
+                    "-d",
+                    "faults",
+                ])
+                .args([
+                    "-c",
+                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+                ])
+                .output()
+                .unwrap()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let claim = std::thread::spawn(move || {
+        let r = rt_claim(&patient, "cut");
+        (r, patient)
+    });
+    // Wait until the claim is waiting on the lock, then end its session.
+    let mut killed = 0;
+    for _ in 0..40 {
+        killed = pg
+            .sql_in(
+                "faults",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE datname = 'faults' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            )
+            .parse::<u32>()
+            .unwrap();
+        if killed > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(killed, 1, "no claim was waiting on the lock");
+    let (r, patient) = claim.join().unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(holder.join().unwrap().status.success());
+    not_held(&rt, &patient, "cut");
+    claim_eventually(&rt, &patient, "cut");
+    drop(patient);
 
     // The server down: answered at once (connect timeout), nothing granted;
     // the same store handle works once the server is back.
