@@ -28,6 +28,23 @@ fn open(rt: &tokio::runtime::Runtime, url: &str) -> Authority<PostgresStore> {
     Authority::new(s, Arc::new(SystemClock))
 }
 
+/// Another session takes the store's counter lock and holds it for
+/// `seconds`; the thread answers psql's output once it committed.
+fn hold_the_lock(port: u16, seconds: u32) -> std::thread::JoinHandle<std::process::Output> {
+    std::thread::spawn(move || {
+        std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "baton", "-d", "faults"])
+            .args([
+                "-c",
+                &format!(
+                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep({seconds}); COMMIT;"
+                ),
+            ])
+            .output()
+            .unwrap()
+    })
+}
+
 /// One claim on a runtime of its own (for a claim made on another thread).
 fn rt_claim(a: &Authority<PostgresStore>, task: &str) -> baton_core::Result<baton_core::Reply> {
     rt().block_on(a.claim(&id(task), &id("w"), Some(60_000)))
@@ -112,28 +129,7 @@ fn faults_answer_unavailable_grant_nothing_and_heal() {
 
     // A statement past statement_timeout: another session holds the
     // store's lock for longer than the timeout.
-    let holder = std::thread::spawn({
-        let port = pg.port;
-        move || {
-            std::process::Command::new("psql")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port.to_string(),
-                    "-U",
-                    "baton",
-                    "-d",
-                    "faults",
-                ])
-                .args([
-                    "-c",
-                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep(2); COMMIT;",
-                ])
-                .output()
-                .unwrap()
-        }
-    });
+    let holder = hold_the_lock(pg.port, 2);
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
     let e = rt
@@ -161,28 +157,7 @@ fn faults_answer_unavailable_grant_nothing_and_heal() {
             pg.port
         ),
     );
-    let holder = std::thread::spawn({
-        let port = pg.port;
-        move || {
-            std::process::Command::new("psql")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port.to_string(),
-                    "-U",
-                    "baton",
-                    "-d",
-                    "faults",
-                ])
-                .args([
-                    "-c",
-                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
-                ])
-                .output()
-                .unwrap()
-        }
-    });
+    let holder = hold_the_lock(pg.port, 3);
     std::thread::sleep(Duration::from_millis(500));
     let claim = std::thread::spawn(move || {
         let r = rt_claim(&patient, "cut");
