@@ -135,12 +135,19 @@ impl<H: Harness> Ctx<H> {
         }
     }
 
+    /// How far past a lease's end [`Ctx::expire`] goes: 1 ms on a manual
+    /// clock, a margin for engine clocks. A lock delay that must still
+    /// hold after an expiry is longer than this.
+    pub fn expiry_margin_ms(&self) -> u64 {
+        match &self.clock {
+            TestClock::Manual(_) => 1,
+            TestClock::System => 1500,
+        }
+    }
+
     /// Lets a lease of `ttl_ms` expire, with a margin for engine clocks.
     pub fn expire(&self, ttl_ms: u64) {
-        match &self.clock {
-            TestClock::Manual(_) => self.advance_ms(ttl_ms + 1),
-            TestClock::System => self.advance_ms(ttl_ms + 1500),
-        }
+        self.advance_ms(ttl_ms + self.expiry_margin_ms());
     }
 
     pub fn durable(&self) -> bool {

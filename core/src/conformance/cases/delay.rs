@@ -10,7 +10,8 @@ use crate::conformance::*;
 pub fn lock_delay_holds_an_expired_task<H: Harness>(ctx: &mut Ctx<H>) {
     let a = ctx.auth();
     let ttl = ctx.short_ttl_ms();
-    let delay = ctx.short_ttl_ms();
+    // Still holding once `expire` is past the lease's end by its margin.
+    let delay = ctx.short_ttl_ms().max(ctx.expiry_margin_ms() + 1000);
     let (t, w, next) = (id("delayed"), id("w"), id("next"));
     let g = ctx
         .block_on(a.claim_with_lock_delay(&t, &w, Some(ttl), delay))
@@ -87,7 +88,9 @@ pub fn a_manifest_lock_delay_holds_a_declared_task<H: Harness>(ctx: &mut Ctx<H>)
     let ttl_s = ctx.short_ttl_ms().div_ceil(1000);
     let (t, run) = (id("declared-delay"), id("run"));
     let mut m = manifest(t.as_str(), 1, &[], ttl_s, 3);
-    m.lock_delay_seconds = ttl_s;
+    // Still holding once `expire` is past the lease's end by its margin.
+    let delay_s = ttl_s.max((ctx.expiry_margin_ms() + 1000).div_ceil(1000));
+    m.lock_delay_seconds = delay_s;
     ctx.block_on(a.declare(m)).unwrap();
     ctx.block_on(a.register(&t, &run)).unwrap();
     let g = ctx
@@ -103,7 +106,7 @@ pub fn a_manifest_lock_delay_holds_a_declared_task<H: Harness>(ctx: &mut Ctx<H>)
         matches!(refusal(&r), Refusal::LockDelay { fence, .. } if *fence == g.fence),
         "{r:?}"
     );
-    ctx.advance_ms(ttl_s * 1000);
+    ctx.advance_ms(delay_s * 1000);
     let g2 = ctx
         .block_on(a.task_claim(&t, &run, &id("y"), None))
         .unwrap()
