@@ -12,9 +12,13 @@ use std::path::PathBuf;
 )]
 pub struct Cli {
     /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT[,...]/PREFIX,
-    /// postgres://USER@HOST[:PORT]/DB[?schema=NAME] or memory:.
+    /// postgres://USER@HOST[:PORT]/DB[?schema=NAME], http://HOST:PORT (a
+    /// `baton serve`), http+unix://PATH or memory:.
     #[arg(long, global = true, env = "BATON_STORE")]
     pub store: Option<String>,
+    /// The bearer token sent to a `baton serve` (http:// stores).
+    #[arg(long, global = true, env = "BATON_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Whether `--store` was given on the command line (not taken from
     /// `BATON_STORE`): `demo` and `bench` write only into a store named so.
     #[arg(skip)]
@@ -199,6 +203,16 @@ pub enum Command {
     Outbox(OutboxCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     Demo,
+    /// Serve the store over HTTP: one authority for many hosts and languages.
+    Serve {
+        /// Where to listen: IP:PORT, or unix:PATH.
+        #[arg(long, default_value = "127.0.0.1:7440")]
+        listen: String,
+        /// A token file: one `NAME ROLE TOKEN` a line (ROLE worker or
+        /// operator). Needed to listen on a non-loopback address.
+        #[arg(long)]
+        tokens: Option<PathBuf>,
+    },
     /// The contention harness: W workers race for T tasks and complete what they win.
     Bench(BenchArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.

@@ -7,7 +7,9 @@
 //! Exit status: 0 done (an idempotent repeat too), 1 refused, 2 invalid
 //! input or usage, 3 unavailable (also a corrupt, foreign or too-new
 //! store: nothing was applied, do not start work), 4 indeterminate (it may
-//! have applied: read before retrying), 5 not found.
+//! have applied: read before retrying), 5 not found, 6 not permitted (a
+//! server refused the token, or a worker's token asked an operator's
+//! request).
 
 pub mod args;
 pub mod bench;
@@ -17,13 +19,13 @@ mod output;
 mod supervise;
 mod url;
 
-pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for};
+pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for, use_token};
 
 use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::workgraph::GraphState;
 use baton_core::{
-    Actor, Error, ErrorKind, Grant, Id, Manifest, Preconditions, Refusal, Reply, Request, State,
+    Actor, Error, ErrorKind, Id, Manifest, Preconditions, Refusal, Reply, Request, State,
 };
 use output::{Out, Status, View};
 use serde_json::{Value, json};
@@ -38,6 +40,9 @@ pub mod exit {
     pub const UNAVAILABLE: i32 = 3;
     pub const INDETERMINATE: i32 = 4;
     pub const NOT_FOUND: i32 = 5;
+    /// A server refused the caller: no valid token, or a worker's token
+    /// on an operator's request.
+    pub const NOT_PERMITTED: i32 = 6;
 }
 
 /// The exit status for an error the store or the input gave.
@@ -46,6 +51,7 @@ pub fn exit_code_for(e: &Error) -> i32 {
         ErrorKind::Invalid => exit::INVALID,
         ErrorKind::Indeterminate => exit::INDETERMINATE,
         ErrorKind::Unavailable | ErrorKind::Corrupt | ErrorKind::Unsupported => exit::UNAVAILABLE,
+        ErrorKind::NotPermitted => exit::NOT_PERMITTED,
     }
 }
 
@@ -279,6 +285,7 @@ where
     StoreUrl::parse(cli.store.as_deref().unwrap_or(DEFAULT_STORE))?;
     match &cli.command {
         Command::Demo
+        | Command::Serve { .. }
         | Command::Bench(_)
         | Command::BenchWorker(_)
         | Command::Completions { .. } => Ok(()),
@@ -399,22 +406,16 @@ fn graph_json(n: &baton_core::GraphNode) -> Value {
     v
 }
 
-fn grant_json(g: &Grant) -> Value {
-    serde_json::to_value(g).unwrap_or(Value::Null)
-}
-
 /// What a reply prints: the grant for claims, the record otherwise.
 fn reply_out(reply: Reply, as_grant: bool) -> Out {
     match reply {
         Reply::Refused(r) => refused(r),
         reply => {
-            let idempotent = reply.is_idempotent();
-            let (mut v, view) = match (as_grant, reply.grant()) {
-                (true, Some(g)) => (grant_json(&g), View::Grant),
-                _ => (json!(reply.record()), View::Generic),
+            let view = match (as_grant, reply.grant()) {
+                (true, Some(_)) => View::Grant,
+                _ => View::Generic,
             };
-            v["idempotent"] = json!(idempotent);
-            let mut out = Out::one(v);
+            let mut out = Out::one(baton_core::authority::reply_json(&reply, as_grant));
             out.view = view;
             out
         }
@@ -427,16 +428,38 @@ fn refused(r: Refusal) -> Out {
     } else {
         Status::Refused
     };
-    let mut v = serde_json::to_value(&r).unwrap_or_else(|_| json!({"refused": r.reason()}));
-    v["message"] = json!(r.to_string());
     Out {
-        items: vec![v],
+        items: vec![baton_core::authority::refusal_json(&r)],
         next: None,
         status,
         printed: false,
         wrote: false,
         view: View::Refusal,
     }
+}
+
+/// `baton serve`: checks everything, opens the store, serves until
+/// SIGTERM or SIGINT.
+async fn serve(cli: &Cli, listen: &str, tokens: Option<&std::path::Path>) -> Result<Out, Error> {
+    let listen = baton_server::Listen::parse(listen)?;
+    let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
+    let url = cli
+        .store
+        .clone()
+        .unwrap_or_else(|| DEFAULT_STORE.to_owned());
+    if let StoreUrl::Http { .. } = StoreUrl::parse(&url)? {
+        return Err(Error::invalid(
+            "store",
+            "a server serves a store of its own, not another server",
+        ));
+    }
+    let store = store_for(&url).await?;
+    let mut opts = baton_server::ServeOptions::new(listen);
+    opts.tokens = tokens;
+    baton_server::serve(store, opts).await?;
+    let mut out = Out::list(Vec::new(), None);
+    out.printed = true;
+    Ok(out)
 }
 
 async fn execute(cli: &Cli) -> Result<Out, Error> {
@@ -450,8 +473,12 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         out.printed = true;
         return Ok(out);
     }
+    if let Some(t) = &cli.token {
+        use_token(t.clone());
+    }
     match &cli.command {
         Command::Demo => return demo::run(given, cli.format).await,
+        Command::Serve { listen, tokens } => return serve(cli, listen, tokens.as_deref()).await,
         Command::Bench(b) => return bench::run(given, b, cli.format).await,
         _ => {}
     }
@@ -812,13 +839,14 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             P::Ack(intent_ids.clone())
         }
         Command::Demo
+        | Command::Serve { .. }
         | Command::Bench(_)
         | Command::BenchWorker(_)
         | Command::Completions { .. }
         | Command::Run { .. } => {
             return Err(Error::invalid(
                 "command",
-                "demo, bench, completions and run are run before planning",
+                "demo, serve, bench, completions and run are run before planning",
             ));
         }
     })

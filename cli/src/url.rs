@@ -33,6 +33,9 @@ pub enum StoreUrl {
     },
     /// `postgres://...`: checked and parsed by the Postgres store itself.
     Postgres { url: String },
+    /// `http://HOST:PORT` or `http+unix://PATH`: a `baton serve`; checked
+    /// and parsed by the HTTP store itself.
+    Http { url: String },
     /// `fault`: every write fails so (for testing how callers handle it).
     Memory {
         fault: Option<baton_core::fault::Fault>,
@@ -75,6 +78,11 @@ impl StoreUrl {
     /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory:`.
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
         let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+        if baton_server::is_http_url(url) {
+            return Ok(StoreUrl::Http {
+                url: url.to_owned(),
+            });
+        }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             return Ok(StoreUrl::Postgres {
                 url: url.to_owned(),
@@ -116,7 +124,7 @@ impl StoreUrl {
         }
         let Some((scheme, rest)) = url.split_once(':') else {
             return Err(bad(
-                "a store URL is sqlite:PATH, sled:PATH, etcd://HOSTS/PREFIX, postgres://USER@HOST/DB or memory:",
+                "a store URL is sqlite:PATH, sled:PATH, etcd://HOSTS/PREFIX, postgres://USER@HOST/DB, http://HOST:PORT or memory:",
             ));
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -157,7 +165,7 @@ impl StoreUrl {
             )),
             "memory" => Ok(StoreUrl::Memory { fault }),
             other => Err(bad(&format!(
-                "unknown store scheme {other:?}; use sqlite:, sled:, etcd://, postgres:// or memory:"
+                "unknown store scheme {other:?}; use sqlite:, sled:, etcd://, postgres://, http:// or memory:"
             ))),
         }
     }
@@ -176,6 +184,25 @@ fn compiled_out(feature: &str, scheme: &str) -> Error {
     Error::unsupported(format!(
         "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature})"
     ))
+}
+
+/// The bearer token `http://` stores send when none is given otherwise:
+/// set once by the CLI's `--token`.
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes `token` the one `http://` stores opened by [`store_for`] send
+/// (the CLI's `--token`); the first call wins.
+pub fn use_token(token: String) {
+    let _ = TOKEN.set(token);
+}
+
+/// The token an `http://` store sends: [`use_token`]'s, else `BATON_TOKEN`.
+fn token() -> Option<String> {
+    TOKEN
+        .get()
+        .cloned()
+        .or_else(|| std::env::var("BATON_TOKEN").ok())
+        .filter(|t| !t.is_empty())
 }
 
 /// Builds the store a URL names, wrapped in an authority on the system
@@ -264,6 +291,15 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         )),
         #[cfg(not(feature = "postgres"))]
         StoreUrl::Postgres { .. } => Err(compiled_out("postgres", "postgres://")),
+        StoreUrl::Http { url } => {
+            let opts = baton_server::HttpOptions {
+                token: token(),
+                timeout: None,
+            };
+            Ok(Arc::new(
+                baton_server::HttpStore::connect(&url, opts).await?,
+            ))
+        }
     }
 }
 

@@ -169,7 +169,7 @@ impl<S: Store> Authority<S> {
 }
 
 /// The reply a decision comes to (bad input is the error).
-pub(crate) fn reply(decision: crate::decide::Decision) -> Result<Reply> {
+pub fn reply(decision: crate::decide::Decision) -> Result<Reply> {
     {
         match decision.verdict {
             Verdict::Commit(c) => Ok(Reply::Committed(c.record)),
@@ -679,4 +679,30 @@ pub fn parse_cursor(after: Option<&str>) -> Result<u64> {
             )
         }),
     }
+}
+
+/// A reply as JSON, the one shape the CLI prints and the server answers:
+/// the grant (for a request that answers with one, when the record holds
+/// one) or the record, with `idempotent`; a refusal as
+/// [`refusal_json`].
+pub fn reply_json(reply: &Reply, as_grant: bool) -> Value {
+    match reply {
+        Reply::Refused(r) => refusal_json(r),
+        reply => {
+            let mut v = match (as_grant, reply.grant()) {
+                (true, Some(g)) => serde_json::to_value(&g).unwrap_or(Value::Null),
+                _ => serde_json::to_value(reply.record()).unwrap_or(Value::Null),
+            };
+            v["idempotent"] = Value::Bool(reply.is_idempotent());
+            v
+        }
+    }
+}
+
+/// A refusal as JSON: its reason and details, with a `message`.
+pub fn refusal_json(r: &Refusal) -> Value {
+    let mut v =
+        serde_json::to_value(r).unwrap_or_else(|_| serde_json::json!({"refused": r.reason()}));
+    v["message"] = Value::String(r.to_string());
+    v
 }

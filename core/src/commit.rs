@@ -88,7 +88,11 @@ pub struct GroupCommitter {
     name: String,
     inbox: Mutex<Option<Sender<Queued>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    observer: Observer,
 }
+
+/// Told the size of every batch committed (a server's histogram).
+type Observer = std::sync::Arc<Mutex<Option<crate::store::BatchObserver>>>;
 
 impl std::fmt::Debug for GroupCommitter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,9 +116,11 @@ impl GroupCommitter {
         let name = name.into();
         let (inbox, queue) = channel::<Queued>();
         let label = name.clone();
+        let observer: Observer = Default::default();
+        let told = observer.clone();
         let thread = std::thread::Builder::new()
             .name(thread_name.to_owned())
-            .spawn(move || run(&label, &queue, commit))
+            .spawn(move || run(&label, &queue, &told, commit))
             .map_err(|e| {
                 Error::unavailable(format!("{name}: cannot start the commit thread: {e}"))
             })?;
@@ -122,7 +128,16 @@ impl GroupCommitter {
             name,
             inbox: Mutex::new(Some(inbox)),
             thread: Mutex::new(Some(thread)),
+            observer,
         })
+    }
+
+    /// Tells `observer` the size of every batch committed from now on
+    /// (replacing any observer before it).
+    pub fn observe(&self, observer: crate::store::BatchObserver) {
+        if let Ok(mut o) = self.observer.lock() {
+            *o = Some(observer);
+        }
     }
 
     /// Queues `op` and waits for its decision.
@@ -167,7 +182,7 @@ impl Drop for GroupCommitter {
     }
 }
 
-fn run<F>(name: &str, queue: &Receiver<Queued>, mut commit: F)
+fn run<F>(name: &str, queue: &Receiver<Queued>, observer: &Observer, mut commit: F)
 where
     F: FnMut(&[Job]) -> Result<Vec<Answer>>,
 {
@@ -196,6 +211,11 @@ where
         let ops: Vec<Job> = batch.iter().map(|q| q.job.clone()).collect();
         match catch(|| commit(&ops)) {
             Ok(Ok(decisions)) if decisions.len() == batch.len() => {
+                if let Ok(o) = observer.lock()
+                    && let Some(o) = o.as_ref()
+                {
+                    o(batch.len());
+                }
                 for (q, d) in batch.into_iter().zip(decisions) {
                     let _ = q.answer.send(Ok(d));
                 }

@@ -21,6 +21,10 @@ pub enum ErrorKind {
     Invalid,
     /// The store or build cannot do this (a newer schema, a compiled-out backend).
     Unsupported,
+    /// The caller is not permitted to ask this (a server with tokens: no
+    /// valid token, or a worker's token on an operator's request).
+    /// Nothing was applied.
+    NotPermitted,
 }
 
 impl ErrorKind {
@@ -32,6 +36,7 @@ impl ErrorKind {
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Invalid => "invalid",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::NotPermitted => "not_permitted",
         }
     }
 
@@ -48,7 +53,8 @@ impl ErrorKind {
 /// `source` keeps the native error (SQLite's, sled's, etcd's) for whoever
 /// needs more than the message. Two errors are equal when kind, message,
 /// field and context are: the source is detail.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(from = "ErrorWire", into = "ErrorWire")]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
@@ -58,6 +64,41 @@ pub struct Error {
     pub context: Option<String>,
     #[source]
     pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// An error as it crosses a wire (a server's answer): everything but the
+/// native source, which stays where it happened.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ErrorWire {
+    kind: ErrorKind,
+    message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context: Option<String>,
+}
+
+impl From<ErrorWire> for Error {
+    fn from(w: ErrorWire) -> Error {
+        Error {
+            kind: w.kind,
+            message: w.message,
+            field: w.field,
+            context: w.context,
+            source: None,
+        }
+    }
+}
+
+impl From<Error> for ErrorWire {
+    fn from(e: Error) -> ErrorWire {
+        ErrorWire {
+            kind: e.kind,
+            message: e.message,
+            field: e.field,
+            context: e.context,
+        }
+    }
 }
 
 impl PartialEq for Error {
@@ -105,6 +146,10 @@ impl Error {
 
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unsupported, message)
+    }
+
+    pub fn not_permitted(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotPermitted, message)
     }
 
     /// Bad input: names the field and the rule it broke.

@@ -265,7 +265,8 @@ pub enum Readiness {
 }
 
 /// Which kind of task a `next` asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "taker", rename_all = "snake_case")]
 pub enum Taker {
     /// `next`: a bare task, granted to `owner`.
     Owner {
@@ -278,7 +279,7 @@ pub enum Taker {
 }
 
 /// A request for the next ready task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NextQuery {
     pub taker: Taker,
     /// Queues to take from, in no order (ties across queues go by

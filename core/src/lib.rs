@@ -10,6 +10,7 @@
 //! * [`MemoryStore`]: an in-memory backend.
 //! * `conformance` (feature): the suite every backend must pass.
 
+pub mod access;
 pub mod authority;
 #[cfg(feature = "committer")]
 pub mod commit;

@@ -35,8 +35,12 @@ use async_trait::async_trait;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+/// Told the number of requests in each durable commit a store's group
+/// committer makes.
+pub type BatchObserver = Arc<dyn Fn(usize) + Send + Sync>;
+
 /// A stored record with what the store's judge of time says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub record: TaskRecord,
     pub judged: Judged,
@@ -57,7 +61,8 @@ impl Snapshot {
 }
 
 /// Whether a stored record's next self-change ([`TaskRecord::due_at`]) has come.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Due {
     Any,
     /// `due_at` is unset or later than `now`.
@@ -68,7 +73,7 @@ pub enum Due {
 
 /// One stored state with a due condition. A record matches a query when it
 /// matches any of its clauses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Clause {
     pub state: State,
     pub due: Due,
@@ -137,7 +142,7 @@ impl Clause {
 }
 
 /// A page request for [`Store::list`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListQuery {
     /// Only tasks whose id sorts after this one.
     pub after: Option<TaskId>,
@@ -148,7 +153,8 @@ pub struct ListQuery {
 }
 
 /// How a store judges lease liveness.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ClockKind {
     /// From the stored expiry and the time core passes in (an injected clock).
     Injected,
@@ -157,7 +163,7 @@ pub enum ClockKind {
 }
 
 /// What a store can do, so callers never ask `if backend == ...`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Capabilities {
     pub clock: ClockKind,
     /// Survives a restart of the process.
@@ -225,6 +231,12 @@ pub trait Store: Send + Sync + Debug {
         None
     }
 
+    /// Asks to be told the size of every batch this store's group
+    /// committer commits; `false` when it has none (nothing will be told).
+    fn observe_batches(&self, _observer: BatchObserver) -> bool {
+        false
+    }
+
     /// Applies `ops` in order as one atomic commit, each decided on the
     /// state the ones before it left, or none of them (the add of a graph).
     ///
@@ -284,6 +296,9 @@ macro_rules! forward_store {
             }
             fn commits(&self) -> Option<u64> {
                 (**self).commits()
+            }
+            fn observe_batches(&self, observer: BatchObserver) -> bool {
+                (**self).observe_batches(observer)
             }
             async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
                 (**self).read(task, now).await

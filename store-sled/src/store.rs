@@ -1164,6 +1164,16 @@ impl Store for SledStore {
         Some(self.inner.flush.flushes())
     }
 
+    fn observe_batches(&self, observer: baton_core::store::BatchObserver) -> bool {
+        match &self.committer {
+            Some(c) => {
+                c.observe(observer);
+                true
+            }
+            None => false,
+        }
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         let query = query.clone();
         self.run(move |inner| inner.list(&query)).await

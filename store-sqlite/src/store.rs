@@ -1153,6 +1153,16 @@ impl Store for SqliteStore {
         )
     }
 
+    fn observe_batches(&self, observer: baton_core::store::BatchObserver) -> bool {
+        match &self.committer {
+            Some(c) => {
+                c.observe(observer);
+                true
+            }
+            None => false,
+        }
+    }
+
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         let query = query.clone();
         self.run(move |inner| inner.list(&query)).await

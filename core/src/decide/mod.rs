@@ -37,7 +37,7 @@ use registry::create_declared;
 pub use settle::{derive, settle};
 
 /// A change to commit: the new record with its events and notifications.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Change {
     pub record: TaskRecord,
     pub events: Vec<EventDraft>,
@@ -51,7 +51,8 @@ pub struct Change {
 // One Verdict is made per request and moved once; boxing the change would
 // only add an allocation to the hot path.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Commit this change.
     Commit(Change),
@@ -70,7 +71,8 @@ pub enum Verdict {
 
 /// What a decision does to the task's lease, so a store whose leases live
 /// in the engine (etcd) applies it and never infers it from two records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LeaseEffect {
     /// A new grant (a new fence): a lease of `ttl_ms` from now.
     Granted { ttl_ms: u64 },
@@ -88,7 +90,7 @@ pub enum LeaseEffect {
 /// stored time, so a store whose engine keeps time (etcd) decides every
 /// deadline itself and a client with a skewed clock can neither advance
 /// nor delay one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Judged {
     /// The last grant's lease still holds.
     pub lease_holds: bool,
@@ -126,7 +128,8 @@ impl Judged {
 /// What a decision does to a timer the store keeps for a task (the start
 /// deadline, the lock delay), so a store whose engine keeps time (etcd: a
 /// key on a lease) restarts or drops it and never infers it from two records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TimerEffect {
     /// The timer runs out `in_ms` from now.
     Set { in_ms: u64 },
@@ -166,7 +169,7 @@ impl LeaseRules {
 }
 
 /// Everything a store must apply for one request, in one atomic commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Decision {
     /// The record as the request saw it (after settlement), if the task exists.
     pub current: Option<TaskRecord>,

@@ -1,0 +1,393 @@
+//! The task API: every CLI operation as an endpoint, for clients in any
+//! language. Answers are the JSON the CLI prints; a refusal is 409 (404
+//! for a task that does not exist) with the refusal's reason and details.
+
+use crate::server::{Answer, MAX_WAIT, Shared, json, parse};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use baton_core::access;
+use baton_core::authority::{refusal_json, reply, reply_json};
+use baton_core::graph::Taker;
+use baton_core::workgraph::GraphState;
+use baton_core::{
+    Error, Id, Operation, Preconditions, Refusal, Reply, Request, RequestKind, State as TaskState,
+    TaskId,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/v1/tasks", get(list))
+        .route("/v1/tasks/{id}", get(show))
+        .route("/v1/tasks/{id}/holder", get(holder))
+        .route("/v1/tasks/{id}/verify", get(verify))
+        .route("/v1/tasks/{id}/gate", get(gate))
+        .route("/v1/tasks/{id}/events", get(events))
+        .route("/v1/tasks/{id}/{verb}", post(write))
+        .route("/v1/next", post(next))
+        .route("/v1/graph", get(graph).post(add_graph))
+        .route("/v1/sweep", post(sweep))
+        .route("/v1/outbox", get(pending))
+        .route("/v1/outbox/ack", post(ack))
+}
+
+fn task(id: &str) -> Result<TaskId, Error> {
+    TaskId::parse("task", id)
+}
+
+fn with_status(status: StatusCode, v: Value) -> Answer {
+    Ok((status, axum::Json(v)).into_response())
+}
+
+fn refused(r: &Refusal) -> Answer {
+    let status = if *r == Refusal::NotFound {
+        StatusCode::NOT_FOUND
+    } else {
+        StatusCode::CONFLICT
+    };
+    with_status(status, refusal_json(r))
+}
+
+fn answer(r: Reply, as_grant: bool) -> Answer {
+    match &r {
+        Reply::Refused(refusal) => refused(refusal),
+        _ => with_status(StatusCode::OK, reply_json(&r, as_grant)),
+    }
+}
+
+/// Whether a request's answer shows the grant (as the CLI prints it).
+fn answers_with_grant(kind: RequestKind) -> bool {
+    matches!(
+        kind,
+        RequestKind::Claim | RequestKind::Renew | RequestKind::Recover | RequestKind::TaskClaim
+    )
+}
+
+/// `POST /v1/tasks/{id}/{verb}`: the body is the request's fields as
+/// JSON (`{"owner": "w1", "ttl_ms": 30000}`; for `declare`, the
+/// manifest), with an optional `"pre"` of preconditions.
+async fn write(
+    State(app): State<Shared>,
+    Path((id, verb)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let caller = app.caller(&headers)?;
+    let task = task(&id)?;
+    let mut fields: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse(&body)?
+    };
+    let pre = match fields.as_object_mut() {
+        Some(o) => o.remove("pre"),
+        None => return Err(Error::invalid("body", "must be a JSON object").into()),
+    };
+    let pre: Preconditions = match pre {
+        Some(p) => serde_json::from_value(p).map_err(|e| Error::invalid("pre", format!("{e}")))?,
+        None => Preconditions::none(),
+    };
+    let fields = if verb == "declare" {
+        json!({"request": "declare", "manifest": fields})
+    } else {
+        if let Some(o) = fields.as_object_mut() {
+            o.insert("request".into(), Value::String(verb.clone()));
+        }
+        fields
+    };
+    let request: Request = serde_json::from_value(fields)
+        .map_err(|e| Error::invalid("body", format!("is not a {verb:?} request: {e}")))?;
+    let kind = request.kind();
+    let op = Operation {
+        task,
+        request,
+        pre,
+        now: app.now(),
+    };
+    let d = app.apply(op, caller.as_ref()).await?;
+    answer(reply(d)?, answers_with_grant(kind))
+}
+
+async fn show(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    match app.authority.get(&task(&id)?).await? {
+        Some(r) => json(&r),
+        None => refused(&Refusal::NotFound),
+    }
+}
+
+async fn holder(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    let t = task(&id)?;
+    match app.authority.holder(&t).await? {
+        Err(r) => refused(&r),
+        Ok(None) => json(&json!({"task": t, "holder": null, "live": false})),
+        Ok(Some(h)) => json(&h),
+    }
+}
+
+#[derive(Deserialize)]
+struct FenceQuery {
+    fence: u64,
+}
+
+async fn verify(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<FenceQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    app.caller(&headers)?;
+    match app.authority.verify(&task(&id)?, q.fence).await? {
+        Err(r) => refused(&r),
+        Ok(v) => {
+            let status = if v.current {
+                StatusCode::OK
+            } else {
+                StatusCode::CONFLICT
+            };
+            with_status(status, json!(v))
+        }
+    }
+}
+
+async fn gate(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    match app.authority.gate(&task(&id)?).await? {
+        Err(r) => refused(&r),
+        Ok(g) => {
+            let status = if g.passed {
+                StatusCode::OK
+            } else {
+                StatusCode::CONFLICT
+            };
+            with_status(status, json!(g))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct PageQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+    /// A blocking query: wait up to this long (`30s`) for something after `after`.
+    wait: Option<String>,
+    state: Option<String>,
+    queue: Option<String>,
+    dry_run: Option<bool>,
+}
+
+const DEFAULT_LIMIT: usize = 100;
+
+fn limit(q: &PageQuery) -> Result<usize, Error> {
+    match q.limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(n) if (1..=baton_core::authority::MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(Error::invalid(
+            "limit",
+            format!("must be from 1 to {}", baton_core::authority::MAX_PAGE),
+        )),
+    }
+}
+
+fn wait(q: &Option<String>) -> Result<Option<Duration>, Error> {
+    let Some(text) = q else { return Ok(None) };
+    let d = humantime::parse_duration(text)
+        .map_err(|e| Error::invalid("wait", format!("is a duration like 30s ({e})")))?;
+    if d > MAX_WAIT {
+        return Err(Error::invalid(
+            "wait",
+            format!("must be at most {}", humantime::format_duration(MAX_WAIT)),
+        ));
+    }
+    Ok(Some(d))
+}
+
+fn page<T: serde::Serialize>(p: &baton_core::Page<T>) -> Answer {
+    json(&json!({"items": p.items, "next": p.next}))
+}
+
+async fn events(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    app.caller(&headers)?;
+    let t = task(&id)?;
+    let limit = limit(&q)?;
+    let wait = wait(&q.wait)?;
+    if q.after.is_some() {
+        baton_core::authority::parse_cursor(q.after.as_deref())?;
+    }
+    if app.authority.get(&t).await?.is_none() {
+        return refused(&Refusal::NotFound);
+    }
+    let until = Instant::now() + wait.unwrap_or_default();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let p = app
+            .authority
+            .events(Some(&t), q.after.as_deref(), limit)
+            .await?;
+        if !p.items.is_empty() || Instant::now() >= until || app.is_stopping() {
+            return page(&p);
+        }
+        app.pause(pause.min(until.saturating_duration_since(Instant::now())))
+            .await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+async fn list(State(app): State<Shared>, Query(q): Query<PageQuery>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    let limit = limit(&q)?;
+    let queue = q
+        .queue
+        .as_deref()
+        .map(|s| Id::parse("queue", s))
+        .transpose()?;
+    let upper = q.state.as_deref().map(str::to_ascii_uppercase);
+    let graph_state = match upper.as_deref() {
+        Some("READY") => Some(GraphState::Ready),
+        Some("BLOCKED") => Some(GraphState::Blocked),
+        _ => None,
+    };
+    if let Some(s) = graph_state {
+        let nodes = app.authority.list_graph(s, queue.as_ref(), limit).await?;
+        return json(&json!({"items": nodes, "next": null}));
+    }
+    if queue.is_some() {
+        return Err(Error::invalid("queue", "filters only state READY or BLOCKED").into());
+    }
+    let state = match upper.as_deref() {
+        None => None,
+        Some(s) => Some(
+            TaskState::from_name(s)
+                .ok_or_else(|| Error::invalid("state", format!("is not a state: {s:?}")))?,
+        ),
+    };
+    page(&app.authority.list(state, q.after.as_deref(), limit).await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NextBody {
+    owner: Option<Id>,
+    executor: Option<Id>,
+    ttl_ms: Option<u64>,
+    lock_delay_ms: Option<u64>,
+    #[serde(default)]
+    queues: Vec<Id>,
+}
+
+/// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
+/// `{"executor": ...}` for a declared one; `queues` (default `["default"]`).
+async fn next(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    app.caller(&headers)?;
+    let b: NextBody = parse(&body)?;
+    let taker = match (b.owner, b.executor) {
+        (Some(owner), None) => Taker::Owner {
+            owner,
+            ttl_ms: b.ttl_ms,
+            lock_delay_ms: b.lock_delay_ms,
+        },
+        (None, Some(executor)) => {
+            if b.lock_delay_ms.is_some() {
+                return Err(Error::invalid("lock_delay_ms", "is for an owner's next").into());
+            }
+            Taker::Executor {
+                executor,
+                ttl_ms: b.ttl_ms,
+            }
+        }
+        _ => return Err(Error::invalid("body", "give an owner or an executor, not both").into()),
+    };
+    let as_grant = true;
+    let reply = match wait(&q.wait)? {
+        Some(d) => {
+            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            app.authority.next_waiting(taker, &b.queues, ms).await?
+        }
+        None => app.authority.next_for(taker, &b.queues).await?,
+    };
+    if matches!(reply, Reply::Committed(_)) {
+        app.metrics.granted();
+    }
+    answer(reply, as_grant)
+}
+
+async fn graph(State(app): State<Shared>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    let nodes = app.authority.graph().await?;
+    json(&json!({"items": nodes, "next": null}))
+}
+
+/// `POST /v1/graph`: a graph file's text (as `baton add --file`).
+async fn add_graph(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| Error::invalid("body", "a graph file is UTF-8 text"))?;
+    let nodes = baton_core::workgraph::parse_graph(text)?;
+    match app.authority.add_graph(nodes).await? {
+        Ok(added) => json(&added),
+        Err((task, r)) => {
+            let mut v = refusal_json(&r);
+            v["task"] = json!(task);
+            v["message"] = json!(format!(
+                "{task}: {}; nothing was added",
+                v["message"].as_str().unwrap_or_default()
+            ));
+            with_status(StatusCode::CONFLICT, v)
+        }
+    }
+}
+
+async fn sweep(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    let caller = app.caller(&headers)?;
+    access::require_operator(caller.as_ref(), "a sweep")?;
+    let swept = app.authority.sweep(q.dry_run.unwrap_or(false)).await?;
+    json(&json!({"items": swept, "next": null}))
+}
+
+async fn pending(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    headers: HeaderMap,
+) -> Answer {
+    app.caller(&headers)?;
+    let limit = limit(&q)?;
+    page(&app.authority.pending(q.after.as_deref(), limit).await?)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AckBody {
+    intent_ids: Vec<String>,
+}
+
+async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = app.caller(&headers)?;
+    access::require_operator(caller.as_ref(), "an outbox acknowledgement")?;
+    let b: AckBody = parse(&body)?;
+    for id in &b.intent_ids {
+        baton_core::model::validate_intent_id(id)?;
+    }
+    let n = app.authority.ack(&b.intent_ids).await?;
+    json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))
+}

@@ -1,0 +1,379 @@
+//! The `http://` store: a [`Store`] whose every method is one request to
+//! a `baton serve`. A refused connection is `Unavailable` (nothing was
+//! sent); a write whose reply is lost (a reset, a timeout, a reply that
+//! does not parse) is `Indeterminate`; a read that fails is `Unavailable`.
+
+use crate::wire::{self, AckBody, ErrorBody, EventsBody, PendingBody, ReadBody, WatchBody};
+use async_trait::async_trait;
+use baton_core::decide::Decision;
+use baton_core::graph::NextQuery;
+use baton_core::store::{Capabilities, ListQuery, Snapshot};
+use baton_core::{Error, Event, Notification, Operation, Result, Store, TaskId, Timestamp};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The default deadline of one request (a blocking wait gets its wait on top).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read.
+const MAX_ANSWER: usize = 256 * 1024 * 1024;
+
+/// How an `http://` store talks to its server.
+#[derive(Clone, Default)]
+pub struct HttpOptions {
+    /// Sent as `Authorization: Bearer ...` (never logged or shown).
+    pub token: Option<String>,
+    /// The deadline of each request; `None` for [`DEFAULT_TIMEOUT`].
+    pub timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+enum Transport {
+    Tcp {
+        client: Client<HttpConnector, Full<Bytes>>,
+        /// `HOST:PORT`.
+        authority: String,
+    },
+    Unix {
+        client: Client<hyperlocal::UnixConnector, Full<Bytes>>,
+        path: PathBuf,
+    },
+}
+
+/// A store that is a `baton serve` elsewhere.
+#[derive(Clone)]
+pub struct HttpStore {
+    transport: Transport,
+    /// How the store is named in errors (`http://127.0.0.1:7440`).
+    name: String,
+    token: Option<String>,
+    timeout: Duration,
+    caps: Capabilities,
+}
+
+impl std::fmt::Debug for HttpStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpStore")
+            .field("server", &self.name)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// The parts of a store URL: `http://HOST:PORT[?timeout=DUR]` or
+/// `http+unix://PATH[?timeout=DUR]`.
+fn parse_url(url: &str) -> Result<(bool, String, Option<Duration>)> {
+    let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+    let (unix, rest) = if let Some(r) = url.strip_prefix("http+unix://") {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err(bad(
+            "a server's URL is http://HOST:PORT or http+unix://PATH",
+        ));
+    };
+    let (place, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let place = if unix {
+        place
+    } else {
+        place.trim_end_matches('/')
+    };
+    if place.is_empty() {
+        return Err(bad("the URL names no server"));
+    }
+    if !unix && (place.contains('/') || !place.contains(':')) {
+        return Err(bad("http://HOST:PORT names a server, with no path"));
+    }
+    let mut timeout = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("timeout", v)) => {
+                let d = humantime::parse_duration(v).map_err(|e| {
+                    bad(&format!(
+                        "timeout must be a duration like 500ms or 30s ({e})"
+                    ))
+                })?;
+                if d < Duration::from_millis(10) || d > Duration::from_secs(600) {
+                    return Err(bad("timeout must be from 10ms to 10m"));
+                }
+                timeout = Some(d);
+            }
+            _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+        }
+    }
+    Ok((unix, place.to_owned(), timeout))
+}
+
+/// Whether a URL is a server's.
+pub fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("http+unix://")
+}
+
+impl HttpStore {
+    /// Connects to the server `url` names and reads its capabilities.
+    pub async fn connect(url: &str, opts: HttpOptions) -> Result<HttpStore> {
+        let (unix, place, url_timeout) = parse_url(url)?;
+        let timeout = url_timeout.or(opts.timeout).unwrap_or(DEFAULT_TIMEOUT);
+        let transport = if unix {
+            Transport::Unix {
+                client: Client::builder(TokioExecutor::new()).build(hyperlocal::UnixConnector),
+                path: PathBuf::from(&place),
+            }
+        } else {
+            let mut http = HttpConnector::new();
+            http.set_nodelay(true);
+            http.set_connect_timeout(Some(timeout));
+            Transport::Tcp {
+                client: Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(Duration::from_secs(30))
+                    .build(http),
+                authority: place.clone(),
+            }
+        };
+        let name = if unix {
+            format!("http+unix://{place}")
+        } else {
+            format!("http://{place}")
+        };
+        let mut store = HttpStore {
+            transport,
+            name,
+            token: opts.token,
+            timeout,
+            caps: Capabilities {
+                clock: baton_core::ClockKind::Engine,
+                durable: false,
+                multi_process: true,
+                min_ttl_ms: 1,
+                ttl_granularity_ms: 1,
+            },
+        };
+        store.caps = store
+            .call::<(), Capabilities>(Method::GET, wire::CAPABILITIES, None, false, None)
+            .await?;
+        Ok(store)
+    }
+
+    /// The server, as errors name it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One request. `writes`: a lost reply may mean the write landed.
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        writes: bool,
+        extra: Option<Duration>,
+    ) -> Result<T> {
+        let payload = match body {
+            Some(b) => serde_json::to_vec(b)
+                .map_err(|e| Error::invalid("request", format!("cannot be encoded: {e}")))?,
+            None => Vec::new(),
+        };
+        let uri: hyper::Uri = match &self.transport {
+            Transport::Tcp { authority, .. } => format!("http://{authority}{path}")
+                .parse()
+                .map_err(|e| Error::invalid("store", format!("{}: {e}", self.name)))?,
+            Transport::Unix { path: socket, .. } => hyperlocal::Uri::new(socket, path).into(),
+        };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::from(payload)))
+            .map_err(|e| Error::invalid("request", format!("{e}")))?;
+        let lost = |what: String| -> Error {
+            let e = if writes {
+                Error::indeterminate(format!(
+                    "{what}: the request may have been applied; read before retrying"
+                ))
+            } else {
+                Error::unavailable(what)
+            };
+            e.with_context(self.name.clone())
+        };
+        let deadline = self.timeout + extra.unwrap_or_default();
+        let sent = match &self.transport {
+            Transport::Tcp { client, .. } => {
+                tokio::time::timeout(deadline, client.request(req)).await
+            }
+            Transport::Unix { client, .. } => {
+                tokio::time::timeout(deadline, client.request(req)).await
+            }
+        };
+        let res = match sent {
+            Err(_) => {
+                return Err(lost(format!(
+                    "no answer within {}",
+                    humantime::format_duration(deadline)
+                )));
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(Error::unavailable(format!("cannot reach the server: {e}"))
+                    .with_context(self.name.clone())
+                    .with_source(e));
+            }
+            Ok(Err(e)) => return Err(lost(format!("the connection failed: {e}"))),
+            Ok(Ok(res)) => res,
+        };
+        let status = res.status();
+        let body = tokio::time::timeout(
+            deadline,
+            http_body_util::Limited::new(res.into_body(), MAX_ANSWER).collect(),
+        )
+        .await
+        .map_err(|_| lost("the answer did not arrive in time".to_owned()))?
+        .map_err(|e| lost(format!("the answer was cut off: {e}")))?
+        .to_bytes();
+        if status == StatusCode::OK {
+            return serde_json::from_slice(&body)
+                .map_err(|e| lost(format!("the answer is not what this client expects: {e}")));
+        }
+        match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(b) => Err(b.error),
+            Err(_) if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => Err(
+                Error::not_permitted(format!("the server answered {status}"))
+                    .with_context(self.name.clone()),
+            ),
+            Err(_) if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE => {
+                Err(lost(format!("the server answered {status}")))
+            }
+            Err(_) => Err(Error::unavailable(format!("the server answered {status}"))
+                .with_context(self.name.clone())),
+        }
+    }
+
+    async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        writes: bool,
+    ) -> Result<T> {
+        self.call(Method::POST, path, Some(body), writes, None)
+            .await
+    }
+}
+
+#[async_trait]
+impl Store for HttpStore {
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
+        self.post(wire::READ, &ReadBody { task: task.clone() }, false)
+            .await
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        self.post(wire::APPLY, &op, true).await
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.post(wire::APPLY_ALL, &ops, true).await
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        self.post(wire::NEXT, query, true).await
+    }
+
+    async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {
+        let max_ms = max_ms.min(wire::MAX_WATCH_MS);
+        let body = WatchBody {
+            query: query.clone(),
+            max_ms,
+        };
+        self.call(
+            Method::POST,
+            wire::WATCH_READY,
+            Some(&body),
+            false,
+            Some(Duration::from_millis(max_ms)),
+        )
+        .await
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        self.post(wire::LIST, query, false).await
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let body = EventsBody {
+            task: task.cloned(),
+            after,
+            limit,
+        };
+        self.post(wire::EVENTS, &body, false).await
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        self.post(wire::PENDING, &PendingBody { after, limit }, false)
+            .await
+    }
+
+    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
+        let body = AckBody {
+            intent_ids: intent_ids.to_vec(),
+        };
+        self.post(wire::ACK, &body, true).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn server_urls() {
+        assert_eq!(
+            parse_url("http://127.0.0.1:7440").unwrap(),
+            (false, "127.0.0.1:7440".to_owned(), None)
+        );
+        assert_eq!(
+            parse_url("http+unix:///run/baton.sock?timeout=2s").unwrap(),
+            (
+                true,
+                "/run/baton.sock".to_owned(),
+                Some(Duration::from_secs(2))
+            )
+        );
+        for bad in [
+            "http://",
+            "http://host",
+            "http://h:1/path",
+            "http://h:1?colour=red",
+            "http://h:1?timeout=forever",
+            "http://h:1?timeout=1h",
+            "http+unix://",
+            "https://h:1",
+        ] {
+            let e = parse_url(bad).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("store"), "{bad}");
+        }
+    }
+}

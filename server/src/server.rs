@@ -1,0 +1,650 @@
+//! The server: listening, authentication, the store protocol, and the
+//! plumbing every endpoint shares (errors, metrics, shutdown).
+
+use crate::auth::Tokens;
+use crate::metrics::Metrics;
+use crate::wire::{self, AckBody, ErrorBody, EventsBody, PendingBody, ReadBody, WatchBody};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use baton_core::access::{self, Caller};
+use baton_core::decide::Decision;
+use baton_core::graph::NextQuery;
+use baton_core::store::{ClockKind, ListQuery};
+use baton_core::{Authority, Clock, Error, Operation, Store, SystemClock};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Listen {
+    /// `HOST:PORT` (an IP address) or `unix:PATH`.
+    pub fn parse(text: &str) -> Result<Listen, Error> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(Error::invalid("listen", "unix: needs a socket path"));
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        text.parse().map(Listen::Tcp).map_err(|_| {
+            Error::invalid(
+                "listen",
+                format!("is IP:PORT (127.0.0.1:7440) or unix:PATH (got {text:?})"),
+            )
+        })
+    }
+}
+
+/// How a server runs.
+#[derive(Debug)]
+pub struct ServeOptions {
+    pub listen: Listen,
+    /// `None`: no authentication (loopback and Unix sockets only).
+    pub tokens: Option<Tokens>,
+    /// The largest request body, in bytes.
+    pub max_body: usize,
+    /// How long a client may take to send a request's headers or body.
+    pub read_timeout: Duration,
+}
+
+impl ServeOptions {
+    pub fn new(listen: Listen) -> ServeOptions {
+        ServeOptions {
+            listen,
+            tokens: None,
+            max_body: MAX_BODY,
+            read_timeout: READ_TIMEOUT,
+        }
+    }
+}
+
+/// The default largest request body: a graph of about 100 000 nodes.
+pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// The default time a client has to send its request.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait a blocking query may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How many recent refusals the status page keeps.
+const RECENT: usize = 50;
+
+/// A refusal the page lists.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Recent {
+    pub task: String,
+    pub request: String,
+    pub refusal: serde_json::Value,
+    pub at: baton_core::Timestamp,
+}
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub store: Arc<dyn Store>,
+    pub authority: Authority<Arc<dyn Store>>,
+    pub clock: Arc<dyn Clock>,
+    pub tokens: Option<Tokens>,
+    pub metrics: Metrics,
+    pub recent: Mutex<VecDeque<Recent>>,
+    /// Turns true when the server begins to stop: blocking queries end.
+    pub stopping: watch::Receiver<bool>,
+}
+
+pub(crate) type Shared = Arc<App>;
+
+impl App {
+    pub fn now(&self) -> baton_core::Timestamp {
+        self.clock.now()
+    }
+
+    /// The caller the request's bearer token proves: `None` when the
+    /// server has no tokens, 401 when it has and the token is missing or
+    /// wrong.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(None);
+        };
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match token.and_then(|t| tokens.check(t.trim())) {
+            Some(c) => Ok(Some(c)),
+            None => Err(ApiError::unauthorized(token.is_some())),
+        }
+    }
+
+    /// Decides and applies `op` for `caller`: admitted by core's access
+    /// rule, timed by the server's clock, validated, applied, counted.
+    pub async fn apply(&self, op: Operation, caller: Option<&Caller>) -> Result<Decision, Error> {
+        let mut op = access::admit(op, caller)?;
+        op.now = self.now();
+        op.request.validate()?;
+        let kind = op.request.kind();
+        let task = op.task.clone();
+        let d = self
+            .store
+            .apply(op)
+            .await
+            .inspect_err(|e| self.metrics.store_error(e))?;
+        self.decided(&d, kind, &task);
+        Ok(d)
+    }
+
+    /// Counts a decision, and keeps it for the page if it refused.
+    pub fn decided(&self, d: &Decision, kind: baton_core::RequestKind, task: &baton_core::TaskId) {
+        self.metrics.decided(d, kind);
+        if let baton_core::Verdict::Refuse { refusal, .. } = &d.verdict
+            && let Ok(mut recent) = self.recent.lock()
+        {
+            if recent.len() >= RECENT {
+                recent.pop_front();
+            }
+            recent.push_back(Recent {
+                task: task.to_string(),
+                request: kind.as_str().to_owned(),
+                refusal: baton_core::authority::refusal_json(refusal),
+                at: self.now(),
+            });
+        }
+    }
+
+    /// Waits `d` or until the server begins to stop.
+    pub async fn pause(&self, d: Duration) {
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+}
+
+/// An answer that is not a success.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn unauthorized(given: bool) -> ApiError {
+        let message = if given {
+            "the bearer token is not one this server accepts"
+        } else {
+            "this server needs a bearer token (BATON_TOKEN or --token)"
+        };
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            body: ErrorBody::new(Error::not_permitted(message)),
+        }
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            body: ErrorBody::new(Error::invalid("path", format!("no such endpoint: {what}"))),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> ApiError {
+        let status = StatusCode::from_u16(wire::status_for(error.kind))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError {
+            status,
+            body: ErrorBody::new(error),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+pub(crate) type Answer = Result<Response, ApiError>;
+
+/// A JSON body, or an error naming `body` and what is wrong with it.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| Error::invalid("body", format!("{e}")))
+}
+
+pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
+    Ok(axum::Json(value).into_response())
+}
+
+// ---- the store protocol: one endpoint per Store method ----
+
+async fn capabilities(State(app): State<Shared>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    let mut caps = app.store.capabilities();
+    // The server re-times every request to its own clock: to a client it
+    // is an engine clock, whatever the store behind it keeps.
+    caps.clock = ClockKind::Engine;
+    json(&caps)
+}
+
+async fn read(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let b: ReadBody = parse(&body)?;
+    let snap = app
+        .store
+        .read(&b.task, app.now())
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    json(&snap)
+}
+
+async fn apply(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = app.caller(&headers)?;
+    let op: Operation = parse(&body)?;
+    json(&app.apply(op, caller.as_ref()).await?)
+}
+
+async fn apply_all(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = app.caller(&headers)?;
+    let ops: Vec<Operation> = parse(&body)?;
+    let now = app.now();
+    let mut admitted = Vec::with_capacity(ops.len());
+    for op in ops {
+        let mut op = access::admit(op, caller.as_ref())?;
+        op.now = now;
+        op.request.validate()?;
+        admitted.push(op);
+    }
+    let kinds: Vec<_> = admitted
+        .iter()
+        .map(|o| (o.request.kind(), o.task.clone()))
+        .collect();
+    let ds = app
+        .store
+        .apply_all(admitted)
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    for (d, (kind, task)) in ds.iter().zip(&kinds) {
+        app.decided(d, *kind, task);
+    }
+    json(&ds)
+}
+
+async fn next(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let mut q: NextQuery = parse(&body)?;
+    q.now = app.now();
+    let d = app
+        .store
+        .next(&q)
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    if let Some(d) = &d
+        && let Some(r) = d.current.as_ref().or(d.record_to_write())
+    {
+        app.decided(d, baton_core::RequestKind::Claim, &r.task);
+    }
+    json(&d)
+}
+
+async fn watch_ready(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let mut b: WatchBody = parse(&body)?;
+    b.query.now = app.now();
+    let max_ms = b.max_ms.min(wire::MAX_WATCH_MS);
+    let mut stopping = app.stopping.clone();
+    let waited = tokio::select! {
+        w = app.store.watch_ready(&b.query, max_ms) => w.inspect_err(|e| app.metrics.store_error(e))?,
+        _ = stopping.wait_for(|s| *s) => true,
+    };
+    json(&waited)
+}
+
+async fn list(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let mut q: ListQuery = parse(&body)?;
+    q.now = app.now();
+    q.limit = q.limit.clamp(1, baton_core::authority::MAX_PAGE);
+    json(
+        &app.store
+            .list(&q)
+            .await
+            .inspect_err(|e| app.metrics.store_error(e))?,
+    )
+}
+
+async fn events(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let b: EventsBody = parse(&body)?;
+    let limit = b.limit.clamp(1, baton_core::authority::MAX_PAGE);
+    let e = app
+        .store
+        .events(b.task.as_ref(), b.after, limit)
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    json(&e)
+}
+
+async fn pending(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    app.caller(&headers)?;
+    let b: PendingBody = parse(&body)?;
+    let limit = b.limit.clamp(1, baton_core::authority::MAX_PAGE);
+    let p = app
+        .store
+        .pending(b.after, limit)
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    json(&p)
+}
+
+async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = app.caller(&headers)?;
+    access::require_operator(caller.as_ref(), "an outbox acknowledgement")?;
+    let b: AckBody = parse(&body)?;
+    for id in &b.intent_ids {
+        baton_core::model::validate_intent_id(id)?;
+    }
+    let n = app
+        .store
+        .ack(&b.intent_ids, app.now())
+        .await
+        .inspect_err(|e| app.metrics.store_error(e))?;
+    json(&n)
+}
+
+// ---- health, metrics ----
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready when the store answers a read.
+async fn readyz(State(app): State<Shared>) -> Response {
+    let probe = baton_core::TaskId::parse("task", "baton-readyz-probe");
+    let answered = match probe {
+        Ok(t) => app.store.read(&t, app.now()).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match answered {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => ApiError::from(Error::unavailable(format!(
+            "the store does not answer: {e}"
+        )))
+        .into_response(),
+    }
+}
+
+async fn metrics(State(app): State<Shared>, headers: HeaderMap) -> Answer {
+    app.caller(&headers)?;
+    if let Ok(census) = crate::page::census(&app).await {
+        app.metrics.census(&census.counts);
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.encode(),
+    )
+        .into_response())
+}
+
+/// Times every request, by its route's pattern (never the raw path).
+async fn track(
+    State(app): State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let started = Instant::now();
+    let res = next.run(req).await;
+    app.metrics.answered(
+        &route,
+        res.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    res
+}
+
+async fn fallback(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(uri.path())
+}
+
+fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
+    let store = Router::new()
+        .route(wire::CAPABILITIES, get(capabilities))
+        .route(wire::READ, post(read))
+        .route(wire::APPLY, post(apply))
+        .route(wire::APPLY_ALL, post(apply_all))
+        .route(wire::NEXT, post(next))
+        .route(wire::WATCH_READY, post(watch_ready))
+        .route(wire::LIST, post(list))
+        .route(wire::EVENTS, post(events))
+        .route(wire::PENDING, post(pending))
+        .route(wire::ACK, post(ack));
+    store
+        .merge(crate::api::routes())
+        .merge(crate::page::routes())
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), track))
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            read_timeout,
+        ))
+        .with_state(app)
+}
+
+/// A running server: where it listens, and how to stop it.
+#[derive(Debug)]
+pub struct Served {
+    /// The bound address (`None` on a Unix socket).
+    pub addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Stops accepting, answers what is in flight, and returns when the
+    /// last connection has closed.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.done.await;
+    }
+
+    /// The URL a client uses for it.
+    pub fn url(&self) -> Option<String> {
+        self.addr.map(|a| format!("http://{a}"))
+    }
+}
+
+/// Binds as `opts` says and serves `store` on the current runtime until
+/// [`Served::stop`].
+pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, Error> {
+    if let Listen::Tcp(addr) = &opts.listen
+        && !addr.ip().is_loopback()
+        && opts.tokens.is_none()
+    {
+        return Err(Error::invalid(
+            "listen",
+            format!(
+                "{addr} is not a loopback address: give --tokens so that only holders of a token are answered"
+            ),
+        ));
+    }
+    let (stop, stopping) = watch::channel(false);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let metrics = Metrics::new();
+    let app = Arc::new(App {
+        authority: Authority::new(store.clone(), clock.clone()),
+        store: store.clone(),
+        clock,
+        tokens: opts.tokens,
+        metrics,
+        recent: Mutex::new(VecDeque::new()),
+        stopping: stopping.clone(),
+    });
+    let observed = Arc::downgrade(&app);
+    store.observe_batches(Arc::new(move |n| {
+        if let Some(app) = observed.upgrade() {
+            app.metrics.batch(n);
+        }
+    }));
+    let router = router(app, opts.max_body, opts.read_timeout);
+    let (addr, done) = match &opts.listen {
+        Listen::Tcp(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::unavailable(format!("cannot listen on {addr}: {e}")))?;
+            let bound = l.local_addr().ok();
+            let done = tokio::spawn(accept_tcp(l, router, stopping, opts.read_timeout));
+            (bound, done)
+        }
+        Listen::Unix(path) => {
+            // A socket file left by a server that is gone is replaced; a
+            // live one is not (binding fails with "address in use").
+            if std::os::unix::net::UnixStream::connect(path).is_err() {
+                let _ = std::fs::remove_file(path);
+            }
+            let l = tokio::net::UnixListener::bind(path).map_err(|e| {
+                Error::unavailable(format!("cannot listen on {}: {e}", path.display()))
+            })?;
+            let done = tokio::spawn(accept_unix(l, router, stopping, opts.read_timeout));
+            (None, done)
+        }
+    };
+    Ok(Served { addr, stop, done })
+}
+
+/// Serves until SIGTERM or SIGINT, then stops gracefully: every request
+/// in flight is answered before this returns.
+pub async fn serve(store: Arc<dyn Store>, opts: ServeOptions) -> Result<(), Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = opts.listen.clone();
+    let served = spawn(store, opts).await?;
+    let mut term = signal(SignalKind::terminate())
+        .map_err(|e| Error::unavailable(format!("cannot watch SIGTERM: {e}")))?;
+    let mut int = signal(SignalKind::interrupt())
+        .map_err(|e| Error::unavailable(format!("cannot watch SIGINT: {e}")))?;
+    let shown = match (&listen, served.url()) {
+        (_, Some(url)) => url,
+        (Listen::Unix(p), None) => format!("http+unix://{}", p.display()),
+        (Listen::Tcp(a), None) => a.to_string(),
+    };
+    tracing::info!("baton serve: listening on {shown}");
+    eprintln!("baton serve: listening on {shown}");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    eprintln!("baton serve: stopping; answering requests in flight");
+    served.stop().await;
+    if let Listen::Unix(p) = &listen {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+async fn accept_tcp(
+    l: tokio::net::TcpListener,
+    router: Router,
+    stopping: watch::Receiver<bool>,
+    read_timeout: Duration,
+) {
+    accept(
+        || async {
+            l.accept().await.map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                s
+            })
+        },
+        router,
+        stopping,
+        read_timeout,
+    )
+    .await;
+}
+
+async fn accept_unix(
+    l: tokio::net::UnixListener,
+    router: Router,
+    stopping: watch::Receiver<bool>,
+    read_timeout: Duration,
+) {
+    accept(
+        || async { l.accept().await.map(|(s, _)| s) },
+        router,
+        stopping,
+        read_timeout,
+    )
+    .await;
+}
+
+/// The accept loop: each connection served by hyper with a deadline on
+/// its request headers (a slow client is dropped), every connection told
+/// to finish when the server stops, and the loop returning once they have.
+async fn accept<S, F, Fut>(
+    mut next: F,
+    router: Router,
+    mut stopping: watch::Receiver<bool>,
+    read_timeout: Duration,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<S>>,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    loop {
+        let stream = tokio::select! {
+            s = next() => s,
+            _ = stopping.wait_for(|s| *s) => break,
+        };
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors, a reset during accept: keep serving.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    graceful.shutdown().await;
+}
