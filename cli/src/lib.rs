@@ -453,9 +453,10 @@ async fn serve(cli: &Cli, listen: &str, tokens: Option<&std::path::Path>) -> Res
             "a server serves a store of its own, not another server",
         ));
     }
-    let store = store_for(&url).await?;
     let mut opts = baton_server::ServeOptions::new(listen);
     opts.tokens = tokens;
+    opts.check()?;
+    let store = store_for(&url).await?;
     baton_server::serve(store, opts).await?;
     let mut out = Out::list(Vec::new(), None);
     out.printed = true;

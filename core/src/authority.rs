@@ -620,6 +620,10 @@ impl<S: Store> Authority<S> {
     /// deadline has passed (with its events and notifications). Never needed
     /// for correctness; it makes the outbox speak for tasks nobody touches.
     pub async fn sweep(&self, dry_run: bool) -> Result<Vec<Swept>> {
+        // An operator's act: a store that authenticates its callers (a
+        // server with tokens) refuses it up front, whether or not
+        // anything is due.
+        self.store.permit(crate::store::Act::Sweep).await?;
         let now = self.clock.now();
         let mut swept = Vec::new();
         let mut cursor: Option<TaskId> = None;

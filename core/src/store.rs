@@ -39,6 +39,21 @@ use std::sync::Arc;
 /// committer makes.
 pub type BatchObserver = Arc<dyn Fn(usize) + Send + Sync>;
 
+/// An operator's act that is not one request, for [`Store::permit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    Sweep,
+}
+
+impl Act {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Act::Sweep => "a sweep",
+        }
+    }
+}
+
 /// A stored record with what the store's judge of time says about it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
@@ -231,6 +246,12 @@ pub trait Store: Send + Sync + Debug {
         None
     }
 
+    /// Whether the caller may do `act`: `Ok` for every store that does not
+    /// authenticate its callers; a server's `http://` store asks it.
+    async fn permit(&self, _act: Act) -> Result<()> {
+        Ok(())
+    }
+
     /// Asks to be told the size of every batch this store's group
     /// committer commits; `false` when it has none (nothing will be told).
     fn observe_batches(&self, _observer: BatchObserver) -> bool {
@@ -299,6 +320,9 @@ macro_rules! forward_store {
             }
             fn observe_batches(&self, observer: BatchObserver) -> bool {
                 (**self).observe_batches(observer)
+            }
+            async fn permit(&self, act: Act) -> Result<()> {
+                (**self).permit(act).await
             }
             async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
                 (**self).read(task, now).await

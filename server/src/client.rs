@@ -335,6 +335,10 @@ impl Store for HttpStore {
             .await
     }
 
+    async fn permit(&self, act: baton_core::store::Act) -> Result<()> {
+        self.post(wire::PERMIT, &act, false).await
+    }
+
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         let body = AckBody {
             intent_ids: intent_ids.to_vec(),

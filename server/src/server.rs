@@ -62,6 +62,23 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
+    /// Refuses options a server must not run with: a non-loopback
+    /// address without tokens. Checked again by [`spawn`].
+    pub fn check(&self) -> Result<(), Error> {
+        if let Listen::Tcp(addr) = &self.listen
+            && !addr.ip().is_loopback()
+            && self.tokens.is_none()
+        {
+            return Err(Error::invalid(
+                "listen",
+                format!(
+                    "{addr} is not a loopback address: give --tokens so that only holders of a token are answered"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn new(listen: Listen) -> ServeOptions {
         ServeOptions {
             listen,
@@ -367,6 +384,14 @@ async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answ
     json(&n)
 }
 
+async fn permit(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = app.caller(&headers)?;
+    let act: baton_core::store::Act = parse(&body)?;
+    access::require_operator(caller.as_ref(), act.as_str())?;
+    app.store.permit(act).await?;
+    json(&())
+}
+
 // ---- health, metrics ----
 
 async fn healthz() -> &'static str {
@@ -439,7 +464,8 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         .route(wire::LIST, post(list))
         .route(wire::EVENTS, post(events))
         .route(wire::PENDING, post(pending))
-        .route(wire::ACK, post(ack));
+        .route(wire::ACK, post(ack))
+        .route(wire::PERMIT, post(permit));
     store
         .merge(crate::api::routes())
         .merge(crate::page::routes())
@@ -481,17 +507,7 @@ impl Served {
 /// Binds as `opts` says and serves `store` on the current runtime until
 /// [`Served::stop`].
 pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, Error> {
-    if let Listen::Tcp(addr) = &opts.listen
-        && !addr.ip().is_loopback()
-        && opts.tokens.is_none()
-    {
-        return Err(Error::invalid(
-            "listen",
-            format!(
-                "{addr} is not a loopback address: give --tokens so that only holders of a token are answered"
-            ),
-        ));
-    }
+    opts.check()?;
     let (stop, stopping) = watch::channel(false);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = Metrics::new();

@@ -19,6 +19,7 @@ pub const LIST: &str = "/v1/store/list";
 pub const EVENTS: &str = "/v1/store/events";
 pub const PENDING: &str = "/v1/store/pending";
 pub const ACK: &str = "/v1/store/ack";
+pub const PERMIT: &str = "/v1/store/permit";
 
 /// The longest wait a `watch_ready` may ask for, in milliseconds.
 pub const MAX_WATCH_MS: u64 = 60_000;

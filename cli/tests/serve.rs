@@ -1,0 +1,514 @@
+//! `baton serve` as a real process, with real clients: tokens and roles
+//! (no token, a wrong one, a worker's on an operator's request, the actor
+//! recorded), the task API's statuses, the demo through a server, SIGTERM
+//! mid-storm answering what is in flight, and kill -9 mid-storm losing no
+//! answered grant.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_baton");
+const WORKER: &str = "wwwwwwwwwwwwwwwwwwwwwwww";
+const OPERATOR: &str = "oooooooooooooooooooooooo";
+
+/// A `baton serve` child on a free loopback port.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(store: &str, tokens: Option<&Path>) -> Server {
+        let mut c = Command::new(BIN);
+        c.args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
+            .env_remove("BATON_STORE")
+            .env_remove("BATON_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(t) = tokens {
+            c.arg("--tokens").arg(t);
+        }
+        let mut child = c.spawn().unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let line = lines
+            .next()
+            .expect("the server says where it listens")
+            .unwrap();
+        let addr = line
+            .rsplit("http://")
+            .next()
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        // Keep reading its standard error so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, addr }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    }
+
+    /// Waits for the process to end; its exit status.
+    fn wait(&mut self, within: Duration) -> std::process::ExitStatus {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < until, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One CLI command against `url`, with `token` (or none).
+fn baton(url: &str, token: Option<&str>, args: &[&str]) -> (i32, Value) {
+    let mut c = Command::new(BIN);
+    c.arg("--store").arg(url).args(args);
+    for v in [
+        "BATON_STORE",
+        "BATON_TOKEN",
+        "BATON_TASK",
+        "BATON_OWNER",
+        "BATON_FENCE",
+    ] {
+        c.env_remove(v);
+    }
+    if let Some(t) = token {
+        c.env("BATON_TOKEN", t);
+    }
+    let out = c.output().unwrap();
+    let text = if out.stdout.is_empty() {
+        &out.stderr
+    } else {
+        &out.stdout
+    };
+    let v = serde_json::from_slice(text).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
+/// One raw HTTP/1.1 request on a connection of its own: the status and
+/// the JSON body. `None` when the connection failed or the answer was cut.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Option<(u16, Value)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).ok()?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, serde_json::from_str(rest).unwrap_or(Value::Null)))
+}
+
+fn token_file(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("tokens");
+    std::fs::write(
+        &p,
+        format!("# test tokens\nci worker {WORKER}\nalice operator {OPERATOR}\n"),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let url = server.url();
+
+    // No token, a wrong token: 401, exit 6, nothing applied.
+    assert_eq!(baton(&url, None, &["claim", "t", "--owner", "w"]).0, 6);
+    assert_eq!(
+        baton(
+            &url,
+            Some("not-a-token-at-all-x"),
+            &["claim", "t", "--owner", "w"]
+        )
+        .0,
+        6
+    );
+    let (status, body) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/t/claim",
+        None,
+        r#"{"owner":"w"}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["kind"], "not_permitted");
+    let (status, _) = http(
+        server.addr,
+        "GET",
+        "/v1/tasks/t",
+        Some("wrong-wrong-wrong-wrong"),
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 401);
+    // The health check needs no token; the data does.
+    assert_eq!(
+        http(server.addr, "GET", "/healthz", None, "").map(|a| a.0),
+        Some(200)
+    );
+    assert_eq!(
+        http(server.addr, "GET", "/metrics", None, "").map(|a| a.0),
+        Some(401)
+    );
+
+    // A worker's token: claims and reads; operator requests are 403, exit 6.
+    let (code, grant) = baton(
+        &url,
+        Some(WORKER),
+        &["claim", "t", "--owner", "w", "--ttl", "60s"],
+    );
+    assert_eq!(code, 0, "{grant}");
+    let fence = grant["fence"].as_u64().unwrap();
+    assert_eq!(baton(&url, Some(WORKER), &["holder", "t"]).0, 0);
+    for args in [
+        &["cancel", "t", "--operator", "mallory"][..],
+        &["sweep"][..],
+        &["outbox", "ack", "3f2b8c1e-0000-4000-8000-000000000000"][..],
+    ] {
+        let (code, err) = baton(&url, Some(WORKER), args);
+        assert_eq!(code, 6, "{args:?}: {err}");
+        assert_eq!(err["error"]["kind"], "not_permitted", "{args:?}");
+    }
+    let (status, body) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/t/cancel",
+        Some(WORKER),
+        r#"{"by":{"role":"operator","id":"mallory"},"fence":null}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 403, "{body}");
+    let (_, holder) = baton(&url, Some(WORKER), &["holder", "t"]);
+    assert_eq!(
+        (holder["live"].as_bool(), holder["fence"].as_u64()),
+        (Some(true), Some(fence))
+    );
+
+    // An operator's token: the cancel lands, recorded as the token's name.
+    let (code, out) = baton(
+        &url,
+        Some(OPERATOR),
+        &["cancel", "t", "--operator", "mallory"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let out = Command::new(BIN)
+        .args(["--store", &url, "task", "events", "t"])
+        .env("BATON_TOKEN", WORKER)
+        .output()
+        .unwrap();
+    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cancelled = events
+        .iter()
+        .find(|e| e["kind"] == "CANCELLED")
+        .unwrap_or_else(|| panic!("no CANCELLED event in {events:?}"));
+    assert_eq!(
+        cancelled["actor"],
+        serde_json::json!({"role": "operator", "id": "alice"})
+    );
+    assert_eq!(baton(&url, Some(OPERATOR), &["sweep"]).0, 0);
+}
+
+#[test]
+fn a_server_without_tokens_listens_only_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let out = Command::new(BIN)
+        .args(["serve", "--store", &store, "--listen", "0.0.0.0:0"])
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(err["error"]["field"], "listen");
+    assert!(!dir.path().join("s.db").exists(), "nothing was opened");
+}
+
+#[test]
+fn the_task_api_answers_with_the_clis_json_and_statuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let a = server.addr;
+    let (s, g) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/claim",
+        None,
+        r#"{"owner":"w1","ttl_ms":60000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{g}");
+    assert_eq!(
+        (g["owner"].as_str(), g["idempotent"].as_bool()),
+        (Some("w1"), Some(false))
+    );
+    let fence = g["fence"].as_u64().unwrap();
+    // The CLI sees the same grant through the http:// store.
+    let (code, h) = baton(&server.url(), None, &["holder", "job"]);
+    assert_eq!((code, h["fence"].as_u64()), (0, Some(fence)));
+    let (s, r) = http(a, "POST", "/v1/tasks/job/claim", None, r#"{"owner":"w2"}"#).unwrap();
+    assert_eq!((s, r["refused"].as_str()), (409, Some("held")));
+    let (s, r) = http(
+        a,
+        "GET",
+        &format!("/v1/tasks/job/verify?fence={}", fence + 1),
+        None,
+        "",
+    )
+    .unwrap();
+    assert_eq!((s, r["current"].as_bool()), (409, Some(false)));
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/complete",
+        None,
+        &format!(r#"{{"owner":"w1","fence":{}}}"#, fence + 7),
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["refused"].as_str()),
+        (409, Some("stale_fence")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/complete",
+        None,
+        &format!(r#"{{"owner":"w1","fence":{fence}}}"#),
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("SUCCEEDED")), "{r}");
+    let (s, r) = http(a, "GET", "/v1/tasks/nothing-here", None, "").unwrap();
+    assert_eq!((s, r["refused"].as_str()), (404, Some("not_found")));
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/claim",
+        None,
+        r#"{"owner":"w1","ttl_ms":0}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["error"]["field"].as_str()), (400, Some("ttl")), "{r}");
+    let (s, r) = http(a, "POST", "/v1/tasks/job/claim", None, "{not json").unwrap();
+    assert_eq!((s, r["error"]["field"].as_str()), (400, Some("body")));
+    // The zombie counter counted the stale completion.
+    let metrics = {
+        let mut s = TcpStream::connect(a).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    assert!(
+        metrics.contains(r#"baton_stale_fence_refusals_total{request="complete"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("baton_grants_total 1"), "{metrics}");
+    // A blocking query answers as soon as there is something new.
+    let started = Instant::now();
+    let (s, r) = http(a, "GET", "/v1/tasks/job/events?after=0&wait=5s", None, "").unwrap();
+    assert_eq!(s, 200);
+    assert!(!r["items"].as_array().unwrap().is_empty());
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn the_demo_runs_through_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let out = Command::new(BIN)
+        .args(["demo", "--store", &server.url()])
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doubles = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("double grants"))
+        .map(str::trim);
+    assert_eq!(doubles, Some("0"), "{text}");
+}
+
+/// Clients claiming distinct tasks as fast as they can, each answer kept.
+struct Storm {
+    answered: Arc<Mutex<Vec<(String, String, u64)>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Storm {
+    fn start(addr: SocketAddr, clients: usize) -> Storm {
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..clients)
+            .map(|c| {
+                let (answered, stop) = (answered.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let task = format!("s{c}-{i}");
+                        let owner = format!("w{c}");
+                        let body = format!(r#"{{"owner":"{owner}","ttl_ms":600000}}"#);
+                        match http(
+                            addr,
+                            "POST",
+                            &format!("/v1/tasks/{task}/claim"),
+                            None,
+                            &body,
+                        ) {
+                            Some((200, g)) => {
+                                answered.lock().unwrap().push((
+                                    task,
+                                    owner,
+                                    g["fence"].as_u64().unwrap(),
+                                ));
+                            }
+                            Some((status, v)) => panic!("{task}: {status} {v}"),
+                            // Refused or cut off: the server is going or gone.
+                            None => std::thread::sleep(Duration::from_millis(5)),
+                        }
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Storm {
+            answered,
+            stop,
+            threads,
+        }
+    }
+
+    fn finish(self) -> Vec<(String, String, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        Arc::try_unwrap(self.answered)
+            .unwrap()
+            .into_inner()
+            .unwrap()
+    }
+}
+
+/// Every answered grant is in the store, as answered.
+fn assert_durable(store: &str, answered: &[(String, String, u64)]) {
+    assert!(
+        !answered.is_empty(),
+        "the storm got answers before the server went"
+    );
+    let server = Server::start(store, None);
+    for (task, owner, fence) in answered {
+        let (code, h) = baton(&server.url(), None, &["holder", task]);
+        assert_eq!(code, 0, "{task}: {h}");
+        assert_eq!(
+            (h["owner"].as_str(), h["fence"].as_u64()),
+            (Some(owner.as_str()), Some(*fence)),
+            "{task}: answered fence {fence} to {owner}, the store says {h}"
+        );
+    }
+}
+
+#[test]
+fn kill_9_mid_storm_loses_no_answered_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let mut server = Server::start(&store, None);
+    let storm = Storm::start(server.addr, 8);
+    std::thread::sleep(Duration::from_millis(800));
+    server.signal("-KILL");
+    server.wait(Duration::from_secs(5));
+    let answered = storm.finish();
+    assert_durable(&store, &answered);
+}
+
+#[test]
+fn sigterm_mid_storm_answers_what_is_in_flight_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let mut server = Server::start(&store, None);
+    let addr = server.addr;
+    let (s, _) = http(
+        addr,
+        "POST",
+        "/v1/tasks/waiter/claim",
+        None,
+        r#"{"owner":"w"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200);
+    let storm = Storm::start(addr, 8);
+    // A blocking query in flight when the signal comes is answered, early.
+    let waiting = std::thread::spawn(move || {
+        http(
+            addr,
+            "GET",
+            "/v1/tasks/waiter/events?after=999999&wait=50s",
+            None,
+            "",
+        )
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    server.signal("-TERM");
+    let status = server.wait(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
+    let answered = storm.finish();
+    let (s, body) = waiting
+        .join()
+        .unwrap()
+        .expect("the blocking query was answered");
+    assert_eq!(s, 200, "{body}");
+    assert_durable(&store, &answered);
+}
