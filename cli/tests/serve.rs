@@ -512,3 +512,114 @@ fn sigterm_mid_storm_answers_what_is_in_flight_and_exits_cleanly() {
     assert_eq!(s, 200, "{body}");
     assert_durable(&store, &answered);
 }
+
+/// Chromium, if this machine has it; the test needs it where
+/// `BATON_TEST_BROWSER=1` (scripts/test installs it and sets that).
+fn chromium() -> Option<&'static str> {
+    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
+        assert!(
+            std::env::var("BATON_TEST_BROWSER").as_deref() != Ok("1"),
+            "BATON_TEST_BROWSER=1 but Chromium is not installed (apt-get install chromium)"
+        );
+        eprintln!("skipped: Chromium is not installed (apt-get install chromium)");
+    }
+    found
+}
+
+/// Headless Chromium with the flags this closed network needs, a profile
+/// of its own, and `args`; its standard output.
+fn headless(browser: &str, profile: &Path, args: &[&str]) -> String {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=4000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_status_page_shows_a_live_lease_in_a_real_browser() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let (s, g) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/nightly-build/claim",
+        None,
+        r#"{"owner":"agent-seven","ttl_ms":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{g}");
+    let fence = g["fence"].as_u64().unwrap().to_string();
+    // A refusal for the page's list of recent ones.
+    http(
+        server.addr,
+        "POST",
+        "/v1/tasks/nightly-build/claim",
+        None,
+        r#"{"owner":"agent-eight"}"#,
+    )
+    .unwrap();
+    let page = format!("{}/", server.url());
+    let dom = headless(
+        browser,
+        &dir.path().join("profile-dom"),
+        &["--dump-dom", &page],
+    );
+    // The page's script filled the live-lease table from /v1/status.
+    let leases = dom
+        .split(r#"<tbody id="leases">"#)
+        .nth(1)
+        .and_then(|rest| rest.split("</tbody>").next())
+        .unwrap_or_else(|| panic!("no lease table in {dom}"));
+    for cell in ["nightly-build", "agent-seven", fence.as_str(), "CLAIMED"] {
+        assert!(
+            leases.contains(&format!("<td>{cell}</td>")),
+            "{cell} not in {leases}"
+        );
+    }
+    assert!(dom.contains("agent-seven"), "{dom}");
+    assert!(
+        dom.contains("<td>held</td>"),
+        "the refusal is listed: {dom}"
+    );
+    let shot = dir.path().join("status-page.png");
+    headless(
+        browser,
+        &dir.path().join("profile-shot"),
+        &[
+            "--window-size=1280,900",
+            &format!("--screenshot={}", shot.display()),
+            &page,
+        ],
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "a real screenshot"
+    );
+    if let Ok(keep) = std::env::var("BATON_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+}
