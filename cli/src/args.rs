@@ -261,6 +261,10 @@ pub struct BenchArgs {
     /// Run each worker as its own OS process.
     #[arg(long)]
     pub processes: bool,
+    /// With --processes: each process runs this many workers at once on
+    /// one store handle (8 processes x 8 connections through a server).
+    #[arg(long, default_value_t = 1, requires = "processes")]
+    pub connections: usize,
     #[arg(long, value_enum, default_value_t = Order::Shuffled)]
     pub order: Order,
     /// Also run the same benchmark on these stores, in the same run (repeatable).
@@ -293,6 +297,9 @@ pub struct BenchWorkerArgs {
     pub order: Order,
     #[arg(long)]
     pub prefix: String,
+    /// Workers `worker..worker+connections` of `workers`, at once.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
     /// Start when this file exists.
     #[arg(long)]
     pub go: PathBuf,

@@ -36,6 +36,8 @@ pub struct WorkerReport {
 pub struct BenchResult {
     pub store: String,
     pub workers: usize,
+    /// Workers per process (`--connections`); 1 in one process.
+    pub connections: usize,
     pub tasks: usize,
     pub processes: bool,
     pub order: &'static str,
@@ -196,7 +198,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     let prefix = format!("bench-{}-{nanos}-w{workers}", std::process::id());
     let expected = match args.order {
         Order::Disjoint => args.tasks as u64,
-        _ => (args.tasks * workers) as u64,
+        _ => (args.tasks * workers * args.connections) as u64,
     };
     let progress = bar(expected, format!("{store} x{workers}"));
     let a = Arc::new(authority_for(store).await?);
@@ -279,6 +281,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     Ok(BenchResult {
         store: store.to_owned(),
         workers,
+        connections: args.connections,
         tasks: args.tasks,
         processes: args.processes,
         order: args.order.as_str(),
@@ -352,6 +355,7 @@ async fn run_processes(
         .map_err(|e| Error::unavailable(format!("no temporary directory: {e}")))?;
     let go = dir.path().join("go");
     let mut children = Vec::new();
+    let per = args.connections.max(1);
     for w in 0..workers {
         let child = tokio::process::Command::new(&exe)
             .arg("--store")
@@ -359,9 +363,11 @@ async fn run_processes(
             .args([
                 "bench-worker",
                 "--worker",
-                &w.to_string(),
+                &(w * per).to_string(),
                 "--workers",
-                &workers.to_string(),
+                &(workers * per).to_string(),
+                "--connections",
+                &per.to_string(),
             ])
             .args([
                 "--tasks",
@@ -412,16 +418,32 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> 
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let before = a.store().commits();
-    let mut rep = worker(
-        a.clone(),
-        w.worker,
-        w.workers,
-        w.tasks,
-        w.order,
-        w.prefix.clone(),
-        ProgressBar::hidden(),
-    )
-    .await;
+    let handles: Vec<_> = (0..w.connections.max(1))
+        .map(|c| {
+            tokio::spawn(worker(
+                a.clone(),
+                w.worker + c,
+                w.workers,
+                w.tasks,
+                w.order,
+                w.prefix.clone(),
+                ProgressBar::hidden(),
+            ))
+        })
+        .collect();
+    let mut rep = WorkerReport::default();
+    for h in handles {
+        let one = h
+            .await
+            .map_err(|e| Error::unavailable(format!("bench worker failed: {e}")))?;
+        rep.attempts += one.attempts;
+        rep.grants.extend(one.grants);
+        rep.latencies_us.extend(one.latencies_us);
+        rep.errors += one.errors;
+        if rep.first_error.is_none() {
+            rep.first_error = one.first_error;
+        }
+    }
     rep.commits = match (before, a.store().commits()) {
         (Some(b), Some(after)) => Some(after - b),
         _ => None,
@@ -468,6 +490,9 @@ pub async fn run(
             "workers",
             "workers and tasks must be at least 1",
         ));
+    }
+    if args.connections == 0 || args.connections > 64 {
+        return Err(Error::invalid("connections", "must be from 1 to 64"));
     }
     if args.next {
         let mut results = Vec::new();

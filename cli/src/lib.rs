@@ -66,11 +66,20 @@ where
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // A bench worker is one sequential client (or a few): on one thread
+    // its requests and their connections never wake each other across
+    // threads. Everything else gets two.
+    let built = if matches!(cli.command, Command::BenchWorker(_)) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             return report_error(&Error::unavailable(format!(

@@ -623,3 +623,45 @@ fn the_status_page_shows_a_live_lease_in_a_real_browser() {
         std::fs::copy(&shot, keep).unwrap();
     }
 }
+
+/// The group-commit benchmark through a server, at a size that only
+/// proves it runs (its numbers live in benches/README.md).
+#[test]
+fn the_benchmark_runs_through_a_server_with_many_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    for (order, connections, tasks) in [("disjoint", "4", 200u64), ("same", "1", 100)] {
+        let out = Command::new(BIN)
+            .args([
+                "--store",
+                &server.url(),
+                "bench",
+                "--processes",
+                "--workers",
+                "2",
+            ])
+            .args([
+                "--connections",
+                connections,
+                "--tasks",
+                &tasks.to_string(),
+                "--order",
+                order,
+            ])
+            .env_remove("BATON_STORE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["grants"].as_u64(), Some(tasks), "{r}");
+        assert_eq!(r["connections"].as_u64(), connections.parse().ok(), "{r}");
+        for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
+            assert_eq!(r[k].as_u64(), Some(0), "{k}: {r}");
+        }
+    }
+}

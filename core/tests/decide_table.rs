@@ -1861,3 +1861,41 @@ fn a_decision_says_what_it_does_to_the_start_deadline() {
     assert_eq!(fail.deadline, Cleared, "{:?}", fail.verdict);
     assert_eq!(step(None, claim("a", 1_000), T0).deadline, Unchanged);
 }
+
+/// What a server sends back keeps the verdict and its records, and drops
+/// what the store wrote beside them; a decision survives JSON unchanged.
+#[test]
+fn an_answer_only_decision_keeps_the_verdict_and_records() {
+    let granted = step(None, claim("a", 1000), at(0));
+    let Verdict::Commit(c) = &granted.verdict else {
+        panic!("{granted:?}")
+    };
+    assert!(!c.events.is_empty());
+    let wire: Decision = serde_json::from_str(&serde_json::to_string(&granted).unwrap()).unwrap();
+    assert_eq!(wire, granted);
+    let slim = granted.clone().answer_only();
+    let Verdict::Commit(s) = &slim.verdict else {
+        panic!("{slim:?}")
+    };
+    assert_eq!(s.record, c.record);
+    assert!(s.events.is_empty() && s.notifications.is_empty() && slim.follow_ups.is_empty());
+    // A refusal keeps its reason, not its conflict event.
+    let held = bare_claimed();
+    let refused = step(Some(&held), claim("b", 1000), at(1));
+    let slim = refused.clone().answer_only();
+    assert!(
+        matches!(
+            &slim.verdict,
+            Verdict::Refuse {
+                refusal: Refusal::Held { .. },
+                conflict: None
+            }
+        ),
+        "{slim:?}"
+    );
+    // An acknowledgement keeps the current record: it is the answer.
+    let again = step(Some(&held), claim("a", 1000), at(1));
+    if matches!(again.verdict, Verdict::Ack) {
+        assert_eq!(again.clone().answer_only().current, again.current);
+    }
+}

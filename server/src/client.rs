@@ -1,5 +1,8 @@
 //! The `http://` store: a [`Store`] whose every method is one request to
-//! a `baton serve`. A refused connection is `Unavailable` (nothing was
+//! a `baton serve`. A decision comes back as its caller needs it
+//! ([`Decision::answer_only`]): the verdict and its record; the events and
+//! notifications the server's store wrote beside it are read with
+//! `events` and `pending`. A refused connection is `Unavailable` (nothing was
 //! sent); a write whose reply is lost (a reset, a timeout, a reply that
 //! does not parse) is `Indeterminate`; a read that fails is `Unavailable`.
 

@@ -273,7 +273,7 @@ async fn read(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Ans
 async fn apply(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
     let caller = app.caller(&headers)?;
     let op: Operation = parse(&body)?;
-    json(&app.apply(op, caller.as_ref()).await?)
+    json(&app.apply(op, caller.as_ref()).await?.answer_only())
 }
 
 async fn apply_all(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
@@ -299,6 +299,7 @@ async fn apply_all(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -
     for (d, (kind, task)) in ds.iter().zip(&kinds) {
         app.decided(d, *kind, task);
     }
+    let ds: Vec<Decision> = ds.into_iter().map(Decision::answer_only).collect();
     json(&ds)
 }
 
@@ -316,7 +317,7 @@ async fn next(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Ans
     {
         app.decided(d, baton_core::RequestKind::Claim, &r.task);
     }
-    json(&d)
+    json(&d.map(Decision::answer_only))
 }
 
 async fn watch_ready(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {

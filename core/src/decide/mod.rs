@@ -228,6 +228,33 @@ impl Decision {
         settle.chain(main.iter())
     }
 
+    /// The decision as its caller needs it once it is committed: the
+    /// verdict with its record (the current one only for an
+    /// acknowledgement) and the settled record, without the events,
+    /// notifications and follow-ups the store wrote beside them (they are
+    /// read with `events` and `pending`). What a server sends back.
+    pub fn answer_only(mut self) -> Decision {
+        self.follow_ups.clear();
+        if let Some(s) = &mut self.settle {
+            s.events.clear();
+            s.notifications.clear();
+        }
+        match &mut self.verdict {
+            Verdict::Commit(c) => {
+                c.events.clear();
+                c.notifications.clear();
+                self.current = None;
+            }
+            Verdict::Refuse { conflict, .. } => {
+                *conflict = None;
+                self.current = None;
+            }
+            Verdict::Invalid(_) => self.current = None,
+            Verdict::Ack => {}
+        }
+        self
+    }
+
     /// Whether the commit needs anything written at all.
     pub fn writes(&self) -> bool {
         self.record_to_write().is_some() || self.events().next().is_some()
