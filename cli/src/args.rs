@@ -212,6 +212,12 @@ pub enum Command {
         /// operator). Needed to listen on a non-loopback address.
         #[arg(long)]
         tokens: Option<PathBuf>,
+        /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     Bench(BenchArgs),

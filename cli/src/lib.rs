@@ -449,9 +449,17 @@ fn refused(r: Refusal) -> Out {
 
 /// `baton serve`: checks everything, opens the store, serves until
 /// SIGTERM or SIGINT.
-async fn serve(cli: &Cli, listen: &str, tokens: Option<&std::path::Path>) -> Result<Out, Error> {
+async fn serve(
+    cli: &Cli,
+    listen: &str,
+    tokens: Option<&std::path::Path>,
+    tls: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Out, Error> {
     let listen = baton_server::Listen::parse(listen)?;
     let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
+    let tls = tls
+        .map(|(cert, key)| baton_server::tls::server_config(cert, key))
+        .transpose()?;
     let url = cli
         .store
         .clone()
@@ -464,6 +472,7 @@ async fn serve(cli: &Cli, listen: &str, tokens: Option<&std::path::Path>) -> Res
     }
     let mut opts = baton_server::ServeOptions::new(listen);
     opts.tokens = tokens;
+    opts.tls = tls;
     opts.check()?;
     let store = store_for(&url).await?;
     baton_server::serve(store, opts).await?;
@@ -488,7 +497,15 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
     }
     match &cli.command {
         Command::Demo => return demo::run(given, cli.format).await,
-        Command::Serve { listen, tokens } => return serve(cli, listen, tokens.as_deref()).await,
+        Command::Serve {
+            listen,
+            tokens,
+            tls_cert,
+            tls_key,
+        } => {
+            let tls = tls_cert.as_deref().zip(tls_key.as_deref());
+            return serve(cli, listen, tokens.as_deref(), tls).await;
+        }
         Command::Bench(b) => return bench::run(given, b, cli.format).await,
         _ => {}
     }

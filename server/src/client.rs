@@ -53,6 +53,10 @@ enum Transport {
         /// `HOST:PORT`.
         authority: String,
     },
+    Tls {
+        client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+        authority: String,
+    },
     Unix {
         client: Client<hyperlocal::UnixConnector, Full<Bytes>>,
         path: PathBuf,
@@ -79,20 +83,48 @@ impl std::fmt::Debug for HttpStore {
     }
 }
 
-/// The parts of a store URL: `http://HOST:PORT[?timeout=DUR]` or
-/// `http+unix://PATH[?timeout=DUR]`.
-fn parse_url(url: &str) -> Result<(bool, String, Option<Duration>)> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    Http,
+    Https,
+    Unix,
+}
+
+impl Scheme {
+    fn prefix(self) -> &'static str {
+        match self {
+            Scheme::Http => "http://",
+            Scheme::Https => "https://",
+            Scheme::Unix => "http+unix://",
+        }
+    }
+}
+
+/// A parsed server URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ServerUrl {
+    scheme: Scheme,
+    /// `HOST:PORT`, or the socket's path.
+    place: String,
+    timeout: Option<Duration>,
+    /// `https://`: the CA certificates (PEM) to trust instead of the system's.
+    ca: Option<PathBuf>,
+}
+
+/// `http://HOST:PORT[?timeout=DUR]`, `https://HOST:PORT[?timeout=DUR&ca=PATH]`
+/// or `http+unix://PATH[?timeout=DUR]`.
+fn parse_url(url: &str) -> Result<ServerUrl> {
     let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
-    let (unix, rest) = if let Some(r) = url.strip_prefix("http+unix://") {
-        (true, r)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (false, r)
-    } else {
+    let Some((scheme, rest)) = [Scheme::Unix, Scheme::Https, Scheme::Http]
+        .into_iter()
+        .find_map(|s| url.strip_prefix(s.prefix()).map(|r| (s, r)))
+    else {
         return Err(bad(
-            "a server's URL is http://HOST:PORT or http+unix://PATH",
+            "a server's URL is http://HOST:PORT, https://HOST:PORT or http+unix://PATH",
         ));
     };
     let (place, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let unix = scheme == Scheme::Unix;
     let place = if unix {
         place
     } else {
@@ -104,7 +136,12 @@ fn parse_url(url: &str) -> Result<(bool, String, Option<Duration>)> {
     if !unix && (place.contains('/') || !place.contains(':')) {
         return Err(bad("http://HOST:PORT names a server, with no path"));
     }
-    let mut timeout = None;
+    let mut out = ServerUrl {
+        scheme,
+        place: place.to_owned(),
+        timeout: None,
+        ca: None,
+    };
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("timeout", v)) => {
@@ -116,45 +153,66 @@ fn parse_url(url: &str) -> Result<(bool, String, Option<Duration>)> {
                 if d < Duration::from_millis(10) || d > Duration::from_secs(600) {
                     return Err(bad("timeout must be from 10ms to 10m"));
                 }
-                timeout = Some(d);
+                out.timeout = Some(d);
             }
+            Some(("ca", v)) if scheme == Scheme::Https && !v.is_empty() => {
+                out.ca = Some(PathBuf::from(v));
+            }
+            Some(("ca", _)) => return Err(bad("ca names a PEM file, for https:// only")),
             _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
         }
     }
-    Ok((unix, place.to_owned(), timeout))
+    Ok(out)
 }
 
 /// Whether a URL is a server's.
 pub fn is_http_url(url: &str) -> bool {
-    url.starts_with("http://") || url.starts_with("http+unix://")
+    ["http://", "https://", "http+unix://"]
+        .iter()
+        .any(|p| url.starts_with(p))
 }
 
 impl HttpStore {
     /// Connects to the server `url` names and reads its capabilities.
     pub async fn connect(url: &str, opts: HttpOptions) -> Result<HttpStore> {
-        let (unix, place, url_timeout) = parse_url(url)?;
-        let timeout = url_timeout.or(opts.timeout).unwrap_or(DEFAULT_TIMEOUT);
-        let transport = if unix {
-            Transport::Unix {
-                client: Client::builder(TokioExecutor::new()).build(hyperlocal::UnixConnector),
-                path: PathBuf::from(&place),
-            }
-        } else {
+        let u = parse_url(url)?;
+        let timeout = u.timeout.or(opts.timeout).unwrap_or(DEFAULT_TIMEOUT);
+        let tcp = || {
             let mut http = HttpConnector::new();
             http.set_nodelay(true);
             http.set_connect_timeout(Some(timeout));
-            Transport::Tcp {
-                client: Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(Duration::from_secs(30))
-                    .build(http),
-                authority: place.clone(),
+            http
+        };
+        let pooled = || {
+            let mut b = Client::builder(TokioExecutor::new());
+            b.pool_idle_timeout(Duration::from_secs(30));
+            b
+        };
+        let transport = match u.scheme {
+            Scheme::Unix => Transport::Unix {
+                client: Client::builder(TokioExecutor::new()).build(hyperlocal::UnixConnector),
+                path: PathBuf::from(&u.place),
+            },
+            Scheme::Http => Transport::Tcp {
+                client: pooled().build(tcp()),
+                authority: u.place.clone(),
+            },
+            Scheme::Https => {
+                let config = crate::tls::client_config(u.ca.as_deref())?;
+                let mut http = tcp();
+                http.enforce_http(false);
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(config)
+                    .https_only()
+                    .enable_http1()
+                    .wrap_connector(http);
+                Transport::Tls {
+                    client: pooled().build(https),
+                    authority: u.place.clone(),
+                }
             }
         };
-        let name = if unix {
-            format!("http+unix://{place}")
-        } else {
-            format!("http://{place}")
-        };
+        let name = format!("{}{}", u.scheme.prefix(), u.place);
         let mut store = HttpStore {
             transport,
             name,
@@ -197,6 +255,9 @@ impl HttpStore {
             Transport::Tcp { authority, .. } => format!("http://{authority}{path}")
                 .parse()
                 .map_err(|e| Error::invalid("store", format!("{}: {e}", self.name)))?,
+            Transport::Tls { authority, .. } => format!("https://{authority}{path}")
+                .parse()
+                .map_err(|e| Error::invalid("store", format!("{}: {e}", self.name)))?,
             Transport::Unix { path: socket, .. } => hyperlocal::Uri::new(socket, path).into(),
         };
         let mut req = Request::builder()
@@ -222,6 +283,9 @@ impl HttpStore {
         let deadline = self.timeout + extra.unwrap_or_default();
         let sent = match &self.transport {
             Transport::Tcp { client, .. } => {
+                tokio::time::timeout(deadline, client.request(req)).await
+            }
+            Transport::Tls { client, .. } => {
                 tokio::time::timeout(deadline, client.request(req)).await
             }
             Transport::Unix { client, .. } => {
@@ -357,17 +421,24 @@ mod tests {
 
     #[test]
     fn server_urls() {
+        let u = parse_url("http://127.0.0.1:7440").unwrap();
         assert_eq!(
-            parse_url("http://127.0.0.1:7440").unwrap(),
-            (false, "127.0.0.1:7440".to_owned(), None)
+            (u.scheme, u.place.as_str(), u.timeout),
+            (Scheme::Http, "127.0.0.1:7440", None)
         );
+        let u = parse_url("http+unix:///run/baton.sock?timeout=2s").unwrap();
         assert_eq!(
-            parse_url("http+unix:///run/baton.sock?timeout=2s").unwrap(),
+            (u.scheme, u.place.as_str(), u.timeout),
             (
-                true,
-                "/run/baton.sock".to_owned(),
+                Scheme::Unix,
+                "/run/baton.sock",
                 Some(Duration::from_secs(2))
             )
+        );
+        let u = parse_url("https://baton.internal:7440?ca=/etc/baton/ca.pem").unwrap();
+        assert_eq!(
+            (u.scheme, u.ca),
+            (Scheme::Https, Some(PathBuf::from("/etc/baton/ca.pem")))
         );
         for bad in [
             "http://",
@@ -376,8 +447,10 @@ mod tests {
             "http://h:1?colour=red",
             "http://h:1?timeout=forever",
             "http://h:1?timeout=1h",
+            "http://h:1?ca=x.pem",
+            "https://h:1?ca=",
             "http+unix://",
-            "https://h:1",
+            "ftp://h:1",
         ] {
             let e = parse_url(bad).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("store"), "{bad}");

@@ -21,6 +21,7 @@ mod client;
 pub mod metrics;
 mod page;
 mod server;
+pub mod tls;
 pub mod wire;
 
 pub use auth::Tokens;

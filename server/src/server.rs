@@ -57,8 +57,11 @@ pub struct ServeOptions {
     pub tokens: Option<Tokens>,
     /// The largest request body, in bytes.
     pub max_body: usize,
-    /// How long a client may take to send a request's headers or body.
+    /// How long a client may take to send a request's headers or body
+    /// (and to finish a TLS handshake).
     pub read_timeout: Duration,
+    /// Serve HTTPS with this configuration ([`crate::tls::server_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl ServeOptions {
@@ -76,6 +79,12 @@ impl ServeOptions {
                 ),
             ));
         }
+        if self.tls.is_some() && matches!(self.listen, Listen::Unix(_)) {
+            return Err(Error::invalid(
+                "tls-cert",
+                "TLS is for a TCP listener; a Unix socket's permissions are its boundary",
+            ));
+        }
         Ok(())
     }
 
@@ -85,6 +94,7 @@ impl ServeOptions {
             tokens: None,
             max_body: MAX_BODY,
             read_timeout: READ_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -487,6 +497,8 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
 pub struct Served {
     /// The bound address (`None` on a Unix socket).
     pub addr: Option<SocketAddr>,
+    /// Whether it answers HTTPS.
+    pub tls: bool,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
 }
@@ -501,7 +513,8 @@ impl Served {
 
     /// The URL a client uses for it.
     pub fn url(&self) -> Option<String> {
-        self.addr.map(|a| format!("http://{a}"))
+        let scheme = if self.tls { "https" } else { "http" };
+        self.addr.map(|a| format!("{scheme}://{a}"))
     }
 }
 
@@ -534,7 +547,13 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
                 .await
                 .map_err(|e| Error::unavailable(format!("cannot listen on {addr}: {e}")))?;
             let bound = l.local_addr().ok();
-            let done = tokio::spawn(accept_tcp(l, router, stopping, opts.read_timeout));
+            let done = tokio::spawn(accept_tcp(
+                l,
+                router,
+                stopping,
+                opts.read_timeout,
+                opts.tls.clone(),
+            ));
             (bound, done)
         }
         Listen::Unix(path) => {
@@ -550,7 +569,12 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
             (None, done)
         }
     };
-    Ok(Served { addr, stop, done })
+    Ok(Served {
+        addr,
+        tls: opts.tls.is_some(),
+        stop,
+        done,
+    })
 }
 
 /// Serves until SIGTERM or SIGINT, then stops gracefully: every request
@@ -587,19 +611,38 @@ async fn accept_tcp(
     router: Router,
     stopping: watch::Receiver<bool>,
     read_timeout: Duration,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) {
-    accept(
-        || async {
-            l.accept().await.map(|(s, _)| {
-                let _ = s.set_nodelay(true);
-                s
-            })
-        },
-        router,
-        stopping,
-        read_timeout,
-    )
-    .await;
+    let next = || async {
+        l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        })
+    };
+    match tls {
+        None => {
+            accept(
+                next,
+                |s| async move { Ok(s) },
+                router,
+                stopping,
+                read_timeout,
+            )
+            .await
+        }
+        Some(config) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            let handshake = move |s| {
+                let acceptor = acceptor.clone();
+                async move {
+                    tokio::time::timeout(read_timeout, acceptor.accept(s))
+                        .await
+                        .map_err(|_| std::io::Error::other("the TLS handshake took too long"))?
+                }
+            };
+            accept(next, handshake, router, stopping, read_timeout).await;
+        }
+    }
 }
 
 async fn accept_unix(
@@ -610,6 +653,7 @@ async fn accept_unix(
 ) {
     accept(
         || async { l.accept().await.map(|(s, _)| s) },
+        |s| async move { Ok(s) },
         router,
         stopping,
         read_timeout,
@@ -617,18 +661,23 @@ async fn accept_unix(
     .await;
 }
 
-/// The accept loop: each connection served by hyper with a deadline on
-/// its request headers (a slow client is dropped), every connection told
+/// The accept loop: each connection set up by `wrap` (a TLS handshake, or
+/// nothing) and served by hyper in a task of its own, with a deadline on
+/// its request headers (a slow client is dropped); every connection told
 /// to finish when the server stops, and the loop returning once they have.
-async fn accept<S, F, Fut>(
+async fn accept<S, T, F, Fut, W, WFut>(
     mut next: F,
+    wrap: W,
     router: Router,
     mut stopping: watch::Receiver<bool>,
     read_timeout: Duration,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::io::Result<S>>,
+    W: Fn(S) -> WFut + Clone + Send + 'static,
+    WFut: std::future::Future<Output = std::io::Result<T>> + Send + 'static,
 {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
@@ -638,6 +687,7 @@ async fn accept<S, F, Fut>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(read_timeout);
+    let builder = Arc::new(builder);
     loop {
         let stream = tokio::select! {
             s = next() => s,
@@ -652,13 +702,19 @@ async fn accept<S, F, Fut>(
                 continue;
             }
         };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let (wrap, builder, router) = (wrap.clone(), builder.clone(), router.clone());
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let io = match wrap(stream).await {
+                Ok(io) => io,
+                Err(e) => {
+                    tracing::debug!("connection set-up failed: {e}");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!("connection ended: {e}");
             }
         });
