@@ -460,6 +460,14 @@ async fn track(
     res
 }
 
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked; the request is answered indeterminate");
+    ApiError::from(Error::indeterminate(
+        "the server failed while answering; read before retrying",
+    ))
+    .into_response()
+}
+
 async fn fallback(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(uri.path())
 }
@@ -489,6 +497,9 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             read_timeout,
         ))
+        // A bug that panics in one request answers that request 500 and
+        // leaves the server serving every other.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .with_state(app)
 }
 
