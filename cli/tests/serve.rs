@@ -350,6 +350,17 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         "{metrics}"
     );
     assert!(metrics.contains("baton_grants_total 1"), "{metrics}");
+    for name in [
+        r#"baton_refusals_total{reason="held"} 1"#,
+        r#"baton_tasks{state="SUCCEEDED"} 1"#,
+        "baton_commit_batch_size_count",
+        "baton_request_duration_seconds_bucket",
+        "baton_lease_expirations_total 0",
+        "baton_recoveries_total 0",
+    ] {
+        assert!(metrics.contains(name), "{name} not in {metrics}");
+    }
+    assert_eq!(http(a, "GET", "/readyz", None, "").map(|r| r.0), Some(200));
     // A blocking query answers as soon as there is something new.
     let started = Instant::now();
     let (s, r) = http(a, "GET", "/v1/tasks/job/events?after=0&wait=5s", None, "").unwrap();

@@ -94,3 +94,29 @@ async fn bad_clients_are_bounded_and_the_server_keeps_answering() {
     .unwrap();
     served.stop().await;
 }
+
+/// Ready only while the store answers: a SQLite file moved away under a
+/// running server makes every read fail closed, and `/readyz` says so
+/// while `/healthz` (the process) stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = baton_store_sqlite::SqliteStore::open(&path, Default::default()).unwrap();
+    let opts = ServeOptions::new(Listen::Tcp("127.0.0.1:0".parse().unwrap()));
+    let served = baton_server::spawn(Arc::new(store), opts).await.unwrap();
+    let addr = served.addr.unwrap();
+    let get = move |path: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            status(&request(
+                addr,
+                format!("GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n").as_bytes(),
+            ))
+        })
+    };
+    assert_eq!(get("/readyz").await.unwrap(), 200);
+    std::fs::rename(&path, dir.path().join("elsewhere.db")).unwrap();
+    assert_eq!(get("/readyz").await.unwrap(), 503);
+    assert_eq!(get("/healthz").await.unwrap(), 200);
+    served.stop().await;
+}
