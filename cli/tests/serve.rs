@@ -353,13 +353,19 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     for name in [
         r#"baton_refusals_total{reason="held"} 1"#,
         r#"baton_tasks{state="SUCCEEDED"} 1"#,
-        "baton_commit_batch_size_count",
         "baton_request_duration_seconds_bucket",
         "baton_lease_expirations_total 0",
         "baton_recoveries_total 0",
     ] {
         assert!(metrics.contains(name), "{name} not in {metrics}");
     }
+    // The store's group committer told the server the size of each commit.
+    let batches: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("baton_commit_batch_size_count "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(batches >= 2.0, "{metrics}");
     assert_eq!(http(a, "GET", "/readyz", None, "").map(|r| r.0), Some(200));
     // A blocking query answers as soon as there is something new.
     let started = Instant::now();

@@ -1165,13 +1165,10 @@ impl Store for SledStore {
     }
 
     fn observe_batches(&self, observer: baton_core::store::BatchObserver) -> bool {
-        match &self.committer {
-            Some(c) => {
-                c.observe(observer);
-                true
-            }
-            None => false,
-        }
+        self.committer
+            .as_ref()
+            .map(|c| c.observe(observer))
+            .is_some()
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
