@@ -2,7 +2,7 @@
 //! language. Answers are the JSON the CLI prints; a refusal is 409 (404
 //! for a task that does not exist) with the refusal's reason and details.
 
-use crate::server::{Answer, MAX_WAIT, Shared, json, parse};
+use crate::app::{Answer, MAX_WAIT, Shared, json, parse};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

@@ -16,10 +16,12 @@
 //! clients in any language. See README.md, "Server".
 
 mod api;
+mod app;
 pub mod auth;
 mod client;
 pub mod metrics;
 mod page;
+mod protocol;
 mod server;
 pub mod tls;
 pub mod wire;

@@ -2,7 +2,7 @@
 //! polls `/v1/status` (counts by state, live leases, recent refusals and
 //! events). Read-only; every input is bounded.
 
-use crate::server::{Answer, Shared, json};
+use crate::app::{Answer, Shared, json};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};

@@ -1,0 +1,173 @@
+//! What every endpoint shares: the server's state, the caller a token
+//! proves, the one path a write takes (admitted, re-timed, validated,
+//! applied, counted), and how an error is answered.
+
+use crate::auth::Tokens;
+use crate::metrics::Metrics;
+use crate::wire::{self, ErrorBody};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use baton_core::access::{self, Caller};
+use baton_core::decide::Decision;
+use baton_core::{Authority, Clock, Error, Operation, Store};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The longest wait a blocking query may ask for.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How many recent refusals the status page keeps.
+const RECENT: usize = 50;
+
+/// A refusal the page lists.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Recent {
+    pub task: String,
+    pub request: String,
+    pub refusal: serde_json::Value,
+    pub at: baton_core::Timestamp,
+}
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub store: Arc<dyn Store>,
+    pub authority: Authority<Arc<dyn Store>>,
+    pub clock: Arc<dyn Clock>,
+    pub tokens: Option<Tokens>,
+    pub metrics: Metrics,
+    pub recent: Mutex<VecDeque<Recent>>,
+    /// Turns true when the server begins to stop: blocking queries end.
+    pub stopping: watch::Receiver<bool>,
+}
+
+pub(crate) type Shared = Arc<App>;
+
+impl App {
+    pub fn now(&self) -> baton_core::Timestamp {
+        self.clock.now()
+    }
+
+    /// The caller the request's bearer token proves: `None` when the
+    /// server has no tokens, 401 when it has and the token is missing or
+    /// wrong.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(None);
+        };
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match token.and_then(|t| tokens.check(t.trim())) {
+            Some(c) => Ok(Some(c)),
+            None => Err(ApiError::unauthorized(token.is_some())),
+        }
+    }
+
+    /// Decides and applies `op` for `caller`: admitted by core's access
+    /// rule, timed by the server's clock, validated, applied, counted.
+    pub async fn apply(&self, op: Operation, caller: Option<&Caller>) -> Result<Decision, Error> {
+        let mut op = access::admit(op, caller)?;
+        op.now = self.now();
+        op.request.validate()?;
+        let kind = op.request.kind();
+        let task = op.task.clone();
+        let d = self
+            .store
+            .apply(op)
+            .await
+            .inspect_err(|e| self.metrics.store_error(e))?;
+        self.decided(&d, kind, &task);
+        Ok(d)
+    }
+
+    /// Counts a decision, and keeps it for the page if it refused.
+    pub fn decided(&self, d: &Decision, kind: baton_core::RequestKind, task: &baton_core::TaskId) {
+        self.metrics.decided(d, kind);
+        if let baton_core::Verdict::Refuse { refusal, .. } = &d.verdict
+            && let Ok(mut recent) = self.recent.lock()
+        {
+            if recent.len() >= RECENT {
+                recent.pop_front();
+            }
+            recent.push_back(Recent {
+                task: task.to_string(),
+                request: kind.as_str().to_owned(),
+                refusal: baton_core::authority::refusal_json(refusal),
+                at: self.now(),
+            });
+        }
+    }
+
+    /// Waits `d` or until the server begins to stop.
+    pub async fn pause(&self, d: Duration) {
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+}
+
+/// An answer that is not a success.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn unauthorized(given: bool) -> ApiError {
+        let message = if given {
+            "the bearer token is not one this server accepts"
+        } else {
+            "this server needs a bearer token (BATON_TOKEN or --token)"
+        };
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            body: ErrorBody::new(Error::not_permitted(message)),
+        }
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            body: ErrorBody::new(Error::invalid("path", format!("no such endpoint: {what}"))),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> ApiError {
+        let status = StatusCode::from_u16(wire::status_for(error.kind))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError {
+            status,
+            body: ErrorBody::new(error),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+pub(crate) type Answer = Result<Response, ApiError>;
+
+/// A JSON body, or an error naming `body` and what is wrong with it.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| Error::invalid("body", format!("{e}")))
+}
+
+pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
+    Ok(axum::Json(value).into_response())
+}
