@@ -860,9 +860,7 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
-            for id in intent_ids {
-                baton_core::model::validate_intent_id(id)?;
-            }
+            baton_core::model::validate_intent_ids(intent_ids)?;
             P::Ack(intent_ids.clone())
         }
         Command::Demo

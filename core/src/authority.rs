@@ -602,17 +602,11 @@ impl<S: Store> Authority<S> {
         Ok(Page { items, next })
     }
 
-    /// Acknowledges notifications; returns how many were newly acknowledged.
-    /// Acknowledges notifications by intent id. Every id must be one baton
-    /// issues (a UUID, written as baton writes it); nothing is acknowledged
-    /// if any is not.
+    /// Acknowledges notifications by intent id; returns how many were newly
+    /// acknowledged. Every id must be one baton issues (a UUID, written as
+    /// baton writes it); nothing is acknowledged if any is not.
     pub async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
-        for (i, id) in intent_ids.iter().enumerate() {
-            crate::model::validate_intent_id(id).map_err(|mut e| {
-                e.message = format!("entry {}: {}", i + 1, e.message);
-                e
-            })?;
-        }
+        crate::model::validate_intent_ids(intent_ids)?;
         self.store.ack(intent_ids, self.clock.now()).await
     }
 

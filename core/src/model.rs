@@ -243,6 +243,18 @@ pub struct NotificationDraft {
     pub at: Timestamp,
 }
 
+/// Checks every intent id of one acknowledgement; the error names the
+/// entry (counted from 1) that is not one.
+pub fn validate_intent_ids(values: &[String]) -> Result<(), crate::error::Error> {
+    for (i, id) in values.iter().enumerate() {
+        validate_intent_id(id).map_err(|mut e| {
+            e.message = format!("entry {}: {}", i + 1, e.message);
+            e
+        })?;
+    }
+    Ok(())
+}
+
 /// Checks an intent id as baton issues them: a UUID in its hyphenated,
 /// lowercase form (36 characters), so that nothing else (a key, a path, a
 /// control character) is taken for one.

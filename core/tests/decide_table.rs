@@ -1894,8 +1894,16 @@ fn an_answer_only_decision_keeps_the_verdict_and_records() {
         "{slim:?}"
     );
     // An acknowledgement keeps the current record: it is the answer.
-    let again = step(Some(&held), claim("a", 1000), at(1));
-    if matches!(again.verdict, Verdict::Ack) {
-        assert_eq!(again.clone().answer_only().current, again.current);
-    }
+    let done = bare_succeeded();
+    let again = step(
+        Some(&done),
+        Request::Complete {
+            owner: w("a"),
+            fence: fence_of(&done),
+        },
+        at(1),
+    );
+    assert!(matches!(again.verdict, Verdict::Ack), "{again:?}");
+    assert!(again.current.is_some());
+    assert_eq!(again.clone().answer_only().current, again.current);
 }

@@ -153,9 +153,7 @@ async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answ
     let caller = app.caller(&headers)?;
     access::require_operator(caller.as_ref(), "an outbox acknowledgement")?;
     let b: AckBody = parse(&body)?;
-    for id in &b.intent_ids {
-        baton_core::model::validate_intent_id(id)?;
-    }
+    baton_core::model::validate_intent_ids(&b.intent_ids)?;
     let n = app
         .store
         .ack(&b.intent_ids, app.now())
