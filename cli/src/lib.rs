@@ -19,7 +19,10 @@ mod output;
 mod supervise;
 mod url;
 
-pub use url::{DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, store_for, use_token};
+pub use url::{
+    DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, authority_with_token, store_for,
+    use_token,
+};
 
 use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
 use baton_core::graph::{NewNode, NodeSpec, Taker};
@@ -382,13 +385,7 @@ fn parse_evidence(items: &[String]) -> Result<BTreeMap<String, String>, Error> {
 }
 
 fn parse_state(value: &str) -> Result<State, Error> {
-    State::from_name(value).ok_or_else(|| {
-        let names: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
-        Error::invalid(
-            "state",
-            format!("must be one of {} (got {value:?})", names.join(", ")),
-        )
-    })
+    State::parse("state", value)
 }
 
 fn read_manifest(file: Option<&std::path::Path>) -> Result<Manifest, Error> {

@@ -208,12 +208,22 @@ fn token() -> Option<String> {
 /// Builds the store a URL names, wrapped in an authority on the system
 /// clock. The one seam embedders and the CLI share.
 pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
-    let store = store_for(url).await?;
+    authority_with_token(url, None).await
+}
+
+/// Like [`authority_for`], with the token an `http://` store sends
+/// (`None`: [`use_token`]'s, else `BATON_TOKEN`). Other stores ignore it.
+pub async fn authority_with_token(url: &str, token: Option<String>) -> Result<DynAuthority, Error> {
+    let store = open(url, token).await?;
     Ok(Authority::new(store, Arc::new(SystemClock)))
 }
 
 /// Builds the store a URL names.
 pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
+    open(url, None).await
+}
+
+async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, Error> {
     match StoreUrl::parse(url)? {
         StoreUrl::Memory { fault: None } => Ok(Arc::new(MemoryStore::new())),
         StoreUrl::Memory { fault: Some(f) } => Ok(Arc::new(baton_core::fault::FaultStore::always(
@@ -293,7 +303,7 @@ pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
         StoreUrl::Postgres { .. } => Err(compiled_out("postgres", "postgres://")),
         StoreUrl::Http { url } => {
             let opts = baton_server::HttpOptions {
-                token: token(),
+                token: token_given.filter(|t| !t.is_empty()).or_else(token),
                 timeout: None,
             };
             Ok(Arc::new(

@@ -71,6 +71,18 @@ impl State {
             .into_iter()
             .find(|s| s.as_str().eq_ignore_ascii_case(name))
     }
+
+    /// A state named by a caller (`field` names the argument), or bad
+    /// input listing the names there are.
+    pub fn parse(field: &str, name: &str) -> Result<State, crate::error::Error> {
+        State::from_name(name).ok_or_else(|| {
+            let names: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+            crate::error::Error::invalid(
+                field,
+                format!("must be one of {} (got {name:?})", names.join(", ")),
+            )
+        })
+    }
 }
 
 impl fmt::Display for State {
