@@ -1,0 +1,368 @@
+"""baton: who may run a piece of work.
+
+One authority grants a task to exactly one worker at a time, with a lease
+and a fence token; anything reported about the task later is accepted only
+under the current fence. Open one with `authority_for(url)`.
+
+A request the store answered returns a value (`Grant`, `Record`, or a falsy
+`Refusal`); only what could not be answered raises (`Unavailable`,
+`Indeterminate`, `Corrupt`, `InvalidInput`, `NotPermitted`).
+"""
+
+import datetime
+import threading
+from types import TracebackType
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union
+
+__version__: str
+DEFAULT_STORE: str
+
+Seconds = Union[int, float, datetime.timedelta]
+Json = Any
+
+State = Literal[
+    "DECLARED",
+    "REGISTERED",
+    "CLAIMED",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "NOT_STARTED",
+    "STALLED",
+]
+
+Reason = Literal[
+    "held",
+    "stale_fence",
+    "not_holder",
+    "lease_expired",
+    "lock_delay",
+    "lease_live",
+    "completed",
+    "illegal_transition",
+    "precondition_failed",
+    "operator_required",
+    "evidence_missing",
+    "steps_incomplete",
+    "manifest_conflict",
+    "iteration_not_advanced",
+    "not_found",
+    "not_ready",
+    "upstream_failed",
+    "none_ready",
+    "drained",
+]
+
+class Error(Exception):
+    """Every error baton raises."""
+
+    kind: str
+    """The error's kind as the CLI's JSON names it (`unavailable`, `invalid`, ...)."""
+    field: Optional[str]
+    """For `InvalidInput`: the input field that broke a rule."""
+    context: Optional[str]
+    """The store the error came from, if known."""
+
+class Unavailable(Error):
+    """The store could not answer. Nothing was applied or granted: do not start work; retrying is safe."""
+
+class Corrupt(Unavailable):
+    """The store's contents cannot be trusted. Nothing was applied."""
+
+class Unsupported(Unavailable):
+    """The store or this build cannot do this. Nothing was applied."""
+
+class Indeterminate(Error):
+    """A write may or may not have landed: read before anything else."""
+
+class InvalidInput(Error):
+    """The input broke a rule; `field` names which. Nothing was applied."""
+
+class NotPermitted(Error):
+    """A server refused the caller's token, or a worker's token asked an operator's request."""
+
+class UsedAfterFork(Error):
+    """An authority or lease was used in a child of the process that opened it."""
+
+class Refused(Error):
+    """Raised only where no value can be returned (entering a lease, finishing one)."""
+
+    refusal: "Refusal"
+
+class Grant:
+    """A grant: who may run the task, until when, under which fence. Frozen."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def fence(self) -> int:
+        """The fence token: send it with every later report about the task."""
+    @property
+    def expiry(self) -> datetime.datetime:
+        """When the lease runs out unless renewed (aware, UTC)."""
+    @property
+    def claimed_at(self) -> datetime.datetime: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def idempotent(self) -> bool:
+        """True when this answered a repeat of a request already applied."""
+    def to_dict(self) -> dict[str, Any]:
+        """The grant as the CLI prints it."""
+
+class Record:
+    """A task as stored (derived: an expired lease shows as such). Frozen."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def owner(self) -> Optional[str]:
+        """The last grant's owner, if the task was ever granted."""
+    @property
+    def fence(self) -> Optional[int]:
+        """The task's current fence, if it was ever granted."""
+    @property
+    def expiry(self) -> Optional[datetime.datetime]: ...
+    @property
+    def run_id(self) -> Optional[str]: ...
+    @property
+    def executor(self) -> Optional[str]: ...
+    @property
+    def current_step(self) -> int: ...
+    @property
+    def total_steps(self) -> int: ...
+    @property
+    def evidence(self) -> dict[str, str]: ...
+    @property
+    def error(self) -> Optional[Json]: ...
+    @property
+    def metadata(self) -> dict[str, Json]: ...
+    @property
+    def created_at(self) -> datetime.datetime: ...
+    @property
+    def updated_at(self) -> datetime.datetime: ...
+    @property
+    def idempotent(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The whole record as the CLI prints it."""
+
+class Refusal:
+    """A typed "no". Falsy, so `if grant := a.claim(...):` reads "if granted". Frozen."""
+
+    @property
+    def reason(self) -> Reason: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def details(self) -> dict[str, Json]:
+        """Every field the CLI prints with the refusal (times as RFC 3339 strings)."""
+    @property
+    def holder(self) -> Optional[str]:
+        """The holder the reason names (held, lease_live, not_holder)."""
+    @property
+    def fence(self) -> Optional[int]:
+        """The fence the reason is about: the holder's (held, lease_live), the caller's (stale_fence, lease_expired)."""
+    @property
+    def current_fence(self) -> Optional[int]:
+        """The task's current fence (stale_fence)."""
+    @property
+    def expiry(self) -> Optional[datetime.datetime]:
+        """When the live lease runs out (held, lease_live)."""
+    @property
+    def task(self) -> Optional[str]:
+        """The node refused, where one request named many (add_graph)."""
+    def __bool__(self) -> Literal[False]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+class Holder:
+    """The last grant of a task and whether its lease is live now."""
+
+    @property
+    def grant(self) -> Grant: ...
+    @property
+    def live(self) -> bool: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def expiry(self) -> datetime.datetime: ...
+
+class Verification:
+    """Whether work under a fence may be accepted now. Truthy only when `current`."""
+
+    @property
+    def current(self) -> bool: ...
+    @property
+    def live(self) -> bool: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def current_fence(self) -> Optional[int]: ...
+    def __bool__(self) -> bool: ...
+
+class Page:
+    """One page of a listing; pass `next` as `after` for the following one (None: last page)."""
+
+    @property
+    def items(self) -> list[Any]: ...
+    @property
+    def next(self) -> Optional[str]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def __getitem__(self, i: int) -> Any: ...
+
+class GraphAdded(TypedDict):
+    added: int
+    repeated: int
+
+class Lease:
+    """A lease kept for a `with` block: renewed in the background; completes
+    on a clean exit, fails with the exception's type and message on an
+    exception. Raises `Refused` on entry when the claim is refused, and on a
+    clean exit when completing is refused (the lease was lost)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def fence(self) -> int:
+        """The grant's fence: send it with everything written under this lease."""
+    @property
+    def grant(self) -> Grant:
+        """The grant as last renewed."""
+    @property
+    def expiry(self) -> datetime.datetime: ...
+    @property
+    def lost(self) -> threading.Event:
+        """Set as soon as the work must stop (before the lease can run out)."""
+    @property
+    def loss(self) -> Optional[str]:
+        """Why the work must stop, once it must."""
+    @property
+    def renewals(self) -> int: ...
+    @property
+    def result(self) -> Union[Record, Refusal, None]:
+        """How the final report (complete, fail or release) was answered."""
+    @property
+    def report_error(self) -> Optional[str]:
+        """The error the final report met, if the store could not take it."""
+    def release(self) -> Union[Record, Refusal]:
+        """Stops renewing and gives the task back; the block's end then reports nothing."""
+    def __enter__(self) -> "Lease": ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+
+class Authority:
+    """The authority and registry over one store. Threads may share one; a
+    child of fork must open its own. Every call releases the GIL."""
+
+    @property
+    def url(self) -> str: ...
+    def close(self) -> None:
+        """Closes the store; later calls raise Unavailable."""
+    def __enter__(self) -> "Authority": ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+    # the authority
+    def claim(
+        self, task: str, owner: str, ttl: Optional[Seconds] = None, *, lock_delay: Optional[Seconds] = None
+    ) -> Union[Grant, Refusal]:
+        """Claims a bare task (created if absent). ttl: seconds, default 30."""
+    def renew(self, task: str, owner: str, fence: int, ttl: Optional[Seconds] = None) -> Union[Grant, Refusal]: ...
+    def release(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
+    def recover(self, task: str, owner: str, ttl: Optional[Seconds] = None) -> Union[Grant, Refusal]: ...
+    def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
+    def fail(self, task: str, owner: str, fence: int, error: Optional[Json] = None) -> Union[Record, Refusal]: ...
+    def cancel(
+        self, task: str, owner: Optional[str] = None, fence: Optional[int] = None, *, operator: Optional[str] = None
+    ) -> Union[Record, Refusal]:
+        """By the holder (owner and fence) or by an operator (operator=NAME)."""
+    def holder(self, task: str) -> Union[Holder, None, Refusal]: ...
+    def verify(self, task: str, fence: int) -> Union[Verification, Refusal]: ...
+
+    # the registry
+    def declare(self, manifest: Union[Mapping[str, Json], str]) -> Union[Record, Refusal]: ...
+    def register(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
+    def task_claim(
+        self, task: str, run_id: str, executor: str, ttl: Optional[Seconds] = None
+    ) -> Union[Grant, Refusal]: ...
+    def start(self, task: str, run_id: str, executor: str, fence: int) -> Union[Record, Refusal]: ...
+    def heartbeat(
+        self, task: str, run_id: str, executor: str, fence: int, step: int, ttl: Optional[Seconds] = None
+    ) -> Union[Record, Refusal]: ...
+    def succeed(
+        self, task: str, run_id: str, executor: str, fence: int, evidence: Optional[Mapping[str, str]] = None
+    ) -> Union[Record, Refusal]: ...
+    def task_fail(self, task: str, run_id: str, executor: str, fence: int, error: Json) -> Union[Record, Refusal]: ...
+    def retry(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
+    def redispatch(self, task: str, operator: str, iteration: int) -> Union[Record, Refusal]: ...
+    def finalize(self, task: str, operator: str, error: Optional[Json] = None) -> Union[Record, Refusal]: ...
+
+    # reads
+    def get(self, task: str) -> Optional[Record]: ...
+    def gate(self, task: str) -> Union[dict[str, Any], Refusal]: ...
+    def list(self, state: Optional[str] = None, *, after: Optional[str] = None, limit: int = 100) -> Page:
+        """Records by derived state, in task-id order."""
+    def events(
+        self, task: Optional[str] = None, *, after: Union[str, int, None] = None, limit: int = 100
+    ) -> Page:
+        """Events as dicts (the CLI's JSON), of one task or of the whole store."""
+    def pending(self, *, after: Union[str, int, None] = None, limit: int = 100) -> Page:
+        """Unacknowledged notifications as dicts."""
+    def ack(self, intent_ids: Sequence[str]) -> int: ...
+    def sweep(self, dry_run: bool = False) -> list[dict[str, Any]]: ...
+
+    # the work graph
+    def add(
+        self, task: str, *, queue: Optional[str] = None, priority: int = 0, after: Sequence[str] = ()
+    ) -> Union[Record, Refusal]: ...
+    def add_graph(self, graph: Union[Sequence[Mapping[str, Json]], Mapping[str, Json], str]) -> Union[GraphAdded, Refusal]: ...
+    def next(
+        self,
+        owner: str,
+        queues: Sequence[str] = (),
+        *,
+        ttl: Optional[Seconds] = None,
+        lock_delay: Optional[Seconds] = None,
+        wait: Optional[Seconds] = None,
+    ) -> Union[Grant, Refusal]: ...
+    def task_next(
+        self, executor: str, queues: Sequence[str] = (), *, ttl: Optional[Seconds] = None, wait: Optional[Seconds] = None
+    ) -> Union[Grant, Refusal]: ...
+    def graph(self) -> list[dict[str, Any]]: ...
+
+    # a kept lease
+    def lease(
+        self,
+        task: str,
+        owner: str,
+        ttl: Optional[Seconds] = None,
+        *,
+        renew_every: Optional[Seconds] = None,
+        grace: Optional[Seconds] = None,
+    ) -> Lease: ...
+
+def authority_for(url: str, *, token: Optional[str] = None) -> Authority:
+    """Opens the store a URL names, as the CLI does: sqlite:PATH, sled:PATH,
+    etcd://HOSTS/PREFIX, postgres://..., http://HOST:PORT, memory:."""

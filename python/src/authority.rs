@@ -1,0 +1,695 @@
+//! `baton.Authority`: the Rust API's calls, one for one.
+
+use crate::convert::{self, id, json_text, millis, to_json};
+use crate::{ProcessBound, errors, runtime};
+use baton_cli::DynAuthority;
+use baton_core::graph::{NodeSpec, Taker};
+use baton_core::{Actor, Manifest, State};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+/// Opens the store `url` names (`sqlite:PATH`, `sled:PATH`,
+/// `etcd://HOSTS/PREFIX`, `postgres://...`, `http://HOST:PORT` of a
+/// `baton serve`, `memory:`) as the CLI does, and returns its authority.
+/// `token` is what an `http://` store sends (default: `BATON_TOKEN`).
+///
+/// Raises `InvalidInput` (field `store`) for a URL that is not one,
+/// `Unavailable` when the store cannot be opened.
+#[pyfunction]
+#[pyo3(signature = (url, *, token = None))]
+pub fn authority_for(py: Python<'_>, url: &str, token: Option<String>) -> PyResult<Authority> {
+    let rt = runtime()?;
+    let owned = url.to_owned();
+    let auth = py
+        .detach(move || rt.block_on(baton_cli::authority_with_token(&owned, token)))
+        .map_err(errors::to_py)?;
+    Ok(Authority {
+        url: url.to_owned(),
+        inner: ProcessBound::new(Mutex::new(Some(Arc::new(auth)))),
+    })
+}
+
+/// The authority and the registry over one store. Threads may share one;
+/// a child of `fork` must open its own (using this one raises
+/// `UsedAfterFork`). Every call releases the GIL while the store works.
+///
+/// A request the store answered returns a value: a `Grant` or `Record`
+/// when it was applied (or was an idempotent repeat: `.idempotent`), a
+/// `Refusal` (falsy) when it was refused. Only what could not be answered
+/// raises: `Unavailable`, `Indeterminate`, `Corrupt`, `InvalidInput`,
+/// `NotPermitted`.
+#[pyclass(frozen, module = "baton")]
+#[derive(Debug)]
+pub struct Authority {
+    url: String,
+    inner: ProcessBound<Mutex<Option<Arc<DynAuthority>>>>,
+}
+
+impl Authority {
+    /// The authority, if it is open and of this process.
+    pub(crate) fn open(&self) -> PyResult<Arc<DynAuthority>> {
+        let slot = self.inner.get("authority")?;
+        let guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .clone()
+            .ok_or_else(|| errors::unavailable("this authority is closed"))
+    }
+
+    /// Runs one call of the Rust API with the GIL released.
+    fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<T>>,
+    {
+        let a = self.open()?;
+        let rt = runtime()?;
+        py.detach(move || rt.block_on(f(a))).map_err(errors::to_py)
+    }
+
+    fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
+    where
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<baton_core::Reply>>,
+    {
+        let r = self.call(py, f)?;
+        convert::reply(py, &r, as_grant)
+    }
+}
+
+fn operator(name: &str) -> PyResult<Actor> {
+    Ok(Actor::Operator(id("operator", name)?))
+}
+
+fn queue_ids(queues: Vec<String>) -> PyResult<Vec<baton_core::Id>> {
+    queues.iter().map(|q| id("queue", q)).collect()
+}
+
+fn evidence(v: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<String, String>> {
+    match v.filter(|v| !v.is_none()) {
+        None => Ok(BTreeMap::new()),
+        Some(v) => v
+            .extract()
+            .map_err(|_| errors::invalid("evidence", "must be a dict of str keys to str hashes")),
+    }
+}
+
+fn error_json(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<serde_json::Value>> {
+    v.filter(|v| !v.is_none())
+        .map(|v| to_json("error", v))
+        .transpose()
+}
+
+#[pymethods]
+impl Authority {
+    /// The store URL this authority was opened with.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Authority({:?})", self.url)
+    }
+
+    /// Closes the store (a lease still held keeps it open until it ends).
+    /// Later calls raise `Unavailable`.
+    fn close(&self) -> PyResult<()> {
+        let slot = self.inner.get("authority")?;
+        slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
+    }
+
+    // ---- the authority ----
+
+    /// Claims a bare task (created if absent) for `owner`. `ttl`: seconds
+    /// (default 30); `lock_delay`: seconds no one is granted the task after
+    /// this lease expires unreleased. Returns a `Grant` or a `Refusal`.
+    #[pyo3(signature = (task, owner, ttl = None, *, lock_delay = None))]
+    fn claim(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        owner: &str,
+        ttl: Option<&Bound<'_, PyAny>>,
+        lock_delay: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, o) = (id("task", task)?, id("owner", owner)?);
+        let ttl = millis("ttl", ttl)?;
+        match millis("lock_delay", lock_delay)? {
+            None => self.write(py, true, move |a| async move { a.claim(&t, &o, ttl).await }),
+            Some(d) => self.write(py, true, move |a| async move {
+                a.claim_with_lock_delay(&t, &o, ttl, d).await
+            }),
+        }
+    }
+
+    /// Extends the holder's lease by `ttl` seconds (default: 30).
+    #[pyo3(signature = (task, owner, fence, ttl = None))]
+    fn renew(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        owner: &str,
+        fence: u64,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, o, ttl) = (id("task", task)?, id("owner", owner)?, millis("ttl", ttl)?);
+        self.write(py, true, move |a| async move {
+            a.renew(&t, &o, fence, ttl).await
+        })
+    }
+
+    /// Gives the grant back: the task may be claimed again at once.
+    fn release(&self, py: Python<'_>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let (t, o) = (id("task", task)?, id("owner", owner)?);
+        self.write(
+            py,
+            false,
+            move |a| async move { a.release(&t, &o, fence).await },
+        )
+    }
+
+    /// Takes over a task whose lease expired, under a new fence.
+    #[pyo3(signature = (task, owner, ttl = None))]
+    fn recover(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        owner: &str,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, o, ttl) = (id("task", task)?, id("owner", owner)?, millis("ttl", ttl)?);
+        self.write(
+            py,
+            true,
+            move |a| async move { a.recover(&t, &o, ttl).await },
+        )
+    }
+
+    /// The holder reports success (SUCCEEDED: never granted again).
+    fn complete(&self, py: Python<'_>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let (t, o) = (id("task", task)?, id("owner", owner)?);
+        self.write(py, false, move |a| async move {
+            a.complete(&t, &o, fence).await
+        })
+    }
+
+    /// The holder reports failure; `error` is any JSON value (a dict).
+    #[pyo3(signature = (task, owner, fence, error = None))]
+    fn fail(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        owner: &str,
+        fence: u64,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, o, e) = (id("task", task)?, id("owner", owner)?, error_json(error)?);
+        self.write(
+            py,
+            false,
+            move |a| async move { a.fail(&t, &o, fence, e).await },
+        )
+    }
+
+    /// Cancels a task: by its holder (`owner` and `fence`), or by an
+    /// operator (`operator=NAME`, whatever holds it).
+    #[pyo3(signature = (task, owner = None, fence = None, *, operator = None))]
+    fn cancel(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        owner: Option<&str>,
+        fence: Option<u64>,
+        operator: Option<&str>,
+    ) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        match (owner, fence, operator) {
+            (Some(o), Some(f), None) => {
+                let o = id("owner", o)?;
+                self.write(py, false, move |a| async move { a.cancel(&t, &o, f).await })
+            }
+            (None, None, Some(op)) => {
+                let by = self::operator(op)?;
+                self.write(py, false, move |a| async move { a.cancel_as(&t, by).await })
+            }
+            _ => Err(errors::invalid(
+                "cancel",
+                "give owner and fence (the holder cancels) or operator (an operator cancels), not both",
+            )),
+        }
+    }
+
+    /// The last grant with whether its lease is live: a `Holder`, `None`
+    /// when the task was never granted, a `Refusal` (`not_found`) for an
+    /// unknown task.
+    fn holder(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        match self.call(py, move |a| async move { a.holder(&t).await })? {
+            Ok(Some(h)) => convert::holder(py, &h),
+            Ok(None) => Ok(py.None()),
+            Err(r) => convert::refusal(py, &r, None),
+        }
+    }
+
+    /// Whether work under `fence` may be accepted now: a `Verification`
+    /// (truthy only when current), or a `Refusal` for an unknown task.
+    fn verify(&self, py: Python<'_>, task: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        match self.call(py, move |a| async move { a.verify(&t, fence).await })? {
+            Ok(v) => convert::verification(py, &v),
+            Err(r) => convert::refusal(py, &r, None),
+        }
+    }
+
+    // ---- the registry ----
+
+    /// Declares a task from its manifest: a dict, or JSON text.
+    fn declare(&self, py: Python<'_>, manifest: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let m = match manifest.extract::<String>() {
+            Ok(text) => Manifest::from_json(&text),
+            Err(_) => Manifest::from_value(&to_json("manifest", manifest)?),
+        }
+        .map_err(errors::to_py)?;
+        self.write(py, false, move |a| async move { a.declare(m).await })
+    }
+
+    /// Registers the run `run_id` for a declared task.
+    fn register(&self, py: Python<'_>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
+        let (t, r) = (id("task", task)?, id("run_id", run_id)?);
+        self.write(py, false, move |a| async move { a.register(&t, &r).await })
+    }
+
+    /// Claims a declared task for its registered run: a `Grant` or a `Refusal`.
+    #[pyo3(signature = (task, run_id, executor, ttl = None))]
+    fn task_claim(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        run_id: &str,
+        executor: &str,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, r, e) = (
+            id("task", task)?,
+            id("run_id", run_id)?,
+            id("executor", executor)?,
+        );
+        let ttl = millis("ttl", ttl)?;
+        self.write(py, true, move |a| async move {
+            a.task_claim(&t, &r, &e, ttl).await
+        })
+    }
+
+    /// The executor starts the claimed task (RUNNING, step 1).
+    fn start(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        run_id: &str,
+        executor: &str,
+        fence: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, r, e) = (
+            id("task", task)?,
+            id("run_id", run_id)?,
+            id("executor", executor)?,
+        );
+        self.write(py, false, move |a| async move {
+            a.start(&t, &r, &e, fence).await
+        })
+    }
+
+    /// Reports progress (`step`, 1-based) and extends the lease.
+    #[pyo3(signature = (task, run_id, executor, fence, step, ttl = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn heartbeat(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        run_id: &str,
+        executor: &str,
+        fence: u64,
+        step: u32,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, r, e) = (
+            id("task", task)?,
+            id("run_id", run_id)?,
+            id("executor", executor)?,
+        );
+        let ttl = millis("ttl", ttl)?;
+        self.write(py, false, move |a| async move {
+            a.heartbeat(&t, &r, &e, fence, step, ttl).await
+        })
+    }
+
+    /// Reports success with `evidence` (key to hash), which the manifest may require.
+    #[pyo3(signature = (task, run_id, executor, fence, evidence = None))]
+    fn succeed(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        run_id: &str,
+        executor: &str,
+        fence: u64,
+        evidence: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, r, e) = (
+            id("task", task)?,
+            id("run_id", run_id)?,
+            id("executor", executor)?,
+        );
+        let ev = self::evidence(evidence)?;
+        self.write(py, false, move |a| async move {
+            a.succeed(&t, &r, &e, fence, ev).await
+        })
+    }
+
+    /// Reports failure of a declared task; `error` is a JSON value (a dict).
+    fn task_fail(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        run_id: &str,
+        executor: &str,
+        fence: u64,
+        error: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, r, e) = (
+            id("task", task)?,
+            id("run_id", run_id)?,
+            id("executor", executor)?,
+        );
+        let err = to_json("error", error)?;
+        self.write(py, false, move |a| async move {
+            a.task_fail(&t, &r, &e, fence, err).await
+        })
+    }
+
+    /// Registers a new run for a task that failed or stalled.
+    fn retry(&self, py: Python<'_>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
+        let (t, r) = (id("task", task)?, id("run_id", run_id)?);
+        self.write(py, false, move |a| async move { a.retry(&t, &r).await })
+    }
+
+    /// An operator sends a task round again, into `iteration` (one past the current).
+    fn redispatch(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        operator: &str,
+        iteration: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, by) = (id("task", task)?, self::operator(operator)?);
+        self.write(py, false, move |a| async move {
+            a.redispatch(&t, by, iteration).await
+        })
+    }
+
+    /// An operator ends a task for good, with an optional JSON `error`.
+    #[pyo3(signature = (task, operator, error = None))]
+    fn finalize(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        operator: &str,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (t, by, e) = (
+            id("task", task)?,
+            self::operator(operator)?,
+            error_json(error)?,
+        );
+        self.write(
+            py,
+            false,
+            move |a| async move { a.finalize(&t, by, e).await },
+        )
+    }
+
+    // ---- reads ----
+
+    /// The task as it is now (a `Record`), or `None` if unknown.
+    fn get(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        match self.call(py, move |a| async move { a.get(&t).await })? {
+            Some(r) => Ok(Py::new(py, convert::Record::new(py, &r, false)?)?.into_any()),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// The release gate as a dict (`passed` only for SUCCEEDED), or a
+    /// `Refusal` for an unknown task.
+    fn gate(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        match self.call(py, move |a| async move { a.gate(&t).await })? {
+            Ok(g) => convert::json_of(py, &g),
+            Err(r) => convert::refusal(py, &r, None),
+        }
+    }
+
+    /// Tasks (as `Record`s) by derived state, in task-id order: a `Page`.
+    #[pyo3(signature = (state = None, *, after = None, limit = 100))]
+    fn list(
+        &self,
+        py: Python<'_>,
+        state: Option<&str>,
+        after: Option<String>,
+        limit: usize,
+    ) -> PyResult<Py<PyAny>> {
+        let state = state
+            .map(|s| State::parse("state", s))
+            .transpose()
+            .map_err(errors::to_py)?;
+        let p = self.call(py, move |a| async move {
+            a.list(state, after.as_deref(), limit).await
+        })?;
+        let items = p
+            .items
+            .iter()
+            .map(|r| Ok(Py::new(py, convert::Record::new(py, r, false)?)?.into_any()))
+            .collect::<PyResult<Vec<_>>>()?;
+        convert::page(py, items, p.next)
+    }
+
+    /// Events (of `task`, or of the whole store in one order) as dicts: a `Page`.
+    #[pyo3(signature = (task = None, *, after = None, limit = 100))]
+    fn events(
+        &self,
+        py: Python<'_>,
+        task: Option<&str>,
+        after: Option<&Bound<'_, PyAny>>,
+        limit: usize,
+    ) -> PyResult<Py<PyAny>> {
+        let t = task.map(|t| id("task", t)).transpose()?;
+        let after = cursor(after)?;
+        let p = self.call(py, move |a| async move {
+            a.events(t.as_ref(), after.as_deref(), limit).await
+        })?;
+        let items = p
+            .items
+            .iter()
+            .map(|e| convert::json_of(py, e))
+            .collect::<PyResult<Vec<_>>>()?;
+        convert::page(py, items, p.next)
+    }
+
+    /// Notifications not yet acknowledged, as dicts: a `Page`.
+    #[pyo3(signature = (*, after = None, limit = 100))]
+    fn pending(
+        &self,
+        py: Python<'_>,
+        after: Option<&Bound<'_, PyAny>>,
+        limit: usize,
+    ) -> PyResult<Py<PyAny>> {
+        let after = cursor(after)?;
+        let p = self.call(py, move |a| async move {
+            a.pending(after.as_deref(), limit).await
+        })?;
+        let items = p
+            .items
+            .iter()
+            .map(|n| convert::json_of(py, n))
+            .collect::<PyResult<Vec<_>>>()?;
+        convert::page(py, items, p.next)
+    }
+
+    /// Acknowledges notifications by intent id; returns how many were newly acknowledged.
+    fn ack(&self, py: Python<'_>, intent_ids: Vec<String>) -> PyResult<u64> {
+        self.call(py, move |a| async move { a.ack(&intent_ids).await })
+    }
+
+    /// Persists the derived change of every task whose lease or deadline
+    /// passed; returns what changed (`dry_run`: what would), as dicts.
+    #[pyo3(signature = (dry_run = false))]
+    fn sweep(&self, py: Python<'_>, dry_run: bool) -> PyResult<Py<PyAny>> {
+        let swept = self.call(py, move |a| async move { a.sweep(dry_run).await })?;
+        convert::json_of(py, &swept)
+    }
+
+    // ---- the work graph ----
+
+    /// Adds a bare task to the work graph (REGISTERED), after the tasks
+    /// `after` names: a `Record` or a `Refusal` (`manifest_conflict`).
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = Vec::new()))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        task: &str,
+        queue: Option<&str>,
+        priority: i64,
+        after: Vec<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let t = id("task", task)?;
+        let q = queue.map(|q| id("queue", q)).transpose()?;
+        let deps = after
+            .iter()
+            .map(|d| id("after", d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let spec = NodeSpec::new(&t, q, priority, deps).map_err(errors::to_py)?;
+        self.write(py, false, move |a| async move { a.add(&t, spec).await })
+    }
+
+    /// Adds many nodes in one commit where the store allows: `graph` is
+    /// what `baton add --file` reads (a list of nodes, or JSON text).
+    /// Returns `{"added": n, "repeated": m}`, or the `Refusal` of the first
+    /// node refused (its `task` set); a cycle or unknown dependency raises
+    /// `InvalidInput` and adds nothing.
+    fn add_graph(&self, py: Python<'_>, graph: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let nodes = baton_core::workgraph::parse_graph(&json_text("graph", graph)?)
+            .map_err(errors::to_py)?;
+        match self.call(py, move |a| async move { a.add_graph(nodes).await })? {
+            Ok(added) => {
+                let d = PyDict::new(py);
+                d.set_item("added", added.added)?;
+                d.set_item("repeated", added.repeated)?;
+                Ok(d.into_any().unbind())
+            }
+            Err((task, r)) => convert::refusal(py, &r, Some(task.to_string())),
+        }
+    }
+
+    /// Grants `owner` the ready bare task of `queues` (all when empty) with
+    /// the highest priority: a `Grant`, or a `Refusal` (`none_ready`, or
+    /// `drained` when nothing can become ready). `wait`: seconds to wait
+    /// for one.
+    #[pyo3(signature = (owner, queues = Vec::new(), *, ttl = None, lock_delay = None, wait = None))]
+    fn next(
+        &self,
+        py: Python<'_>,
+        owner: &str,
+        queues: Vec<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        lock_delay: Option<&Bound<'_, PyAny>>,
+        wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let taker = Taker::Owner {
+            owner: id("owner", owner)?,
+            ttl_ms: millis("ttl", ttl)?,
+            lock_delay_ms: millis("lock_delay", lock_delay)?,
+        };
+        self.take_next(py, taker, queues, millis("wait", wait)?)
+    }
+
+    /// `next` for declared tasks: claims the ready one for the run registered for it.
+    #[pyo3(signature = (executor, queues = Vec::new(), *, ttl = None, wait = None))]
+    fn task_next(
+        &self,
+        py: Python<'_>,
+        executor: &str,
+        queues: Vec<String>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let taker = Taker::Executor {
+            executor: id("executor", executor)?,
+            ttl_ms: millis("ttl", ttl)?,
+        };
+        self.take_next(py, taker, queues, millis("wait", wait)?)
+    }
+
+    /// Every task with a place in the work graph, as dicts.
+    fn graph(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let nodes = self.call(py, move |a| async move { a.graph().await })?;
+        convert::json_of(py, &nodes)
+    }
+
+    // ---- a kept lease ----
+
+    /// A lease kept for you: `with a.lease(task, owner) as lease:` claims
+    /// (raising `Refused` if the claim is refused), renews in the
+    /// background, sets `lease.lost` when the work must stop, completes
+    /// on a clean exit and fails (with the exception's type and message)
+    /// on an exception. `ttl`, `renew_every` and `grace` are seconds.
+    #[pyo3(signature = (task, owner, ttl = None, *, renew_every = None, grace = None))]
+    fn lease(
+        slf: Py<Self>,
+        py: Python<'_>,
+        task: &str,
+        owner: &str,
+        ttl: Option<&Bound<'_, PyAny>>,
+        renew_every: Option<&Bound<'_, PyAny>>,
+        grace: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::lease::Lease> {
+        let opts = crate::lease::Options {
+            task: id("task", task)?,
+            owner: id("owner", owner)?,
+            ttl_ms: millis("ttl", ttl)?,
+            renew_every_ms: millis("renew_every", renew_every)?,
+            grace_ms: millis("grace", grace)?.unwrap_or(0),
+        };
+        crate::lease::Lease::new(py, slf, opts)
+    }
+}
+
+impl Authority {
+    fn take_next(
+        &self,
+        py: Python<'_>,
+        taker: Taker,
+        queues: Vec<String>,
+        wait_ms: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let queues = queue_ids(queues)?;
+        self.write(py, true, move |a| async move {
+            match wait_ms {
+                Some(w) if w > 0 => a.next_waiting(taker, &queues, w).await,
+                _ => a.next_for(taker, &queues).await,
+            }
+        })
+    }
+}
+
+/// A page cursor: the `next` of the previous page (a str), or an int.
+fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match v.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => {
+            if let Ok(s) = v.extract::<String>() {
+                Ok(Some(s))
+            } else if let Ok(n) = v.extract::<u64>() {
+                Ok(Some(n.to_string()))
+            } else {
+                Err(errors::invalid(
+                    "after",
+                    "must be the `next` of the previous page",
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! `baton.Lease`: a grant held by core's lease keeper for a `with` block.
+
+use crate::authority::Authority;
+use crate::convert;
+use crate::{ProcessBound, errors, runtime};
+use baton_core::keeper::{KeepOptions, Keeper, Outcome};
+use baton_core::{Grant, Id, Reply, Store};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// What `Authority.lease` was asked for.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub task: Id,
+    pub owner: Id,
+    pub ttl_ms: Option<u64>,
+    pub renew_every_ms: Option<u64>,
+    pub grace_ms: u64,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Not entered yet.
+    Waiting,
+    /// Entered: the keeper holds the grant.
+    Held(Keeper<Arc<dyn Store>>),
+    /// Finished or released: how it ended.
+    Ended {
+        grant: Grant,
+        loss: Option<String>,
+        renewals: u64,
+        result: Option<Py<PyAny>>,
+        report_error: Option<String>,
+    },
+}
+
+/// A lease kept for the `with` block it guards. Renewals run in the
+/// background (core's keeper); `lost` is a `threading.Event` set as soon
+/// as the work must stop (a renewal refused, or none confirmed in time),
+/// before the lease can run out. A clean exit completes the task, an
+/// exception fails it with `{"type": ..., "message": ...}`; `release()`
+/// gives it back instead.
+#[pyclass(frozen, module = "baton")]
+#[derive(Debug)]
+pub struct Lease {
+    authority: Py<Authority>,
+    opts: Options,
+    lost: Py<PyAny>,
+    phase: ProcessBound<Mutex<Phase>>,
+}
+
+impl Lease {
+    pub(crate) fn new(py: Python<'_>, authority: Py<Authority>, opts: Options) -> PyResult<Lease> {
+        let lost = py.import("threading")?.getattr("Event")?.call0()?.unbind();
+        Ok(Lease {
+            authority,
+            opts,
+            lost,
+            phase: ProcessBound::new(Mutex::new(Phase::Waiting)),
+        })
+    }
+
+    fn phase(&self) -> PyResult<std::sync::MutexGuard<'_, Phase>> {
+        Ok(self
+            .phase
+            .get("lease")?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Takes the keeper out, leaving the lease ended with `grant`.
+    fn take_keeper(&self) -> PyResult<Option<Keeper<Arc<dyn Store>>>> {
+        let mut phase = self.phase()?;
+        match &*phase {
+            Phase::Held(k) => {
+                let kept = k.kept();
+                let ended = Phase::Ended {
+                    grant: kept.grant,
+                    loss: kept.lost.map(|l| l.describe()),
+                    renewals: kept.renewals,
+                    result: None,
+                    report_error: None,
+                };
+                match std::mem::replace(&mut *phase, ended) {
+                    Phase::Held(k) => Ok(Some(k)),
+                    // Matched as Held just above, under the same lock.
+                    _ => Ok(None),
+                }
+            }
+            Phase::Waiting => Err(errors::invalid(
+                "lease",
+                "is not held: use it as `with authority.lease(...) as lease:`",
+            )),
+            Phase::Ended { .. } => Ok(None),
+        }
+    }
+
+    fn record_end(&self, result: Option<Py<PyAny>>, report_error: Option<String>) -> PyResult<()> {
+        if let Phase::Ended {
+            result: r,
+            report_error: e,
+            ..
+        } = &mut *self.phase()?
+        {
+            *r = result;
+            *e = report_error;
+        }
+        Ok(())
+    }
+
+    fn grant(&self) -> PyResult<Grant> {
+        match &*self.phase()? {
+            Phase::Held(k) => Ok(k.grant()),
+            Phase::Ended { grant, .. } => Ok(grant.clone()),
+            Phase::Waiting => Err(errors::invalid(
+                "lease",
+                "is not held yet: enter it with `with`",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl Lease {
+    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        let this = slf.get();
+        if !matches!(*this.phase()?, Phase::Waiting) {
+            return Err(errors::invalid("lease", "can be entered only once"));
+        }
+        let auth = this.authority.get().open()?;
+        let rt = runtime()?;
+        let (task, owner, ttl) = (
+            this.opts.task.clone(),
+            this.opts.owner.clone(),
+            this.opts.ttl_ms,
+        );
+        let a = Arc::clone(&auth);
+        let reply = py
+            .detach(move || rt.block_on(async move { a.claim(&task, &owner, ttl).await }))
+            .map_err(errors::to_py)?;
+        let grant = match &reply {
+            Reply::Refused(r) => {
+                let value = convert::refusal(py, r, None)?;
+                return Err(errors::refused(
+                    py,
+                    format!("the claim of {} was refused: {r}", this.opts.task),
+                    value,
+                ));
+            }
+            other => other
+                .grant()
+                .ok_or_else(|| errors::unavailable("the store granted without a lease"))?,
+        };
+        let opts = KeepOptions {
+            ttl_ms: this.opts.ttl_ms,
+            renew_every_ms: this.opts.renew_every_ms,
+            grace_ms: this.opts.grace_ms,
+            margin_ms: None,
+            run_id: None,
+        };
+        let keeper = {
+            let _in_runtime = rt.enter();
+            auth.keep(grant, opts)
+        };
+        let mut rx = keeper.watch();
+        let event = this.lost.clone_ref(py);
+        rt.spawn(async move {
+            loop {
+                if rx.borrow_and_update().lost.is_some() {
+                    // At interpreter shutdown there is no one left to tell.
+                    Python::try_attach(|py| {
+                        let _ = event.call_method0(py, "set");
+                    });
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        *this.phase()? = Phase::Held(keeper);
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (exc_type, exc, _traceback))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let Some(keeper) = self.take_keeper()? else {
+            // Released (or ended) inside the block: nothing more to report.
+            return Ok(false);
+        };
+        let outcome = match exc_type {
+            None => Outcome::Success {
+                evidence: BTreeMap::new(),
+            },
+            Some(t) => {
+                let name: String = t.getattr("__name__")?.extract()?;
+                let message = match exc {
+                    Some(e) => e.str()?.to_string(),
+                    None => String::new(),
+                };
+                Outcome::Failure {
+                    error: serde_json::json!({"type": name, "message": message}),
+                }
+            }
+        };
+        let rt = runtime()?;
+        let answer = py.detach(move || rt.block_on(keeper.finish(outcome)));
+        let clean = exc_type.is_none();
+        match answer {
+            Ok(Reply::Refused(r)) => {
+                let value = convert::refusal(py, &r, None)?;
+                self.record_end(Some(value.clone_ref(py)), None)?;
+                if clean {
+                    return Err(errors::refused(
+                        py,
+                        format!("completing {} was refused: {r}", self.opts.task),
+                        value,
+                    ));
+                }
+            }
+            Ok(reply) => {
+                let value = convert::reply(py, &reply, false)?;
+                self.record_end(Some(value), None)?;
+            }
+            Err(e) => {
+                self.record_end(None, Some(e.to_string()))?;
+                if clean {
+                    return Err(errors::to_py(e));
+                }
+            }
+        }
+        // The block's own exception, if any, goes on as it was.
+        Ok(false)
+    }
+
+    /// Stops renewing and gives the task back (it may be claimed again at
+    /// once); the `with` block's end then reports nothing. Returns the
+    /// `Record` or the `Refusal`.
+    fn release(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Some(keeper) = self.take_keeper()? else {
+            return Err(errors::invalid("lease", "has already ended"));
+        };
+        let rt = runtime()?;
+        let answer = py.detach(move || rt.block_on(keeper.release()));
+        match answer {
+            Ok(reply) => {
+                let value = convert::reply(py, &reply, false)?;
+                self.record_end(Some(value.clone_ref(py)), None)?;
+                Ok(value)
+            }
+            Err(e) => {
+                self.record_end(None, Some(e.to_string()))?;
+                Err(errors::to_py(e))
+            }
+        }
+    }
+
+    #[getter]
+    fn task(&self) -> String {
+        self.opts.task.to_string()
+    }
+
+    #[getter]
+    fn owner(&self) -> String {
+        self.opts.owner.to_string()
+    }
+
+    /// The fence of the grant: send it with everything written under this lease.
+    #[getter]
+    fn fence(&self) -> PyResult<u64> {
+        Ok(self.grant()?.fence)
+    }
+
+    /// The grant as last renewed.
+    #[getter(grant)]
+    fn grant_now(&self, py: Python<'_>) -> PyResult<convert::Grant> {
+        convert::Grant::new(py, &self.grant()?, false)
+    }
+
+    /// When the lease runs out unless renewed again.
+    #[getter]
+    fn expiry(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        convert::datetime(py, self.grant()?.expiry)
+    }
+
+    /// A `threading.Event`, set when the work must stop.
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> Py<PyAny> {
+        self.lost.clone_ref(py)
+    }
+
+    /// Why the work must stop, once it must (else `None`).
+    #[getter]
+    fn loss(&self) -> PyResult<Option<String>> {
+        Ok(match &*self.phase()? {
+            Phase::Held(k) => k.lost().map(|l| l.describe()),
+            Phase::Ended { loss, .. } => loss.clone(),
+            Phase::Waiting => None,
+        })
+    }
+
+    /// Renewals the store confirmed.
+    #[getter]
+    fn renewals(&self) -> PyResult<u64> {
+        Ok(match &*self.phase()? {
+            Phase::Held(k) => k.kept().renewals,
+            Phase::Ended { renewals, .. } => *renewals,
+            Phase::Waiting => 0,
+        })
+    }
+
+    /// How the lease ended: the `Record` or `Refusal` its final report got
+    /// (`None` while held, or when the report could not be made).
+    #[getter]
+    fn result(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        Ok(match &*self.phase()? {
+            Phase::Ended { result, .. } => result.as_ref().map(|r| r.clone_ref(py)),
+            _ => None,
+        })
+    }
+
+    /// The error the final report met, when the store could not take it.
+    #[getter]
+    fn report_error(&self) -> PyResult<Option<String>> {
+        Ok(match &*self.phase()? {
+            Phase::Ended { report_error, .. } => report_error.clone(),
+            _ => None,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Lease(task={:?}, owner={:?})",
+            self.opts.task.as_str(),
+            self.opts.owner.as_str()
+        )
+    }
+}

@@ -1,0 +1,96 @@
+"""Fixtures: real stores in a temporary directory, and a real `baton serve`."""
+
+import os
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+import baton
+
+
+def manifest(task, executor="ci", **extra):
+    """A declared task's manifest, as a dict."""
+    m = {
+        "task_id": task,
+        "executor": executor,
+        "source_branch": "main",
+        "source_oid": "abc123",
+        "target_version": "2.0",
+        "steps": ["build", "test"],
+        "heartbeat_timeout_seconds": 60,
+    }
+    m.update(extra)
+    return m
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:{tmp_path / 'baton.db'}"
+
+
+@pytest.fixture(params=["sqlite", "sled", "memory"])
+def any_url(request, tmp_path):
+    """Every embedded store: the package is transport, each answers the same."""
+    if request.param == "memory":
+        return "memory:"
+    return f"{request.param}:{tmp_path / 'store'}"
+
+
+@pytest.fixture
+def auth(sqlite_url):
+    a = baton.authority_for(sqlite_url)
+    yield a
+    a.close()
+
+
+def baton_bin():
+    """The `baton` binary the Rust tests built (scripts/test sets BATON_BIN)."""
+    path = os.environ.get("BATON_BIN") or shutil.which("baton")
+    if not path or not os.path.exists(path):
+        if os.environ.get("BATON_TEST_SERVER"):
+            raise RuntimeError("BATON_TEST_SERVER is set but no baton binary was found (set BATON_BIN)")
+        pytest.skip("no baton binary: set BATON_BIN to run the server tests")
+    return path
+
+
+class Server:
+    def __init__(self, store, tokens=None):
+        args = [baton_bin(), "serve", "--store", store, "--listen", "127.0.0.1:0"]
+        if tokens:
+            args += ["--tokens", str(tokens)]
+        env = {k: v for k, v in os.environ.items() if k not in ("BATON_STORE", "BATON_TOKEN")}
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+        line = self.proc.stderr.readline()
+        if "http://" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"baton serve said {line!r}")
+        self.url = "http://" + line.rsplit("http://", 1)[1].strip()
+        # Keep reading its standard error so it never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(f"sqlite:{tmp_path / 'served.db'}")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def server_with_tokens(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ops operator op-token-0123456789abcdef\nw1 worker w1-token-0123456789abcdef\n")
+    os.chmod(tokens, 0o600)
+    s = Server(f"sqlite:{tmp_path / 'served.db'}", tokens)
+    yield s
+    s.stop()

@@ -1,0 +1,166 @@
+"""The Rust API, call for call, over real stores: grants, records, reads."""
+
+import datetime
+import json
+import time
+
+import pytest
+
+import baton
+import conftest
+
+
+def test_a_grant_is_a_frozen_value_with_an_aware_expiry(any_url):
+    a = baton.authority_for(any_url)
+    before = datetime.datetime.now(datetime.timezone.utc)
+    g = a.claim("t", "w1", ttl=30)
+    assert isinstance(g, baton.Grant) and g
+    assert (g.task, g.owner, g.attempt, g.state) == ("t", "w1", 1, "CLAIMED")
+    assert g.fence >= 1 and g.revision >= 1 and not g.idempotent
+    assert g.expiry.tzinfo is not None
+    assert datetime.timedelta(seconds=29) < g.expiry - before < datetime.timedelta(seconds=31)
+    assert g.to_dict()["fence"] == g.fence
+    with pytest.raises(AttributeError):
+        g.fence = 99
+    # The holder claiming again gets a new fence (its earlier one is now
+    # stale) in the same attempt.
+    again = a.claim("t", "w1", ttl=30)
+    assert again.fence > g.fence and again.attempt == g.attempt
+    assert a.complete("t", "w1", g.fence).reason == "stale_fence"
+    a.close()
+
+
+def test_the_lease_lifecycle(auth):
+    g = auth.claim("job", "w1", ttl=10)
+    r = auth.renew("job", "w1", g.fence, ttl=20)
+    assert isinstance(r, baton.Grant) and r.fence == g.fence and r.expiry > g.expiry
+    rel = auth.release("job", "w1", g.fence)
+    assert isinstance(rel, baton.Record) and rel.state == "REGISTERED"
+    g2 = auth.claim("job", "w2", ttl=10)
+    assert g2.fence > g.fence and g2.attempt == 2
+    # The first worker's fence is no longer accepted.
+    late = auth.complete("job", "w1", g.fence)
+    assert isinstance(late, baton.Refusal) and late.reason == "stale_fence"
+    assert late.current_fence == g2.fence
+    done = auth.complete("job", "w2", g2.fence)
+    assert done.state == "SUCCEEDED" and auth.get("job").state == "SUCCEEDED"
+    h = auth.holder("job")
+    assert isinstance(h, baton.Holder) and h.owner == "w2" and h.fence == g2.fence and not h.live
+    v = auth.verify("job", g2.fence)
+    assert isinstance(v, baton.Verification) and not v and v.state == "SUCCEEDED"
+
+    g3 = auth.claim("other", "w1")
+    assert auth.verify("other", g3.fence).current
+    assert not auth.verify("other", g3.fence + 100).current
+    f = auth.fail("other", "w1", g3.fence, {"code": 7})
+    assert f.state == "FAILED" and f.error == {"code": 7}
+    assert auth.get("nobody") is None
+    assert auth.holder("nobody").reason == "not_found"
+
+
+def test_cancel_by_holder_and_by_operator(auth):
+    g = auth.claim("c1", "w1")
+    assert auth.cancel("c1", "w1", g.fence).state == "CANCELLED"
+    auth.claim("c2", "w1")
+    assert auth.cancel("c2", operator="alice").state == "CANCELLED"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.cancel("c2", "w1", g.fence, operator="alice")
+    assert e.value.field == "cancel"
+
+
+def test_declared_tasks_through_their_steps(auth):
+    manifest = conftest.manifest("build", executor="exec-1", required_evidence=["log"])
+    d = auth.declare(manifest)
+    assert d.state == "DECLARED"
+    assert auth.declare(manifest).idempotent
+    assert auth.register("build", "run-1").state == "REGISTERED"
+    g = auth.task_claim("build", "run-1", "exec-1", ttl=30)
+    assert isinstance(g, baton.Grant) and g.owner == "exec-1"
+    assert auth.start("build", "run-1", "exec-1", g.fence).state == "RUNNING"
+    assert auth.heartbeat("build", "run-1", "exec-1", g.fence, 2).current_step == 2
+    ok = auth.succeed("build", "run-1", "exec-1", g.fence, {"log": "sha256:" + "a" * 64})
+    assert ok.state == "SUCCEEDED" and ok.evidence == {"log": "sha256:" + "a" * 64}
+    assert auth.gate("nobody").reason == "not_found"
+    gate = auth.gate("build")
+    assert gate["passed"] and gate["state"] == "SUCCEEDED"
+
+
+def test_retry_redispatch_and_finalize(auth):
+    m = conftest.manifest("t", executor="e1", steps=["one"], start_deadline_seconds=1)
+    auth.declare(json.dumps(m))
+    auth.register("t", "r1")
+    time.sleep(1.2)
+    assert auth.get("t").state == "NOT_STARTED"
+    assert auth.retry("t", "r2").state == "REGISTERED"
+    g = auth.task_claim("t", "r2", "e1")
+    auth.start("t", "r2", "e1", g.fence)
+    assert auth.task_fail("t", "r2", "e1", g.fence, {"why": "disk"}).state == "FAILED"
+    rec = auth.redispatch("t", "alice", 2)
+    assert rec.iteration == 2 and rec.state not in ("FAILED", "SUCCEEDED")
+    fin = auth.finalize("t", "alice", {"why": "obsolete"})
+    assert fin.state in ("FAILED", "CANCELLED") and fin.error == {"why": "obsolete"}
+
+
+def test_lists_events_and_the_outbox(auth):
+    for i in range(5):
+        auth.claim(f"t{i}", "w")
+    auth.declare(conftest.manifest("noisy", notification_events=["DECLARED", "REGISTERED"]))
+    auth.register("noisy", "r1")
+    first = auth.list("CLAIMED", limit=2)
+    assert [r.task for r in first] == ["t0", "t1"] and first.next == "t1"
+    rest = auth.list("CLAIMED", after=first.next, limit=100)
+    assert [r.task for r in rest] == ["t2", "t3", "t4"] and rest.next is None
+    assert len(auth.list("CLAIMED")) == 5 and len(auth.list("SUCCEEDED")) == 0
+    ev = auth.events("t0")
+    assert ev.items[0]["kind"] == "CLAIMED" and ev.items[0]["task"] == "t0"
+    all_events = auth.events(limit=3)
+    assert len(all_events) == 3 and all_events.next is not None
+    assert len(auth.events(after=all_events.next, limit=100)) == 4
+    pending = auth.pending(limit=1000)
+    assert [n["kind"] for n in pending] == ["DECLARED", "REGISTERED"], pending.items
+    ids = [n["intent_id"] for n in pending]
+    assert auth.ack(ids) == len(ids)
+    assert auth.ack(ids) == 0
+    assert len(auth.pending()) == 0
+    assert auth.sweep(dry_run=True) == []
+
+
+def test_the_work_graph(auth):
+    assert auth.add("fetch", queue="q", priority=5).state == "REGISTERED"
+    auth.add("build", queue="q", after=["fetch"])
+    assert auth.add("fetch", queue="q", priority=5).idempotent
+    conflict = auth.add("fetch", queue="q", priority=1)
+    assert conflict.reason == "manifest_conflict"
+    g = auth.next("w1", ["q"], ttl=30)
+    assert isinstance(g, baton.Grant) and g.task == "fetch"
+    none = auth.next("w2", ["q"])
+    assert none.reason == "none_ready"
+    auth.complete("fetch", "w1", g.fence)
+    g2 = auth.next("w2", ["q"], wait=1.0)
+    assert g2.task == "build"
+    auth.complete("build", "w2", g2.fence)
+    assert auth.next("w2", ["q"], wait=5.0).reason == "drained"
+    added = auth.add_graph([{"task": "a"}, {"task": "b", "after": ["a"]}])
+    assert added == {"added": 2, "repeated": 0}
+    assert auth.add_graph('[{"task": "a"}]') == {"added": 0, "repeated": 1}
+    refused = auth.add_graph([{"task": "a", "priority": 9}])
+    assert refused.reason == "manifest_conflict" and refused.task == "a"
+    with pytest.raises(baton.InvalidInput):
+        auth.add_graph([{"task": "x", "after": ["y"]}, {"task": "y", "after": ["x"]}])
+    nodes = {n["task"] for n in auth.graph()}
+    assert {"fetch", "build", "a", "b"} <= nodes
+
+
+def test_declared_tasks_come_from_next_too(auth):
+    auth.declare(conftest.manifest("d1", executor="exec", queue="dq"))
+    auth.register("d1", "r1")
+    g = auth.task_next("exec", ["dq"])
+    assert isinstance(g, baton.Grant) and g.task == "d1" and g.owner == "exec"
+
+
+def test_an_authority_is_a_context_manager_that_closes(sqlite_url):
+    with baton.authority_for(sqlite_url) as a:
+        assert a.claim("t", "w")
+        assert a.url == sqlite_url
+    with pytest.raises(baton.Unavailable):
+        a.claim("t", "w")

@@ -1,0 +1,101 @@
+"""Every refusal reason comes back as a value, never an exception."""
+
+import re
+import time
+from pathlib import Path
+
+import baton
+import conftest
+
+import pytest
+
+
+def stub_reasons():
+    """The reasons the type stubs promise (the `Reason` Literal of baton.pyi)."""
+    text = (Path(baton.__file__).parent / "__init__.pyi").read_text()
+    block = re.search(r"Reason = Literal\[(.*?)\]", text, re.S).group(1)
+    return set(re.findall(r'"([a-z_]+)"', block))
+
+
+def scenarios(a):
+    """Makes each refusal happen once; yields (expected reason, refusal)."""
+    g = a.claim("held", "w1")
+    yield "held", a.claim("held", "w2")
+    yield "stale_fence", a.complete("held", "w1", g.fence + 1000)
+    yield "not_holder", a.complete("held", "w2", g.fence)
+    yield "lease_live", a.recover("held", "w2")
+
+    short = a.claim("short", "w1", ttl=0.05)
+    time.sleep(0.15)
+    yield "lease_expired", a.renew("short", "w1", short.fence)
+
+    d = a.claim("delayed", "w1", ttl=0.05, lock_delay=30)
+    time.sleep(0.15)
+    yield "lock_delay", a.claim("delayed", "w2")
+
+    done = a.claim("done", "w1")
+    a.complete("done", "w1", done.fence)
+    yield "completed", a.claim("done", "w2")
+
+    yield "illegal_transition", a.register("held", "run-1")
+
+    a.declare(conftest.manifest("decl", executor="e1", required_evidence=["log"]))
+    a.register("decl", "run-1")
+    yield "precondition_failed", a.task_claim("decl", "run-other", "e1")
+    tg = a.task_claim("decl", "run-1", "e1")
+    a.start("decl", "run-1", "e1", tg.fence)
+    yield "steps_incomplete", a.succeed("decl", "run-1", "e1", tg.fence, {"log": "sha256:" + "0" * 64})
+    a.heartbeat("decl", "run-1", "e1", tg.fence, 2)
+    yield "evidence_missing", a.succeed("decl", "run-1", "e1", tg.fence)
+    yield "manifest_conflict", a.declare(conftest.manifest("decl", executor="e1", steps=["other"]))
+    a.declare(conftest.manifest("dd", executor="e1"))
+    a.register("dd", "run-1")
+    dg = a.task_claim("dd", "run-1", "e1")
+    a.start("dd", "run-1", "e1", dg.fence)
+    a.task_fail("dd", "run-1", "e1", dg.fence, {"why": "test"})
+    yield "iteration_not_advanced", a.redispatch("dd", "alice", 1)
+    yield "not_found", a.complete("nobody", "w1", 1)
+
+    a.add("up", queue="g")
+    a.add("down", queue="g", after=["up"])
+    yield "not_ready", a.claim("down", "w1")
+    up = a.claim("up", "w1")
+    yield "none_ready", a.next("w2", ["g"])
+    a.fail("up", "w1", up.fence)
+    yield "upstream_failed", a.claim("down", "w1")
+    yield "drained", a.next("w2", ["empty-queue"])
+
+
+def test_every_reason_surfaces_as_a_falsy_refusal(any_url):
+    a = baton.authority_for(any_url)
+    seen = set()
+    for expected, r in scenarios(a):
+        assert isinstance(r, baton.Refusal), (expected, r)
+        assert r.reason == expected, (expected, r)
+        assert not r and r.message
+        assert r.to_dict()["refused"] == expected
+        seen.add(expected)
+    # Only an operator may redispatch, finalize or cancel another's grant,
+    # and this API asks those as an operator: operator_required is the one
+    # reason a caller here cannot be given (a server's worker token gets
+    # NotPermitted instead: see test_server.py).
+    assert seen == stub_reasons() - {"operator_required"}
+
+
+def test_refusal_details_name_the_holder_and_fences(auth):
+    g = auth.claim("t", "w1", ttl=30)
+    held = auth.claim("t", "w2")
+    assert (held.holder, held.fence) == ("w1", g.fence)
+    assert held.expiry == g.expiry
+    assert held.details["holder"] == "w1"
+    stale = auth.renew("t", "w1", g.fence + 1)
+    assert (stale.fence, stale.current_fence) == (g.fence + 1, g.fence)
+    assert stale.holder is None and stale.expiry is None
+
+
+def test_if_granted_reads_naturally(auth):
+    won = []
+    for owner in ("w1", "w2"):
+        if grant := auth.claim("once", owner):
+            won.append(grant.owner)
+    assert won == ["w1"]
