@@ -4,7 +4,7 @@ use crate::convert::{self, id, json_text, millis, to_json};
 use crate::{ProcessBound, errors, runtime};
 use baton_cli::DynAuthority;
 use baton_core::graph::{NodeSpec, Taker};
-use baton_core::{Actor, Manifest, State};
+use baton_core::{Actor, Id, Manifest, State};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
@@ -84,7 +84,16 @@ fn operator(name: &str) -> PyResult<Actor> {
     Ok(Actor::Operator(id("operator", name)?))
 }
 
-fn queue_ids(queues: Vec<String>) -> PyResult<Vec<baton_core::Id>> {
+/// A declared task's call names its task, run and executor.
+fn run_ids(task: &str, run_id: &str, executor: &str) -> PyResult<(Id, Id, Id)> {
+    Ok((
+        id("task", task)?,
+        id("run_id", run_id)?,
+        id("executor", executor)?,
+    ))
+}
+
+fn queue_ids(queues: Vec<String>) -> PyResult<Vec<Id>> {
     queues.iter().map(|q| id("queue", q)).collect()
 }
 
@@ -304,11 +313,7 @@ impl Authority {
         executor: &str,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = (
-            id("task", task)?,
-            id("run_id", run_id)?,
-            id("executor", executor)?,
-        );
+        let (t, r, e) = run_ids(task, run_id, executor)?;
         let ttl = millis("ttl", ttl)?;
         self.write(py, true, move |a| async move {
             a.task_claim(&t, &r, &e, ttl).await
@@ -324,11 +329,7 @@ impl Authority {
         executor: &str,
         fence: u64,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = (
-            id("task", task)?,
-            id("run_id", run_id)?,
-            id("executor", executor)?,
-        );
+        let (t, r, e) = run_ids(task, run_id, executor)?;
         self.write(py, false, move |a| async move {
             a.start(&t, &r, &e, fence).await
         })
@@ -347,11 +348,7 @@ impl Authority {
         step: u32,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = (
-            id("task", task)?,
-            id("run_id", run_id)?,
-            id("executor", executor)?,
-        );
+        let (t, r, e) = run_ids(task, run_id, executor)?;
         let ttl = millis("ttl", ttl)?;
         self.write(py, false, move |a| async move {
             a.heartbeat(&t, &r, &e, fence, step, ttl).await
@@ -369,11 +366,7 @@ impl Authority {
         fence: u64,
         evidence: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = (
-            id("task", task)?,
-            id("run_id", run_id)?,
-            id("executor", executor)?,
-        );
+        let (t, r, e) = run_ids(task, run_id, executor)?;
         let ev = self::evidence(evidence)?;
         self.write(py, false, move |a| async move {
             a.succeed(&t, &r, &e, fence, ev).await
@@ -390,11 +383,7 @@ impl Authority {
         fence: u64,
         error: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = (
-            id("task", task)?,
-            id("run_id", run_id)?,
-            id("executor", executor)?,
-        );
+        let (t, r, e) = run_ids(task, run_id, executor)?;
         let err = to_json("error", error)?;
         self.write(py, false, move |a| async move {
             a.task_fail(&t, &r, &e, fence, err).await
