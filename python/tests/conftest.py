@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -94,3 +95,68 @@ def server_with_tokens(tmp_path):
     s = Server(f"sqlite:{tmp_path / 'served.db'}", tokens)
     yield s
     s.stop()
+
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
+
+
+def free_port_base(span):
+    """A loopback port p with p .. p+span free (checked, then released)."""
+    import random
+    import socket
+
+    for _ in range(50):
+        base = random.randint(30000, 60000 - span)
+        try:
+            socks = []
+            for port in range(base, base + span + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free loopback ports")
+
+
+def needed(env, what):
+    if os.environ.get(env):
+        raise RuntimeError(f"{env} is set but {what} is not installed")
+    pytest.skip(f"{what} is not installed (set {env}=1 to require it)")
+
+
+@pytest.fixture(scope="session")
+def etcd_url():
+    """A real 3-member etcd cluster on loopback (scripts/etcd-cluster)."""
+    if not shutil.which("etcd"):
+        needed("BATON_TEST_ETCD", "etcd")
+    d = tempfile.mkdtemp(prefix="baton-py-etcd-")
+    url = subprocess.run(
+        ["bash", os.path.join(SCRIPTS, "etcd-cluster"), d, str(free_port_base(12))],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    yield url
+    subprocess.run(["bash", os.path.join(SCRIPTS, "etcd-cluster"), "stop", d])
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway Postgres server on loopback (scripts/pg-cluster)."""
+    import glob
+
+    if not (os.environ.get("BATON_PG_BIN") or shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb")):
+        needed("BATON_TEST_POSTGRES", "Postgres")
+    # Directly under /tmp: the server may run as another user, and pytest's
+    # own temporary folders are private to this one.
+    d = tempfile.mkdtemp(prefix="baton-py-pg-")
+    url = subprocess.run(
+        ["bash", os.path.join(SCRIPTS, "pg-cluster"), d, str(free_port_base(0))],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    yield url
+    subprocess.run(["bash", os.path.join(SCRIPTS, "pg-cluster"), "stop", d])
+    shutil.rmtree(d, ignore_errors=True)
