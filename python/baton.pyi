@@ -9,18 +9,42 @@ A request the store answered returns a value (`Grant`, `Record`, or a falsy
 `Indeterminate`, `Corrupt`, `InvalidInput`, `NotPermitted`).
 """
 
+import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, TypedDict, Union
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, final
+
+__all__ = [
+    "Authority",
+    "Corrupt",
+    "DEFAULT_STORE",
+    "Error",
+    "Grant",
+    "Holder",
+    "Indeterminate",
+    "InvalidInput",
+    "Lease",
+    "NotPermitted",
+    "Page",
+    "Record",
+    "Refusal",
+    "Refused",
+    "Unavailable",
+    "Unsupported",
+    "UsedAfterFork",
+    "Verification",
+    "authority_for",
+    "__version__",
+]
 
 __version__: str
 DEFAULT_STORE: str
 
-Seconds = Union[int, float, datetime.timedelta]
-Json = Any
+_Seconds = Union[int, float, datetime.timedelta]
+_Json = Any
 
-State = Literal[
+_State = Literal[
     "DECLARED",
     "REGISTERED",
     "CLAIMED",
@@ -32,7 +56,7 @@ State = Literal[
     "STALLED",
 ]
 
-Reason = Literal[
+_Reason = Literal[
     "held",
     "stale_fence",
     "not_holder",
@@ -90,6 +114,7 @@ class Refused(Error):
 
     refusal: "Refusal"
 
+@final
 class Grant:
     """A grant: who may run the task, until when, under which fence. Frozen."""
 
@@ -108,7 +133,7 @@ class Grant:
     @property
     def claimed_at(self) -> datetime.datetime: ...
     @property
-    def state(self) -> State: ...
+    def state(self) -> _State: ...
     @property
     def revision(self) -> int: ...
     @property
@@ -117,13 +142,14 @@ class Grant:
     def to_dict(self) -> dict[str, Any]:
         """The grant as the CLI prints it."""
 
+@final
 class Record:
     """A task as stored (derived: an expired lease shows as such). Frozen."""
 
     @property
     def task(self) -> str: ...
     @property
-    def state(self) -> State: ...
+    def state(self) -> _State: ...
     @property
     def revision(self) -> int: ...
     @property
@@ -149,9 +175,9 @@ class Record:
     @property
     def evidence(self) -> dict[str, str]: ...
     @property
-    def error(self) -> Optional[Json]: ...
+    def error(self) -> Optional[_Json]: ...
     @property
-    def metadata(self) -> dict[str, Json]: ...
+    def metadata(self) -> dict[str, _Json]: ...
     @property
     def created_at(self) -> datetime.datetime: ...
     @property
@@ -161,15 +187,16 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         """The whole record as the CLI prints it."""
 
+@final
 class Refusal:
     """A typed "no". Falsy, so `if grant := a.claim(...):` reads "if granted". Frozen."""
 
     @property
-    def reason(self) -> Reason: ...
+    def reason(self) -> _Reason: ...
     @property
     def message(self) -> str: ...
     @property
-    def details(self) -> dict[str, Json]:
+    def details(self) -> dict[str, _Json]:
         """Every field the CLI prints with the refusal (times as RFC 3339 strings)."""
     @property
     def holder(self) -> Optional[str]:
@@ -189,6 +216,7 @@ class Refusal:
     def __bool__(self) -> Literal[False]: ...
     def to_dict(self) -> dict[str, Any]: ...
 
+@final
 class Holder:
     """The last grant of a task and whether its lease is live now."""
 
@@ -203,6 +231,7 @@ class Holder:
     @property
     def expiry(self) -> datetime.datetime: ...
 
+@final
 class Verification:
     """Whether work under a fence may be accepted now. Truthy only when `current`."""
 
@@ -211,11 +240,12 @@ class Verification:
     @property
     def live(self) -> bool: ...
     @property
-    def state(self) -> State: ...
+    def state(self) -> _State: ...
     @property
     def current_fence(self) -> Optional[int]: ...
     def __bool__(self) -> bool: ...
 
+@final
 class Page:
     """One page of a listing; pass `next` as `after` for the following one (None: last page)."""
 
@@ -225,12 +255,9 @@ class Page:
     def next(self) -> Optional[str]: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Any]: ...
-    def __getitem__(self, i: int) -> Any: ...
+    def __getitem__(self, i: int, /) -> Any: ...
 
-class GraphAdded(TypedDict):
-    added: int
-    repeated: int
-
+@final
 class Lease:
     """A lease kept for a `with` block: renewed in the background; completes
     on a clean exit, fails with the exception's type and message on an
@@ -273,6 +300,7 @@ class Lease:
         traceback: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class Authority:
     """The authority and registry over one store. Threads may share one; a
     child of fork must open its own. Every call releases the GIL."""
@@ -286,14 +314,14 @@ class Authority:
 
     # the authority
     def claim(
-        self, task: str, owner: str, ttl: Optional[Seconds] = None, *, lock_delay: Optional[Seconds] = None
+        self, task: str, owner: str, ttl: Optional[_Seconds] = None, *, lock_delay: Optional[_Seconds] = None
     ) -> Union[Grant, Refusal]:
         """Claims a bare task (created if absent). ttl: seconds, default 30."""
-    def renew(self, task: str, owner: str, fence: int, ttl: Optional[Seconds] = None) -> Union[Grant, Refusal]: ...
+    def renew(self, task: str, owner: str, fence: int, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     def release(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
-    def recover(self, task: str, owner: str, ttl: Optional[Seconds] = None) -> Union[Grant, Refusal]: ...
+    def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
-    def fail(self, task: str, owner: str, fence: int, error: Optional[Json] = None) -> Union[Record, Refusal]: ...
+    def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
     def cancel(
         self, task: str, owner: Optional[str] = None, fence: Optional[int] = None, *, operator: Optional[str] = None
     ) -> Union[Record, Refusal]:
@@ -302,22 +330,22 @@ class Authority:
     def verify(self, task: str, fence: int) -> Union[Verification, Refusal]: ...
 
     # the registry
-    def declare(self, manifest: Union[Mapping[str, Json], str]) -> Union[Record, Refusal]: ...
+    def declare(self, manifest: Union[Mapping[str, _Json], str]) -> Union[Record, Refusal]: ...
     def register(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
     def task_claim(
-        self, task: str, run_id: str, executor: str, ttl: Optional[Seconds] = None
+        self, task: str, run_id: str, executor: str, ttl: Optional[_Seconds] = None
     ) -> Union[Grant, Refusal]: ...
     def start(self, task: str, run_id: str, executor: str, fence: int) -> Union[Record, Refusal]: ...
     def heartbeat(
-        self, task: str, run_id: str, executor: str, fence: int, step: int, ttl: Optional[Seconds] = None
+        self, task: str, run_id: str, executor: str, fence: int, step: int, ttl: Optional[_Seconds] = None
     ) -> Union[Record, Refusal]: ...
     def succeed(
         self, task: str, run_id: str, executor: str, fence: int, evidence: Optional[Mapping[str, str]] = None
     ) -> Union[Record, Refusal]: ...
-    def task_fail(self, task: str, run_id: str, executor: str, fence: int, error: Json) -> Union[Record, Refusal]: ...
+    def task_fail(self, task: str, run_id: str, executor: str, fence: int, error: _Json) -> Union[Record, Refusal]: ...
     def retry(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
     def redispatch(self, task: str, operator: str, iteration: int) -> Union[Record, Refusal]: ...
-    def finalize(self, task: str, operator: str, error: Optional[Json] = None) -> Union[Record, Refusal]: ...
+    def finalize(self, task: str, operator: str, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
 
     # reads
     def get(self, task: str) -> Optional[Record]: ...
@@ -331,36 +359,36 @@ class Authority:
     def pending(self, *, after: Union[str, int, None] = None, limit: int = 100) -> Page:
         """Unacknowledged notifications as dicts."""
     def ack(self, intent_ids: Sequence[str]) -> int: ...
-    def sweep(self, dry_run: bool = False) -> list[dict[str, Any]]: ...
+    def sweep(self, dry_run: bool = False) -> builtins.list[dict[str, Any]]: ...
 
     # the work graph
     def add(
-        self, task: str, *, queue: Optional[str] = None, priority: int = 0, after: Sequence[str] = ()
+        self, task: str, *, queue: Optional[str] = None, priority: int = 0, after: Optional[Sequence[str]] = None
     ) -> Union[Record, Refusal]: ...
-    def add_graph(self, graph: Union[Sequence[Mapping[str, Json]], Mapping[str, Json], str]) -> Union[GraphAdded, Refusal]: ...
+    def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
     def next(
         self,
         owner: str,
-        queues: Sequence[str] = (),
+        queues: Optional[Sequence[str]] = None,
         *,
-        ttl: Optional[Seconds] = None,
-        lock_delay: Optional[Seconds] = None,
-        wait: Optional[Seconds] = None,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
     ) -> Union[Grant, Refusal]: ...
     def task_next(
-        self, executor: str, queues: Sequence[str] = (), *, ttl: Optional[Seconds] = None, wait: Optional[Seconds] = None
+        self, executor: str, queues: Optional[Sequence[str]] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
     ) -> Union[Grant, Refusal]: ...
-    def graph(self) -> list[dict[str, Any]]: ...
+    def graph(self) -> builtins.list[dict[str, Any]]: ...
 
     # a kept lease
     def lease(
         self,
         task: str,
         owner: str,
-        ttl: Optional[Seconds] = None,
+        ttl: Optional[_Seconds] = None,
         *,
-        renew_every: Optional[Seconds] = None,
-        grace: Optional[Seconds] = None,
+        renew_every: Optional[_Seconds] = None,
+        grace: Optional[_Seconds] = None,
     ) -> Lease: ...
 
 def authority_for(url: str, *, token: Optional[str] = None) -> Authority:

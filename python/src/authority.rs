@@ -535,18 +535,19 @@ impl Authority {
 
     /// Adds a bare task to the work graph (REGISTERED), after the tasks
     /// `after` names: a `Record` or a `Refusal` (`manifest_conflict`).
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = Vec::new()))]
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None))]
     fn add(
         &self,
         py: Python<'_>,
         task: &str,
         queue: Option<&str>,
         priority: i64,
-        after: Vec<String>,
+        after: Option<Vec<String>>,
     ) -> PyResult<Py<PyAny>> {
         let t = id("task", task)?;
         let q = queue.map(|q| id("queue", q)).transpose()?;
         let deps = after
+            .unwrap_or_default()
             .iter()
             .map(|d| id("after", d))
             .collect::<PyResult<Vec<_>>>()?;
@@ -577,12 +578,12 @@ impl Authority {
     /// the highest priority: a `Grant`, or a `Refusal` (`none_ready`, or
     /// `drained` when nothing can become ready). `wait`: seconds to wait
     /// for one.
-    #[pyo3(signature = (owner, queues = Vec::new(), *, ttl = None, lock_delay = None, wait = None))]
+    #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None))]
     fn next(
         &self,
         py: Python<'_>,
         owner: &str,
-        queues: Vec<String>,
+        queues: Option<Vec<String>>,
         ttl: Option<&Bound<'_, PyAny>>,
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
@@ -596,12 +597,12 @@ impl Authority {
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
-    #[pyo3(signature = (executor, queues = Vec::new(), *, ttl = None, wait = None))]
+    #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None))]
     fn task_next(
         &self,
         py: Python<'_>,
         executor: &str,
-        queues: Vec<String>,
+        queues: Option<Vec<String>>,
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
@@ -651,10 +652,10 @@ impl Authority {
         &self,
         py: Python<'_>,
         taker: Taker,
-        queues: Vec<String>,
+        queues: Option<Vec<String>>,
         wait_ms: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
-        let queues = queue_ids(queues)?;
+        let queues = queue_ids(queues.unwrap_or_default())?;
         self.write(py, true, move |a| async move {
             match wait_ms {
                 Some(w) if w > 0 => a.next_waiting(taker, &queues, w).await,

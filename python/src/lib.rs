@@ -80,6 +80,11 @@ impl<T> Drop for ProcessBound<T> {
     }
 }
 
+/// baton: who may run a piece of work. `baton.authority_for(url)` opens a
+/// store; a request the store answered returns a value (a `Grant`, a
+/// `Record`, or a falsy `Refusal`); only what could not be answered raises
+/// (`Unavailable`, `Indeterminate`, `Corrupt`, `InvalidInput`,
+/// `NotPermitted`).
 #[pymodule]
 fn baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(authority::authority_for, m)?)?;

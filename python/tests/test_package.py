@@ -44,3 +44,52 @@ def test_the_readme_example_runs(capsys):
     exec(compile(code, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "won under fence" in out and out.rstrip().endswith("drained"), out
+
+
+def test_the_stubs_match_the_module(tmp_path):
+    """mypy's stubtest: every name, signature and default in baton.pyi is
+    the module's own (scripts/test installs mypy and requires this)."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        import mypy.stubtest  # noqa: F401
+    except ImportError:
+        if os.environ.get("BATON_TEST_STUBS"):
+            raise
+        import pytest
+
+        pytest.skip("mypy is not installed")
+    allow = tmp_path / "allowlist"
+    # The compiled module itself, which `baton/__init__.py` re-exports.
+    allow.write_text("baton.baton\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "baton", "--ignore-disjoint-bases", "--allowlist", str(allow)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_readme_example_type_checks(tmp_path):
+    """The stubs type the README's example under mypy --strict."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        import mypy  # noqa: F401
+    except ImportError:
+        if os.environ.get("BATON_TEST_STUBS"):
+            raise
+        import pytest
+
+        pytest.skip("mypy is not installed")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("## From Python", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.py").write_text(code)
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "example.py"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -11,9 +11,9 @@ import pytest
 
 
 def stub_reasons():
-    """The reasons the type stubs promise (the `Reason` Literal of baton.pyi)."""
+    """The reasons the type stubs promise (the `_Reason` Literal of baton.pyi)."""
     text = (Path(baton.__file__).parent / "__init__.pyi").read_text()
-    block = re.search(r"Reason = Literal\[(.*?)\]", text, re.S).group(1)
+    block = re.search(r"_Reason = Literal\[(.*?)\]", text, re.S).group(1)
     return set(re.findall(r'"([a-z_]+)"', block))
 
 
