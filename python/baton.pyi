@@ -374,7 +374,8 @@ class Authority:
         ttl: Optional[_Seconds] = None,
         lock_delay: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
-    ) -> Union[Grant, Refusal]: ...
+    ) -> Union[Grant, Refusal]:
+        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait)."""
     def task_next(
         self, executor: str, queues: Optional[Sequence[str]] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
     ) -> Union[Grant, Refusal]: ...

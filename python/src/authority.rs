@@ -70,6 +70,34 @@ impl Authority {
         py.detach(move || rt.block_on(f(a))).map_err(errors::to_py)
     }
 
+    /// Like `call`, for a call that may wait long (`next` with `wait`):
+    /// a signal Python has a handler for (Ctrl-C's `KeyboardInterrupt`)
+    /// ends the wait, checked every 50 ms. A grant being made at that
+    /// instant may still land, as with any interrupted call.
+    fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<T>>,
+    {
+        let a = self.open()?;
+        let rt = runtime()?;
+        let answer: PyResult<baton_core::Result<T>> = py.detach(move || {
+            rt.block_on(async move {
+                let call = f(a);
+                tokio::pin!(call);
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+                loop {
+                    tokio::select! {
+                        r = &mut call => return Ok(r),
+                        _ = tick.tick() => Python::attach(|py| py.check_signals())?,
+                    }
+                }
+            })
+        });
+        answer?.map_err(errors::to_py)
+    }
+
     fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
     where
         F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
@@ -656,12 +684,13 @@ impl Authority {
         wait_ms: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
         let queues = queue_ids(queues.unwrap_or_default())?;
-        self.write(py, true, move |a| async move {
-            match wait_ms {
-                Some(w) if w > 0 => a.next_waiting(taker, &queues, w).await,
-                _ => a.next_for(taker, &queues).await,
-            }
-        })
+        let reply = match wait_ms {
+            Some(w) if w > 0 => self.call_interruptible(py, move |a| async move {
+                a.next_waiting(taker, &queues, w).await
+            })?,
+            _ => self.call(py, move |a| async move { a.next_for(taker, &queues).await })?,
+        };
+        convert::reply(py, &reply, true)
     }
 }
 

@@ -89,3 +89,32 @@ def test_the_gil_is_released_while_the_store_works(auth):
     t.join()
     assert r.reason == "none_ready"
     assert during >= 20, f"only {during} ticks while the store waited"
+
+
+WAITER = """
+import sys, baton
+a = baton.authority_for(sys.argv[1])
+a.add("busy", queue="q")
+a.claim("busy", "someone", ttl=60)
+print("waiting", flush=True)
+try:
+    a.next("w", ["q"], wait=60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_ends_a_waiting_next(sqlite_url):
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", WAITER, sqlite_url], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    t = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 3 and "interrupted" in out
+    assert time.monotonic() - t < 5
