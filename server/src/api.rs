@@ -45,6 +45,17 @@ fn with_status(status: StatusCode, v: Value) -> Answer {
     Ok((status, axum::Json(v)).into_response())
 }
 
+/// 200 for a check that passed, 409 for one that did not (a fence not
+/// current, a gate still blocking), as the CLI exits 0 or 1.
+fn ok_or_conflict(passed: bool, v: Value) -> Answer {
+    let status = if passed {
+        StatusCode::OK
+    } else {
+        StatusCode::CONFLICT
+    };
+    with_status(status, v)
+}
+
 fn refused(r: &Refusal) -> Answer {
     let status = if *r == Refusal::NotFound {
         StatusCode::NOT_FOUND
@@ -146,14 +157,7 @@ async fn verify(
     app.caller(&headers)?;
     match app.authority.verify(&task(&id)?, q.fence).await? {
         Err(r) => refused(&r),
-        Ok(v) => {
-            let status = if v.current {
-                StatusCode::OK
-            } else {
-                StatusCode::CONFLICT
-            };
-            with_status(status, json!(v))
-        }
+        Ok(v) => ok_or_conflict(v.current, json!(v)),
     }
 }
 
@@ -161,14 +165,7 @@ async fn gate(State(app): State<Shared>, Path(id): Path<String>, headers: Header
     app.caller(&headers)?;
     match app.authority.gate(&task(&id)?).await? {
         Err(r) => refused(&r),
-        Ok(g) => {
-            let status = if g.passed {
-                StatusCode::OK
-            } else {
-                StatusCode::CONFLICT
-            };
-            with_status(status, json!(g))
-        }
+        Ok(g) => ok_or_conflict(g.passed, json!(g)),
     }
 }
 
@@ -268,10 +265,7 @@ async fn list(State(app): State<Shared>, Query(q): Query<PageQuery>, headers: He
     }
     let state = match upper.as_deref() {
         None => None,
-        Some(s) => Some(
-            TaskState::from_name(s)
-                .ok_or_else(|| Error::invalid("state", format!("is not a state: {s:?}")))?,
-        ),
+        Some(s) => Some(TaskState::parse("state", s)?),
     };
     page(&app.authority.list(state, q.after.as_deref(), limit).await?)
 }
