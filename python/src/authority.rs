@@ -656,7 +656,7 @@ impl Authority {
     /// on an exception. `ttl`, `renew_every` and `grace` are seconds.
     #[pyo3(signature = (task, owner, ttl = None, *, renew_every = None, grace = None))]
     fn lease(
-        slf: Py<Self>,
+        &self,
         py: Python<'_>,
         task: &str,
         owner: &str,
@@ -671,7 +671,7 @@ impl Authority {
             renew_every_ms: millis("renew_every", renew_every)?,
             grace_ms: millis("grace", grace)?.unwrap_or(0),
         };
-        crate::lease::Lease::new(py, slf, opts)
+        crate::lease::Lease::new(py, self.open()?, opts)
     }
 }
 

@@ -1,8 +1,8 @@
 //! `baton.Lease`: a grant held by core's lease keeper for a `with` block.
 
-use crate::authority::Authority;
 use crate::convert;
 use crate::{ProcessBound, errors, runtime};
+use baton_cli::DynAuthority;
 use baton_core::keeper::{KeepOptions, Keeper, Outcome};
 use baton_core::{Grant, Id, Reply, Store};
 use pyo3::prelude::*;
@@ -45,27 +45,36 @@ enum Phase {
 #[pyclass(frozen, module = "baton")]
 #[derive(Debug)]
 pub struct Lease {
-    authority: Py<Authority>,
     opts: Options,
     lost: Py<PyAny>,
-    phase: ProcessBound<Mutex<Phase>>,
+    /// The authority it was made from (kept open while the lease lives),
+    /// and where the lease is.
+    inner: ProcessBound<(Arc<DynAuthority>, Mutex<Phase>)>,
 }
 
 impl Lease {
-    pub(crate) fn new(py: Python<'_>, authority: Py<Authority>, opts: Options) -> PyResult<Lease> {
+    pub(crate) fn new(
+        py: Python<'_>,
+        authority: Arc<DynAuthority>,
+        opts: Options,
+    ) -> PyResult<Lease> {
         let lost = py.import("threading")?.getattr("Event")?.call0()?.unbind();
         Ok(Lease {
-            authority,
             opts,
             lost,
-            phase: ProcessBound::new(Mutex::new(Phase::Waiting)),
+            inner: ProcessBound::new((authority, Mutex::new(Phase::Waiting))),
         })
+    }
+
+    fn authority(&self) -> PyResult<Arc<DynAuthority>> {
+        Ok(Arc::clone(&self.inner.get("lease")?.0))
     }
 
     fn phase(&self) -> PyResult<std::sync::MutexGuard<'_, Phase>> {
         Ok(self
-            .phase
+            .inner
             .get("lease")?
+            .1
             .lock()
             .unwrap_or_else(|p| p.into_inner()))
     }
@@ -129,7 +138,7 @@ impl Lease {
         if !matches!(*this.phase()?, Phase::Waiting) {
             return Err(errors::invalid("lease", "can be entered only once"));
         }
-        let auth = this.authority.get().open()?;
+        let auth = this.authority()?;
         let rt = runtime()?;
         let (task, owner, ttl) = (
             this.opts.task.clone(),
