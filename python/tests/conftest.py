@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -128,19 +129,50 @@ def needed(env, what):
     pytest.skip(f"{what} is not installed (set {env}=1 to require it)")
 
 
+def running(pid):
+    """Whether `pid` runs (an exited child nobody reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def script_server(script, port):
+    """Starts a server with one of scripts/ (it prints the store URL) in a
+    new folder directly under /tmp (the server may run as another user, and
+    pytest's own temporary folders are private to this one); yields the URL,
+    then stops it and removes the folder."""
+    d = tempfile.mkdtemp(prefix=f"baton-py-{script}-")
+    path = os.path.join(SCRIPTS, script)
+    url = subprocess.run(["bash", path, d, str(port)], check=True, capture_output=True, text=True)
+    try:
+        yield url.stdout.strip()
+    finally:
+        import glob
+        import signal
+
+        pids = [int(open(f).read()) for f in glob.glob(os.path.join(d, "*.pid"))]
+        subprocess.run(["bash", path, "stop", d])
+        # A member that outlives its SIGTERM (etcd's last one, without a
+        # quorum to leave) is killed: nothing outlives the tests.
+        deadline = time.monotonic() + 5
+        for pid in pids:
+            while time.monotonic() < deadline and running(pid):
+                time.sleep(0.05)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def etcd_url():
     """A real 3-member etcd cluster on loopback (scripts/etcd-cluster)."""
     if not shutil.which("etcd"):
         needed("BATON_TEST_ETCD", "etcd")
-    d = tempfile.mkdtemp(prefix="baton-py-etcd-")
-    url = subprocess.run(
-        ["bash", os.path.join(SCRIPTS, "etcd-cluster"), d, str(free_port_base(12))],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()
-    yield url
-    subprocess.run(["bash", os.path.join(SCRIPTS, "etcd-cluster"), "stop", d])
-    shutil.rmtree(d, ignore_errors=True)
+    yield from script_server("etcd-cluster", free_port_base(12))
 
 
 @pytest.fixture(scope="session")
@@ -150,13 +182,4 @@ def postgres_url():
 
     if not (os.environ.get("BATON_PG_BIN") or shutil.which("initdb") or glob.glob("/usr/lib/postgresql/*/bin/initdb")):
         needed("BATON_TEST_POSTGRES", "Postgres")
-    # Directly under /tmp: the server may run as another user, and pytest's
-    # own temporary folders are private to this one.
-    d = tempfile.mkdtemp(prefix="baton-py-pg-")
-    url = subprocess.run(
-        ["bash", os.path.join(SCRIPTS, "pg-cluster"), d, str(free_port_base(0))],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()
-    yield url
-    subprocess.run(["bash", os.path.join(SCRIPTS, "pg-cluster"), "stop", d])
-    shutil.rmtree(d, ignore_errors=True)
+    yield from script_server("pg-cluster", free_port_base(0))
