@@ -84,10 +84,17 @@ def test_lost_is_set_before_the_lease_can_run_out_when_the_store_stops_answering
         s.stop()
 
 
-def test_threads_see_the_same_lease(auth):
+def test_another_thread_may_use_and_release_the_lease(auth):
     with auth.lease("job", "w1", ttl=3) as lease:
         seen = []
-        t = threading.Thread(target=lambda: seen.append(lease.fence))
+
+        def other():
+            seen.append(auth.verify("job", lease.fence).current)
+            seen.append(lease.release().state)
+
+        t = threading.Thread(target=other)
         t.start()
         t.join()
-        assert seen == [lease.fence]
+        assert seen == [True, "REGISTERED"]
+    # Released by the other thread: the block's end reported nothing.
+    assert auth.get("job").state == "REGISTERED"

@@ -67,12 +67,23 @@ impl App {
         }
     }
 
-    /// Decides and applies `op` for `caller`: admitted by core's access
-    /// rule, timed by the server's clock, validated, applied, counted.
-    pub async fn apply(&self, op: Operation, caller: Option<&Caller>) -> Result<Decision, Error> {
+    /// `op` as the store may apply it for `caller`: admitted by core's
+    /// access rule, timed `now` by the server's clock, validated.
+    pub fn admit(
+        &self,
+        op: Operation,
+        caller: Option<&Caller>,
+        now: baton_core::Timestamp,
+    ) -> Result<Operation, Error> {
         let mut op = access::admit(op, caller)?;
-        op.now = self.now();
+        op.now = now;
         op.request.validate()?;
+        Ok(op)
+    }
+
+    /// Decides and applies `op` for `caller`: admitted, applied, counted.
+    pub async fn apply(&self, op: Operation, caller: Option<&Caller>) -> Result<Decision, Error> {
+        let op = self.admit(op, caller, self.now())?;
         let kind = op.request.kind();
         let task = op.task.clone();
         let d = self

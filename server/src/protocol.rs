@@ -59,13 +59,10 @@ async fn apply_all(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -
     let caller = app.caller(&headers)?;
     let ops: Vec<Operation> = parse(&body)?;
     let now = app.now();
-    let mut admitted = Vec::with_capacity(ops.len());
-    for op in ops {
-        let mut op = access::admit(op, caller.as_ref())?;
-        op.now = now;
-        op.request.validate()?;
-        admitted.push(op);
-    }
+    let admitted = ops
+        .into_iter()
+        .map(|op| app.admit(op, caller.as_ref(), now))
+        .collect::<Result<Vec<_>, _>>()?;
     let kinds: Vec<_> = admitted
         .iter()
         .map(|o| (o.request.kind(), o.task.clone()))
