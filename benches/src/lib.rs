@@ -8,6 +8,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The benchmarks allocate as baton's executables do (see `cli/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An authority over any store, on a manual clock that never moves (leases stay live).
 pub type Bench = Authority<Arc<dyn Store>>;
 
