@@ -27,11 +27,7 @@ pub struct EtcdCluster {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    baton_core::testing::listen_port().expect("a free loopback port for a test server")
 }
 
 /// The etcd binary, or a panic that says how to install it.

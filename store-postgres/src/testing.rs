@@ -61,11 +61,7 @@ pub fn skip_reason() -> Option<String> {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    baton_core::testing::listen_port().expect("a free loopback port for a test server")
 }
 
 /// The user the server runs as when the tests run as root.
