@@ -145,49 +145,77 @@ pub fn completed_never_granted_again<H: Harness>(ctx: &mut Ctx<H>) {
 }
 
 /// Bare tasks are reclaimable after any number of stalls; a declared
-/// task stalls for good after `max_attempts` (default 1).
+/// task stalls for good after `max_attempts` (default 1). The three tasks
+/// go round in step, so that one wait serves each round of all three.
 pub fn stalls_and_max_attempts<H: Harness>(ctx: &mut Ctx<H>) {
     let a = ctx.auth();
     let ttl = ctx.short_ttl_ms();
+    let hb_s = ttl.div_ceil(1000);
     let bare = id("bare-stalls");
+    let run = id("run");
+    // Default max_attempts = 1: one stall and the task is STALLED.
+    let once = id("declared-once");
+    // max_attempts = 3: two stalls are survived, the third ends it.
+    let thrice = id("declared-thrice");
+    for (t, max) in [(&once, 1), (&thrice, 3)] {
+        ctx.block_on(a.declare(manifest(t.as_str(), 1, &[], hb_s, max)))
+            .unwrap();
+        ctx.block_on(a.register(t, &run)).unwrap();
+    }
     let mut last = 0;
-    for round in 1..=4u64 {
+    for round in 1..=4u32 {
         let g = ctx
             .block_on(a.claim(&bare, &id(&format!("w{round}")), Some(ttl)))
             .unwrap()
             .grant()
             .unwrap();
-        assert_eq!(g.attempt, round);
+        assert_eq!(g.attempt, u64::from(round));
         assert!(g.fence > last);
         last = g.fence;
-        ctx.expire(ttl);
-        let rec = ctx.block_on(a.get(&bare)).unwrap().unwrap();
-        assert_eq!((rec.state, rec.stalls), (State::Registered, round as u32));
-    }
-    let hb_s = ttl.div_ceil(1000);
-    let run = id("run");
-    // Default max_attempts = 1: one stall and the task is STALLED.
-    let once = id("declared-once");
-    ctx.block_on(a.declare(manifest(once.as_str(), 1, &[], hb_s, 1)))
-        .unwrap();
-    ctx.block_on(a.register(&once, &run)).unwrap();
-    ctx.block_on(a.task_claim(&once, &run, &id("w1"), None))
-        .unwrap();
-    ctx.expire(hb_s * 1000);
-    assert_eq!(
-        ctx.block_on(a.get(&once)).unwrap().unwrap().state,
-        State::Stalled
-    );
-    let r = ctx
-        .block_on(a.task_claim(&once, &run, &id("w2"), None))
-        .unwrap();
-    assert!(matches!(
-        refusal(&r),
-        Refusal::IllegalTransition {
-            state: State::Stalled,
-            ..
+        if round == 1 {
+            ctx.block_on(a.task_claim(&once, &run, &id("w1"), None))
+                .unwrap()
+                .grant()
+                .unwrap();
         }
-    ));
+        if round <= 3 {
+            let g = ctx
+                .block_on(a.task_claim(&thrice, &run, &id("w"), None))
+                .unwrap()
+                .grant()
+                .unwrap();
+            assert_eq!(g.attempt, u64::from(round));
+        }
+        // Past the bare lease and the declared tasks' heartbeat alike.
+        ctx.expire(ttl.max(hb_s * 1000));
+        let rec = ctx.block_on(a.get(&bare)).unwrap().unwrap();
+        assert_eq!((rec.state, rec.stalls), (State::Registered, round));
+        if round == 1 {
+            assert_eq!(
+                ctx.block_on(a.get(&once)).unwrap().unwrap().state,
+                State::Stalled
+            );
+            let r = ctx
+                .block_on(a.task_claim(&once, &run, &id("w2"), None))
+                .unwrap();
+            assert!(matches!(
+                refusal(&r),
+                Refusal::IllegalTransition {
+                    state: State::Stalled,
+                    ..
+                }
+            ));
+        }
+        if round <= 3 {
+            let rec = ctx.block_on(a.get(&thrice)).unwrap().unwrap();
+            let want = if round < 3 {
+                State::Registered
+            } else {
+                State::Stalled
+            };
+            assert_eq!((rec.state, rec.stalls), (want, round));
+        }
+    }
     let stalled: Vec<_> = ctx
         .task_events(&once)
         .into_iter()
@@ -198,27 +226,6 @@ pub fn stalls_and_max_attempts<H: Harness>(ctx: &mut Ctx<H>) {
         1,
         "the stall was persisted once, by the next write"
     );
-    // max_attempts = 3: two stalls are survived, the third ends it.
-    let thrice = id("declared-thrice");
-    ctx.block_on(a.declare(manifest(thrice.as_str(), 1, &[], hb_s, 3)))
-        .unwrap();
-    ctx.block_on(a.register(&thrice, &run)).unwrap();
-    for round in 1..=3u32 {
-        let g = ctx
-            .block_on(a.task_claim(&thrice, &run, &id("w"), None))
-            .unwrap()
-            .grant()
-            .unwrap();
-        assert_eq!(g.attempt, u64::from(round));
-        ctx.expire(hb_s * 1000);
-        let rec = ctx.block_on(a.get(&thrice)).unwrap().unwrap();
-        let want = if round < 3 {
-            State::Registered
-        } else {
-            State::Stalled
-        };
-        assert_eq!((rec.state, rec.stalls), (want, round));
-    }
 }
 
 /// A retried task's start deadline counts from the retry, so it does not
