@@ -6,6 +6,15 @@
 //! that commit together or not at all; a group is committed in a batch of
 //! its own, so that refusing it rolls back nothing else.
 //!
+//! A committer started with [`GroupCommitter::start_shared`] also lets a
+//! caller who finds it idle (nothing queued, nothing being committed)
+//! commit its one job on its own thread: a process that makes one request
+//! at a time (the CLI, a worker process, a Python script) then pays no
+//! hand-off to the committer thread and back, which on a busy machine
+//! costs more than the decision. Callers who arrive while that commit is
+//! under way queue for the committer thread as before and share its next
+//! batch, so concurrent callers keep their group commit.
+//!
 //! A panic while deciding or writing one operation must not stop the store
 //! for every later caller: the committer catches it, retries the batch's
 //! operations one at a time so that only the one that panics is refused,
@@ -15,8 +24,9 @@ use crate::decide::Decision;
 use crate::error::{Error, Result};
 use crate::request::Operation;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// The most operations one batch carries.
@@ -89,7 +99,15 @@ pub struct GroupCommitter {
     inbox: Mutex<Option<Sender<Queued>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     observer: Observer,
+    /// The commit function, when callers may run it on their own thread.
+    inline: Option<SharedCommit>,
+    /// Jobs submitted and not yet answered (inline or queued).
+    in_flight: AtomicUsize,
 }
+
+/// A commit function that a caller's thread may run as well as the
+/// committer's.
+type SharedCommit = Arc<dyn Fn(&[Job]) -> Result<Vec<Answer>> + Send + Sync>;
 
 /// Told the size of every batch committed (a server's histogram).
 type Observer = std::sync::Arc<Mutex<Option<crate::store::BatchObserver>>>;
@@ -113,7 +131,41 @@ impl GroupCommitter {
     where
         F: FnMut(&[Job]) -> Result<Vec<Answer>> + Send + 'static,
     {
-        let name = name.into();
+        Self::start_with(name.into(), thread_name, commit, None)
+    }
+
+    /// Like [`GroupCommitter::start`], and a caller who finds the committer
+    /// idle commits its job on its own thread (see the module's text).
+    /// `commit` must be safe to call from any thread, blocking it (in a
+    /// tokio multi-thread runtime, inside `block_in_place`); it must not
+    /// itself enter a tokio runtime.
+    pub fn start_shared<F>(
+        name: impl Into<String>,
+        thread_name: &str,
+        commit: F,
+    ) -> Result<GroupCommitter>
+    where
+        F: Fn(&[Job]) -> Result<Vec<Answer>> + Send + Sync + 'static,
+    {
+        let shared: SharedCommit = Arc::new(commit);
+        let on_thread = shared.clone();
+        Self::start_with(
+            name.into(),
+            thread_name,
+            move |jobs: &[Job]| on_thread(jobs),
+            Some(shared),
+        )
+    }
+
+    fn start_with<F>(
+        name: String,
+        thread_name: &str,
+        commit: F,
+        inline: Option<SharedCommit>,
+    ) -> Result<GroupCommitter>
+    where
+        F: FnMut(&[Job]) -> Result<Vec<Answer>> + Send + 'static,
+    {
         let (inbox, queue) = channel::<Queued>();
         let label = name.clone();
         let observer: Observer = Default::default();
@@ -129,6 +181,8 @@ impl GroupCommitter {
             inbox: Mutex::new(Some(inbox)),
             thread: Mutex::new(Some(thread)),
             observer,
+            inline,
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -145,8 +199,21 @@ impl GroupCommitter {
         self.submit_job(Job::One(op)).await?.into_one()
     }
 
-    /// Queues `job` and waits for its answer.
+    /// Queues `job` and waits for its answer (or, when the committer is
+    /// idle and allows it, commits it on this thread).
     pub async fn submit_job(&self, job: Job) -> Result<Answer> {
+        if let Some(commit) = &self.inline
+            && self
+                .in_flight
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let _done = InFlight(&self.in_flight);
+            let answers = blocking(|| isolate(&self.name, || commit(std::slice::from_ref(&job))))?;
+            return self.one_answer(answers);
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let _done = InFlight(&self.in_flight);
         let (answer, reply) = tokio::sync::oneshot::channel();
         let sent = match self.inbox.lock() {
             Ok(inbox) => inbox
@@ -166,6 +233,48 @@ impl GroupCommitter {
                 self.name
             ))
         })?
+    }
+}
+
+impl GroupCommitter {
+    /// The one answer of a job committed alone, told to the observer.
+    fn one_answer(&self, mut answers: Vec<Answer>) -> Result<Answer> {
+        match (answers.pop(), answers.is_empty()) {
+            (Some(a), true) => {
+                if let Ok(o) = self.observer.lock()
+                    && let Some(o) = o.as_ref()
+                {
+                    o(1);
+                }
+                Ok(a)
+            }
+            _ => Err(Error::unavailable(format!(
+                "{}: a commit of one job came back with another number of answers",
+                self.name
+            ))),
+        }
+    }
+}
+
+/// Counts a job out when its caller has its answer (or stops waiting).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs `f`, which blocks, on this thread: in a tokio multi-thread runtime
+/// inside `block_in_place`, so the runtime's other tasks move to another
+/// worker meanwhile; on a current-thread runtime (one caller at a time,
+/// by its choice) or outside tokio, as it is.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -366,5 +475,111 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+    }
+
+    /// Each commit's thread and batch size.
+    type Seen = std::sync::Arc<Mutex<Vec<(std::thread::ThreadId, usize)>>>;
+
+    /// A committer that runs callers on their own thread when idle; its
+    /// commit function records the thread and the batch size, and holds
+    /// each batch `hold` long.
+    fn shared(hold: std::time::Duration) -> (GroupCommitter, Seen) {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let store = MemoryStore::new();
+        let c = GroupCommitter::start_shared("test", "test-commit", move |jobs| {
+            log.lock()
+                .unwrap()
+                .push((std::thread::current().id(), jobs.len()));
+            std::thread::sleep(hold);
+            let mut out = Vec::new();
+            for job in jobs {
+                let Job::One(op) = job else {
+                    panic!("only single operations in this test")
+                };
+                assert!(op.task.as_str() != "boom", "a bug while deciding");
+                let d = poll_to_end(store.apply(op.clone()))?;
+                out.push(Answer::One(d));
+            }
+            Ok(out)
+        })
+        .unwrap();
+        (c, seen)
+    }
+
+    /// Polls a future that never waits (the memory store's) to its end.
+    fn poll_to_end<F: std::future::Future>(f: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    #[test]
+    fn a_lone_caller_commits_on_its_own_thread() {
+        let (c, seen) = shared(std::time::Duration::ZERO);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let d = rt.block_on(c.submit(claim("t1"))).unwrap();
+        assert!(d.mints_fence());
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let on = multi
+            .block_on(async {
+                tokio::spawn(async move {
+                    let d = c.submit(claim("t2")).await.unwrap();
+                    assert!(d.mints_fence());
+                    std::thread::current().id()
+                })
+                .await
+            })
+            .unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], (std::thread::current().id(), 1));
+        assert_eq!(seen[1], (on, 1), "a runtime worker, in block_in_place");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn callers_who_come_during_a_commit_share_the_next_batch() {
+        let (c, seen) = shared(std::time::Duration::from_millis(30));
+        let c = std::sync::Arc::new(c);
+        let mut joins = Vec::new();
+        for i in 0..32 {
+            let c = c.clone();
+            joins.push(tokio::spawn(async move {
+                c.submit(claim(&format!("t{i}"))).await
+            }));
+        }
+        for j in joins {
+            assert!(j.await.unwrap().unwrap().mints_fence());
+        }
+        let seen = seen.lock().unwrap();
+        let committed: usize = seen.iter().map(|(_, n)| n).sum();
+        assert_eq!(committed, 32);
+        assert!(
+            seen.iter().any(|(_, n)| *n > 1),
+            "no batch shared: {seen:?}"
+        );
+        // At most one commit ran on a caller's thread at a time, so the
+        // batches are few: not one per caller.
+        assert!(seen.len() < 32, "{} commits for 32 callers", seen.len());
+    }
+
+    #[test]
+    fn a_panic_on_the_callers_thread_refuses_that_request_alone() {
+        let (c, _) = shared(std::time::Duration::ZERO);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let e = rt.block_on(c.submit(claim("boom"))).unwrap_err();
+        assert!(e.message.contains("panicked"), "{e}");
+        assert!(rt.block_on(c.submit(claim("after"))).unwrap().mints_fence());
     }
 }

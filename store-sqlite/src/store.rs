@@ -155,7 +155,7 @@ impl SqliteStore {
         });
         let committer = if options.group_commit {
             let batch = inner.clone();
-            Some(Arc::new(GroupCommitter::start(
+            Some(Arc::new(GroupCommitter::start_shared(
                 inner.path.display().to_string(),
                 "baton-sqlite-commit",
                 move |jobs| batch.commit_jobs(jobs),
