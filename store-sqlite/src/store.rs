@@ -463,6 +463,14 @@ fn use_wal(conn: &Connection, path: &Path) -> Result<()> {
         .map_err(|e| map_err(path, e))
 }
 
+/// How many times a request that needs to write waits for another
+/// process's writer to leave the gate, deciding again on a fresh snapshot
+/// after each, before it queues for the gate (where it keeps its turn).
+/// Two are enough for a process that lost a race (the winner's claim, then
+/// the winner's next write); the bound keeps a request that must write
+/// from giving up its turn for long.
+const SHARED_WAITS: usize = 3;
+
 /// SQLite's own busy handler sleeps in growing steps (up to 100 ms), which
 /// lets newcomers overtake processes that have waited longest. Polling in
 /// short, even steps keeps the worst wait close to the typical one.
@@ -609,14 +617,18 @@ impl Inner {
     /// The write gate, within the busy timeout (then `Unavailable`, as a
     /// write lock held past it is).
     fn enter_gate(&self) -> Result<Held<'_>> {
-        self.gate.enter(self.busy_timeout).map_err(|Elapsed| {
-            Error::unavailable(format!(
-                "{}: another process held the write gate past the busy timeout ({:?})",
-                self.path.display(),
-                self.busy_timeout
-            ))
-            .with_context(format!("sqlite {}", self.path.display()))
-        })
+        self.gate
+            .enter(self.busy_timeout)
+            .map_err(|Elapsed| self.gate_elapsed())
+    }
+
+    fn gate_elapsed(&self) -> Error {
+        Error::unavailable(format!(
+            "{}: another process held the write gate past the busy timeout ({:?})",
+            self.path.display(),
+            self.busy_timeout
+        ))
+        .with_context(format!("sqlite {}", self.path.display()))
     }
 
     fn lock<'a>(&self, m: &'a Mutex<Connection>) -> MutexGuard<'a, Connection> {
@@ -667,20 +679,44 @@ impl Inner {
     fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
         // A batch the snapshot answers whole writes nothing: no gate, no lock.
         // (One that needs any write is decided under the lock in order, as
-        // each op must see the writes of those before it.)
-        let mut answered = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let Job::One(op) = job else { break };
-            match self.decide_on_snapshot(op)? {
-                Some(d) => answered.push(Answer::One(d)),
-                None => break,
-            }
-        }
-        if answered.len() == jobs.len() {
-            return Ok(answered);
-        }
+        // each op must see the writes of those before it.) While another
+        // process is writing, its commit may be what answers this batch:
+        // wait for it to leave the gate and decide again on a fresh
+        // snapshot, a few times, before queueing for the gate.
+        //
+        // The writer connection is taken first: it keeps this process to
+        // one user of the gate (a lock of the open file, not of a thread).
         let mut conn = self.lock(&self.writer);
-        let _gate = self.enter_gate()?;
+        let deadline = Instant::now() + self.busy_timeout;
+        let mut waits = 0;
+        let mut gate = loop {
+            // Mid-burst this process holds the gate already: what the
+            // snapshot would answer costs no more under it.
+            if let Some(kept) = self.gate.take_kept() {
+                break kept;
+            }
+            let mut answered = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                let Job::One(op) = job else { break };
+                match self.decide_on_snapshot(op)? {
+                    Some(d) => answered.push(Answer::One(d)),
+                    None => break,
+                }
+            }
+            if answered.len() == jobs.len() {
+                return Ok(answered);
+            }
+            if let Some(held) = self.gate.try_enter() {
+                break held;
+            }
+            if waits == SHARED_WAITS || self.gate.yielding() {
+                break self.enter_gate()?;
+            }
+            waits += 1;
+            self.gate
+                .wait_for_writer(deadline.saturating_duration_since(Instant::now()))
+                .map_err(|Elapsed| self.gate_elapsed())?;
+        };
         self.write_transactions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tx = conn
@@ -712,6 +748,7 @@ impl Inner {
         if changed && keep {
             self.check_identity()?;
             tx.commit().map_err(|e| self.err(e))?;
+            gate.committed();
             self.commits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
