@@ -652,10 +652,13 @@ impl Inner {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
+        let decided = f(&tx);
+        // Once, before anything is answered or committed (an error
+        // included): what was read from a file that a path no longer names
+        // is never the answer.
         self.check_identity()?;
-        let (out, changed) = f(&tx)?;
+        let (out, changed) = decided?;
         if changed {
-            self.check_identity()?;
             tx.commit().map_err(|e| self.err(e))?;
             self.commits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -668,8 +671,10 @@ impl Inner {
     fn read<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         let mut conn = self.lock(&self.reader);
         let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let read = f(&tx);
+        // After reading, before answering (as for writes).
         self.check_identity()?;
-        f(&tx)
+        read
     }
 
     /// Decides `jobs` in order inside one transaction and commits once;
@@ -722,18 +727,16 @@ impl Inner {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
-        self.check_identity()?;
-        let mut answers = Vec::with_capacity(jobs.len());
-        let mut changed = false;
+        let mut t = SqlTx {
+            inner: self,
+            tx: &tx,
+            wrote: false,
+        };
         let mut keep = true;
-        {
-            let mut t = SqlTx {
-                inner: self,
-                tx: &tx,
-                wrote: false,
-            };
-            for job in jobs {
-                answers.push(match job {
+        let decided = jobs
+            .iter()
+            .map(|job| {
+                Ok(match job {
                     Job::One(op) => Answer::One(apply_in(&mut t, op)?.0),
                     Job::Next(q) => Answer::Next(take_next(q, &mut t)?),
                     Job::All(ops) => {
@@ -741,12 +744,16 @@ impl Inner {
                         keep &= ok;
                         Answer::All(ds)
                     }
-                });
-            }
-            changed |= t.wrote;
-        }
+                })
+            })
+            .collect::<Result<Vec<Answer>>>();
+        let changed = t.wrote;
+        // Once, before anything is answered or committed (an error
+        // included): what was read from a file that a path no longer names
+        // is never the answer.
+        self.check_identity()?;
+        let answers = decided?;
         if changed && keep {
-            self.check_identity()?;
             tx.commit().map_err(|e| self.err(e))?;
             gate.committed();
             self.commits
