@@ -390,16 +390,22 @@ mod tests {
         false
     }
 
-    #[test]
-    fn a_commit_keeps_the_gate_briefly_and_it_is_let_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, b) = two(&dir);
+    /// Two holders, the first just after a commit: it keeps the gate, so
+    /// the other cannot take it.
+    fn kept_by_the_first(dir: &tempfile::TempDir) -> (Gate, Gate) {
+        let (a, b) = two(dir);
         let mut held = a.try_enter().expect("free");
         held.committed();
         drop(held);
-        // Kept: the other holder cannot take it now, and `a` takes it
-        // back without waiting.
-        assert!(b.try_enter().is_none());
+        assert!(b.try_enter().is_none(), "kept after a commit");
+        (a, b)
+    }
+
+    #[test]
+    fn a_commit_keeps_the_gate_briefly_and_it_is_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = kept_by_the_first(&dir);
+        // `a` takes it back without waiting.
         let again = a.take_kept().expect("kept for the next transaction");
         drop(again); // wrote nothing: let go at once
         assert!(
@@ -411,11 +417,7 @@ mod tests {
     #[test]
     fn a_kept_gate_is_let_go_when_its_process_goes_quiet() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = two(&dir);
-        let mut held = a.try_enter().expect("free");
-        held.committed();
-        drop(held);
-        assert!(b.try_enter().is_none());
+        let (a, b) = kept_by_the_first(&dir);
         // The helper lets it go after LINGER; allow a busy machine's delay.
         assert!(within(Duration::from_secs(2), || b.try_enter().is_some()));
         assert!(a.take_kept().is_none(), "no longer this process's");
