@@ -241,11 +241,7 @@ impl GroupCommitter {
     fn one_answer(&self, mut answers: Vec<Answer>) -> Result<Answer> {
         match (answers.pop(), answers.is_empty()) {
             (Some(a), true) => {
-                if let Ok(o) = self.observer.lock()
-                    && let Some(o) = o.as_ref()
-                {
-                    o(1);
-                }
+                tell(&self.observer, 1);
                 Ok(a)
             }
             _ => Err(Error::unavailable(format!(
@@ -253,6 +249,15 @@ impl GroupCommitter {
                 self.name
             ))),
         }
+    }
+}
+
+/// Tells the observer, if any, the size of a batch just committed.
+fn tell(observer: &Observer, size: usize) {
+    if let Ok(o) = observer.lock()
+        && let Some(o) = o.as_ref()
+    {
+        o(size);
     }
 }
 
@@ -320,11 +325,7 @@ where
         let ops: Vec<Job> = batch.iter().map(|q| q.job.clone()).collect();
         match catch(|| commit(&ops)) {
             Ok(Ok(decisions)) if decisions.len() == batch.len() => {
-                if let Ok(o) = observer.lock()
-                    && let Some(o) = o.as_ref()
-                {
-                    o(batch.len());
-                }
+                tell(observer, batch.len());
                 for (q, d) in batch.into_iter().zip(decisions) {
                     let _ = q.answer.send(Ok(d));
                 }

@@ -465,10 +465,9 @@ fn use_wal(conn: &Connection, path: &Path) -> Result<()> {
 
 /// How many times a request that needs to write waits for another
 /// process's writer to leave the gate, deciding again on a fresh snapshot
-/// after each, before it queues for the gate (where it keeps its turn).
-/// Two are enough for a process that lost a race (the winner's claim, then
-/// the winner's next write); the bound keeps a request that must write
-/// from giving up its turn for long.
+/// after each, before it queues for the gate. A process that lost a race
+/// usually sees the winner's grant after the first; the bound keeps a
+/// request that must write from waiting out burst after burst.
 const SHARED_WAITS: usize = 3;
 
 /// SQLite's own busy handler sleeps in growing steps (up to 100 ms), which
