@@ -12,7 +12,7 @@ use etcd_client::{
     PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +66,16 @@ pub struct FabricStore {
     commits: std::sync::Arc<AtomicU64>,
     /// Transactions that failed their compare (a lost race), for tests and benchmarks.
     lost: std::sync::Arc<AtomicU64>,
+    /// What this store's own last transaction on a task left there (record,
+    /// holder and timer keys, with their revisions): the next write to the
+    /// task decides on it and guards its transaction with those revisions,
+    /// saving a read; anything changed since fails the guard, and it reads
+    /// and decides again. Never the ground for an answer that writes nothing.
+    recent: std::sync::Arc<std::sync::Mutex<HashMap<String, Found>>>,
 }
+
+/// How many tasks' last writes a store remembers (cleared when full).
+const RECENT: usize = 4096;
 
 impl fmt::Debug for FabricStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,13 +107,31 @@ const PER_TXN: u64 = 256;
 
 /// What a read of one task found: the record with its revision, the holder
 /// key and the deadline key, all at one revision.
+#[derive(Debug, Clone)]
 struct Found {
     record: Option<(TaskRecord, i64)>,
-    holder: Option<KeyValue>,
-    deadline: Option<KeyValue>,
-    lock_delay: Option<KeyValue>,
+    holder: Option<KeyRead>,
+    deadline: Option<KeyRead>,
+    lock_delay: Option<KeyRead>,
     /// The request id of the write that stored the record.
     written_by: Option<String>,
+}
+
+/// What a transaction's guard needs of a key read (or written): the
+/// revision that last changed it and the etcd lease it is on (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeyRead {
+    mod_revision: i64,
+    lease: i64,
+}
+
+impl From<&KeyValue> for KeyRead {
+    fn from(kv: &KeyValue) -> Self {
+        KeyRead {
+            mod_revision: kv.mod_revision(),
+            lease: kv.lease(),
+        }
+    }
 }
 
 impl Found {
@@ -127,9 +154,9 @@ fn lease_secs(ms: u64) -> u64 {
 }
 
 /// A key's revision guard: unchanged since it was read, or still absent.
-fn unchanged(key: &str, read: Option<&KeyValue>) -> Compare {
+fn unchanged(key: &str, read: Option<&KeyRead>) -> Compare {
     match read {
-        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision()),
+        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision),
         None => Compare::create_revision(key, CompareOp::Equal, 0),
     }
 }
@@ -282,6 +309,7 @@ impl FabricStore {
             opts,
             commits: Default::default(),
             lost: Default::default(),
+            recent: Default::default(),
         };
         store.refuse_earlier_layout().await?;
         Ok(store)
@@ -388,6 +416,27 @@ impl FabricStore {
         })
     }
 
+    /// What this store's last transaction on `task` left, if it remembers.
+    fn recall(&self, task: &str) -> Option<Found> {
+        // A poisoned lock only means a panic elsewhere while it was held;
+        // the map is still whole (each call inserts or removes one entry).
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.get(task).cloned()
+    }
+
+    fn remember(&self, task: &str, found: Found) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if recent.len() >= RECENT && !recent.contains_key(task) {
+            recent.clear();
+        }
+        recent.insert(task.to_owned(), found);
+    }
+
+    fn forget(&self, task: &str) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.remove(task);
+    }
+
     /// Reads a task's record, holder key and deadline key at one revision.
     async fn find(&self, task: &str) -> Result<Found> {
         let keys = [
@@ -407,9 +456,8 @@ impl FabricStore {
             _ => None,
         });
         let record_kv = kvs.next().flatten();
-        let holder = kvs.next().flatten();
-        let deadline = kvs.next().flatten();
-        let lock_delay = kvs.next().flatten();
+        let mut key = || kvs.next().flatten().as_ref().map(KeyRead::from);
+        let (holder, deadline, lock_delay) = (key(), key(), key());
         let (record, written_by) = match record_kv {
             Some(kv) => {
                 let (r, by) = self.decode_envelope(&kv)?;
@@ -572,13 +620,25 @@ impl FabricStore {
         // says whether it did.
         let mut unanswered: Vec<(String, Decision, Vec<i64>)> = Vec::new();
         let start = self.next_turn();
+        let mut recalled = self.recall(&task);
         for attempt in 0..self.opts.max_attempts as u64 {
-            let found = self.find(&task).await?;
-            if let Some(landed) = self.landed(&found, &mut unanswered).await {
+            let cached = recalled.is_some();
+            let found = match recalled.take() {
+                Some(f) => f,
+                None => self.find(&task).await?,
+            };
+            if !cached && let Some(landed) = self.landed(&found, &mut unanswered).await {
+                self.forget(&task);
                 return landed;
             }
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
+            if cached && (!d.writes() || Self::is_graph(&op, record, &d)) {
+                // What this store last wrote guards a write only: an answer
+                // that writes nothing, or a group over other tasks, is
+                // decided on a read of the cluster.
+                continue;
+            }
             if Self::is_graph(&op, record, &d) {
                 // It reads or changes other tasks: one transaction over all
                 // of them, starting from the record just read.
@@ -747,10 +807,10 @@ impl FabricStore {
             let holder_left = found
                 .holder
                 .as_ref()
-                .map(KeyValue::lease)
+                .map(|k| k.lease)
                 .filter(|_| d.lease != LeaseEffect::Unchanged);
             let timers_left = timers.iter().filter_map(|(_, read, effect)| {
-                read.map(KeyValue::lease)
+                read.map(|k| k.lease)
                     .filter(|_| *effect != TimerEffect::Unchanged)
             });
             let replaced: Vec<i64> = holder_left
@@ -765,12 +825,21 @@ impl FabricStore {
                         let fence = self.revision("a transaction's revision", header.revision());
                         fence.map(|f| {
                             d.assign_fence(f);
+                            let left = Self::left_by(&found, &d, header.revision(), &granted);
+                            match left {
+                                Some(mut left) => {
+                                    left.written_by = Some(request_id.clone());
+                                    self.remember(&task, left);
+                                }
+                                None => self.forget(&task),
+                            }
                             d
                         })
                     }
                     // Committed, but the reply does not say at which revision:
                     // the stored record does.
                     None => {
+                        self.forget(&task);
                         self.resolve(
                             &task,
                             &request_id,
@@ -782,7 +851,10 @@ impl FabricStore {
                 },
                 Ok(Ok(_)) => {
                     // Someone changed what we read: let the unused leases go and decide again.
-                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    // (What this store remembered going stale is not a lost race.)
+                    if !cached {
+                        self.lost.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.revoke_all(&made).await;
                     continue;
                 }
@@ -799,6 +871,7 @@ impl FabricStore {
                 // No reply (a member that hangs, a reply lost): read again and
                 // either find this write landed or decide anew on what is there.
                 Ok(Err(_)) | Err(_) => {
+                    self.forget(&task);
                     unanswered.push((request_id, d, made));
                     if tokio::time::Instant::now() >= deadline {
                         break;
@@ -842,6 +915,58 @@ impl FabricStore {
             "etcd prefix {:?}: {task}: {} attempts all lost to concurrent changes",
             self.opts.prefix, self.opts.max_attempts
         )))
+    }
+
+    /// What a committed decision left on its task's keys, as a read at
+    /// `revision` would find them: `found` changed by the decision's record,
+    /// lease and timer effects (`granted`: the leases made for the holder,
+    /// deadline and lock-delay keys, in that order). `None` when the write
+    /// cannot be described without reading (a lease it needed went missing).
+    fn left_by(
+        found: &Found,
+        d: &Decision,
+        revision: i64,
+        granted: &[Option<i64>],
+    ) -> Option<Found> {
+        let on = |lease: Option<i64>| {
+            lease.map(|lease| KeyRead {
+                mod_revision: revision,
+                lease,
+            })
+        };
+        let holder = match d.lease {
+            LeaseEffect::Granted { .. } | LeaseEffect::Extended { .. } => {
+                Some(on(granted.first().copied().flatten())?)
+            }
+            LeaseEffect::Ended => None,
+            LeaseEffect::Unchanged => found.holder,
+        };
+        let timer = |effect: TimerEffect, read: Option<KeyRead>, lease: Option<i64>| match effect {
+            TimerEffect::Set { .. } => on(lease).map(Some),
+            TimerEffect::Cleared => Some(None),
+            TimerEffect::Unchanged => Some(read),
+        };
+        let deadline = timer(
+            d.deadline,
+            found.deadline,
+            granted.get(1).copied().flatten(),
+        )?;
+        let lock_delay = timer(
+            d.lock_delay,
+            found.lock_delay,
+            granted.get(2).copied().flatten(),
+        )?;
+        let record = match d.record_to_write() {
+            Some(r) => Some((r.clone(), revision)),
+            None => found.record.clone(),
+        };
+        Some(Found {
+            record,
+            holder,
+            deadline,
+            lock_delay,
+            written_by: None,
+        })
     }
 
     /// Whether one of the unanswered writes is the one that stored the record

@@ -375,6 +375,11 @@ impl FabricStore {
             )));
         }
         let txn = Txn::new().when(compares).and_then(ops);
+        // What the store remembers of these tasks' last writes goes stale
+        // whether or not this lands.
+        for task in acts.keys() {
+            self.forget(task.as_str());
+        }
         let (mut client, member) = self.client_for(start, attempt);
         let sent = tokio::time::timeout(self.attempt_timeout(), client.txn(txn)).await;
         if sent.is_err() {
@@ -393,7 +398,7 @@ impl FabricStore {
                 a.iter()
                     .zip(read)
                     .filter(|(act, _)| **act != KeyAct::Keep)
-                    .filter_map(|(_, kv)| kv.map(KeyValue::lease))
+                    .filter_map(|(_, kv)| kv.map(|k| k.lease))
                     .collect::<Vec<_>>()
             })
             .filter(|l| *l != 0 && !made.contains(l))
