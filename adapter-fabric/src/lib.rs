@@ -36,7 +36,7 @@
 mod keys;
 mod store;
 
-pub use store::{FabricOptions, FabricStore};
+pub use store::{FabricOptions, FabricStore, settle};
 
 #[doc(hidden)]
 pub mod testing;

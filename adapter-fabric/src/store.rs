@@ -77,6 +77,51 @@ pub struct FabricStore {
 /// How many tasks' last writes a store remembers (cleared when full).
 const RECENT: usize = 4096;
 
+/// How many revokes of leases that hold nothing are still under way in
+/// this process (they run after the answer, not before it).
+fn revoking() -> &'static tokio::sync::watch::Sender<usize> {
+    static REVOKING: std::sync::OnceLock<tokio::sync::watch::Sender<usize>> =
+        std::sync::OnceLock::new();
+    REVOKING.get_or_init(|| tokio::sync::watch::Sender::new(0))
+}
+
+/// Waits, at most `within`, for the revokes this process still has under
+/// way: a process calls it before it exits, so no lease it ended is left
+/// to run out its TTL. True when none is left.
+pub async fn settle(within: Duration) -> bool {
+    let mut left = revoking().subscribe();
+    tokio::time::timeout(within, left.wait_for(|n| *n == 0))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// A lease granted before the decision that may use it (a claim's, beside
+/// the read): revoked in the background unless the decision takes it.
+struct Ahead {
+    store: FabricStore,
+    secs: u64,
+    id: Option<i64>,
+}
+
+impl Ahead {
+    /// The lease, if it has the length the decision wants.
+    fn take(&mut self, secs: u64) -> Option<i64> {
+        if secs == self.secs {
+            self.id.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.store.revoke_later(vec![id]);
+        }
+    }
+}
+
 impl fmt::Debug for FabricStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FabricStore")
@@ -551,6 +596,34 @@ impl FabricStore {
             .await;
     }
 
+    /// Revokes leases that hold nothing, after the answer: on a task of
+    /// their own, counted until done so the process can [`settle`] them.
+    fn revoke_later(&self, ids: Vec<i64>) {
+        if ids.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime (a drop at exit): the leases run out their TTL
+        };
+        revoking().send_modify(|n| *n += 1);
+        let store = self.clone();
+        runtime.spawn(async move {
+            store.revoke_all(&ids).await;
+            revoking().send_modify(|n| *n = n.saturating_sub(1));
+        });
+    }
+
+    /// The length of the lease a claim will want, known before reading:
+    /// a bare claim's own TTL under this store's rules.
+    fn lease_ahead(&self, op: &Operation) -> Option<u64> {
+        match op.request {
+            baton_core::Request::Claim {
+                ttl_ms: Some(ttl), ..
+            } => Some(lease_secs(self.capabilities().lease_rules().effective(ttl))),
+            _ => None,
+        }
+    }
+
     /// Revokes leases that hold nothing, all at once.
     async fn revoke_all(&self, ids: &[i64]) {
         futures_util::future::join_all(ids.iter().map(|id| self.revoke(*id))).await;
@@ -621,11 +694,24 @@ impl FabricStore {
         let mut unanswered: Vec<(String, Decision, Vec<i64>)> = Vec::new();
         let start = self.next_turn();
         let mut recalled = self.recall(&task);
+        // A claim's lease is granted beside the first read, not after the
+        // decision; if the decision does not take it, it is revoked.
+        let mut ahead = Ahead {
+            store: self.clone(),
+            secs: 0,
+            id: None,
+        };
         for attempt in 0..self.opts.max_attempts as u64 {
             let cached = recalled.is_some();
-            let found = match recalled.take() {
-                Some(f) => f,
-                None => self.find(&task).await?,
+            let found = match (recalled.take(), self.lease_ahead(&op)) {
+                (Some(f), _) => f,
+                (None, Some(secs)) if attempt == 0 => {
+                    let (found, lease) = tokio::join!(self.find(&task), self.grant_lease(secs));
+                    ahead.secs = secs;
+                    ahead.id = lease.ok();
+                    found?
+                }
+                (None, _) => self.find(&task).await?,
             };
             if !cached && let Some(landed) = self.landed(&found, &mut unanswered).await {
                 self.forget(&task);
@@ -682,7 +768,14 @@ impl FabricStore {
                 TimerEffect::Set { in_ms } => Some(lease_secs(*in_ms)),
                 TimerEffect::Cleared | TimerEffect::Unchanged => None,
             }));
-            let granted = self.grant_leases(&wanted).await?;
+            let pre = wanted[0].and_then(|secs| ahead.take(secs));
+            if pre.is_some() {
+                wanted[0] = None;
+            }
+            let mut granted = self.grant_leases(&wanted).await?;
+            if pre.is_some() {
+                granted[0] = pre;
+            }
             let lease_id = granted.first().copied().flatten();
             let made: Vec<i64> = granted.iter().copied().flatten().collect();
             if let Some(after) = d.record_to_write() {
@@ -888,7 +981,7 @@ impl FabricStore {
                     .flat_map(|(_, _, leases)| leases)
                     .chain(replaced)
                     .collect();
-                self.revoke_all(&stale).await;
+                self.revoke_later(stale);
             }
             return landed;
         }

@@ -95,13 +95,29 @@ where
         Err(e) => return report_error(&e),
     } {
         // On the main thread, as `block_on` runs it: see `supervise::spawn`.
-        return runtime.block_on(supervise::main(spec));
+        let code = runtime.block_on(supervise::main(spec));
+        settle(&runtime);
+        return code;
     }
     let format = cli.format;
-    match runtime.block_on(execute(&cli)) {
+    let code = match runtime.block_on(execute(&cli)) {
         Ok(out) => out.print(format.unwrap_or(Format::Json)),
         Err(e) => report_error(&e),
-    }
+    };
+    settle(&runtime);
+    code
+}
+
+/// Lets work a store does after answering finish before the process
+/// exits (the answer is already out): on etcd, revoking the leases that
+/// ended grants left holding nothing, within 3 s.
+fn settle(runtime: &tokio::runtime::Runtime) {
+    #[cfg(feature = "fabric")]
+    runtime.block_on(baton_adapter_fabric::settle(
+        std::time::Duration::from_secs(3),
+    ));
+    #[cfg(not(feature = "fabric"))]
+    let _ = runtime;
 }
 
 /// The supervised run a command line asks for, checked, if it asks for one.
