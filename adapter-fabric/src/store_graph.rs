@@ -406,7 +406,7 @@ impl FabricStore {
         match sent {
             Ok(Ok(resp)) if resp.succeeded() => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
-                self.revoke_all(&replaced).await;
+                self.revoke_later(replaced);
                 match resp.header() {
                     Some(h) => self
                         .revision("a transaction's revision", h.revision())

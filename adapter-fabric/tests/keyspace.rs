@@ -7,6 +7,7 @@ use baton_adapter_fabric::testing::EtcdCluster;
 use baton_adapter_fabric::{FabricOptions, FabricStore};
 use baton_core::conformance::fixtures::manifest;
 use baton_core::{Authority, ErrorKind, Id, SystemClock};
+use etcd_client::LeaseTimeToLiveOptions;
 use std::sync::Arc;
 
 fn id(s: &str) -> Id {
@@ -22,22 +23,50 @@ async fn authority(c: &EtcdCluster, prefix: &str) -> Authority<FabricStore> {
     )
 }
 
-/// How many leases the cluster holds, once it shows `want` or 3 s pass: a
-/// member may list leases before it has applied a revoke the leader
+/// The cluster's leases once those holding a key number `holding` and
+/// the rest at most `kept`, or 3 s pass: (holding a key, holding nothing).
+/// A member may list leases before it has applied a revoke the leader
 /// answered, but a lease that leaked (1 h TTLs here) never goes away.
-async fn leases(c: &EtcdCluster, want: usize) -> usize {
+async fn leases(c: &EtcdCluster, holding: usize, kept: usize) -> (usize, usize) {
     let mut client = etcd_client::Client::connect(c.endpoints(), None)
         .await
         .unwrap();
-    let mut n = usize::MAX;
+    let mut seen = (usize::MAX, usize::MAX);
     for _ in 0..30 {
-        n = client.leases().await.unwrap().leases().len();
-        if n == want {
+        let ids: Vec<i64> = client
+            .leases()
+            .await
+            .unwrap()
+            .leases()
+            .iter()
+            .map(|l| l.id())
+            .collect();
+        let mut with_keys = 0;
+        for id in &ids {
+            let ttl = client
+                .lease_time_to_live(*id, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                .await
+                .unwrap();
+            if !ttl.keys().is_empty() {
+                with_keys += 1;
+            }
+        }
+        seen = (with_keys, ids.len() - with_keys);
+        if seen.0 == holding && seen.1 <= kept {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    n
+    seen
+}
+
+/// Drops a store and waits for the revokes of what it kept.
+async fn close(a: Authority<FabricStore>) {
+    drop(a);
+    assert!(
+        baton_adapter_fabric::settle(std::time::Duration::from_secs(3)).await,
+        "revokes still under way"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,37 +85,50 @@ async fn no_lease_outlives_its_grant_and_ack_touches_only_the_outbox() {
             .grant()
             .unwrap();
     }
-    assert_eq!(leases(&cluster, 1).await, 1, "one lease for one live grant");
+    // Each renewal moves the grant to a lease the store kept (refreshed),
+    // and keeps the one it left: never more than one spare.
+    assert_eq!(
+        leases(&cluster, 1, 1).await,
+        (1, 1),
+        "one lease for one live grant, one kept"
+    );
     let again = a.claim(&t, &w, hour).await.unwrap().grant().unwrap();
     assert!(again.fence > g.fence);
     assert_eq!(
-        leases(&cluster, 1).await,
-        1,
+        leases(&cluster, 1, 1).await,
+        (1, 1),
         "a re-grant replaces its lease"
     );
     a.complete(&t, &w, again.fence).await.unwrap();
     assert_eq!(
-        leases(&cluster, 0).await,
-        0,
-        "a finished grant leaves no lease"
+        leases(&cluster, 0, 2).await,
+        (0, 2),
+        "a finished grant's lease holds nothing, kept for the next grant"
     );
     let r = id("r");
     let g = a.claim(&r, &w, hour).await.unwrap().grant().unwrap();
+    assert_eq!(leases(&cluster, 1, 1).await, (1, 1), "it was reused");
     a.release(&r, &w, g.fence).await.unwrap();
+    close(a).await;
     assert_eq!(
-        leases(&cluster, 0).await,
-        0,
-        "a released grant leaves no lease"
+        leases(&cluster, 0, 0).await,
+        (0, 0),
+        "a store let go revokes what it kept: no lease outlives the grants"
     );
     // A declared task also keeps its start deadline on a lease: one while it
     // waits, two while held (the grant's, and the deadline after it), none
     // once it ends; each renewal replaces both.
+    let a = authority(&cluster, "leases").await;
     let (dt, run) = (id("declared"), id("run"));
     a.declare(manifest(dt.as_str(), 1, &[], 3_600, 1))
         .await
         .unwrap();
     a.register(&dt, &run).await.unwrap();
-    assert_eq!(leases(&cluster, 1).await, 1, "a waiting task's deadline");
+    assert_eq!(
+        leases(&cluster, 1, 32).await.0,
+        1,
+        "a waiting task's deadline"
+    );
     let g = a
         .task_claim(&dt, &run, &w, None)
         .await
@@ -98,17 +140,25 @@ async fn no_lease_outlives_its_grant_and_ack_touches_only_the_outbox() {
         let r = a.heartbeat(&dt, &run, &w, g.fence, 1, None).await.unwrap();
         assert!(r.record().is_some(), "{r:?}");
     }
-    assert_eq!(
-        leases(&cluster, 2).await,
-        2,
-        "a held task's grant and deadline"
-    );
+    let (holding, kept) = leases(&cluster, 2, 32).await;
+    assert_eq!(holding, 2, "a held task's grant and deadline");
+    assert!(kept <= 32, "at most a pool's worth kept: {kept}");
     let r = a
         .succeed(&dt, &run, &w, g.fence, Default::default())
         .await
         .unwrap();
     assert_eq!(r.record().unwrap().state, baton_core::State::Succeeded);
-    assert_eq!(leases(&cluster, 0).await, 0, "an ended task keeps no lease");
+    assert_eq!(
+        leases(&cluster, 0, 32).await.0,
+        0,
+        "an ended task's leases hold nothing"
+    );
+    close(a).await;
+    assert_eq!(
+        leases(&cluster, 0, 0).await,
+        (0, 0),
+        "an ended task keeps no lease"
+    );
 
     // A store nested inside another's prefix: acknowledging through the
     // outer store with ids that spell the inner store's keys deletes nothing.

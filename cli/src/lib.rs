@@ -108,16 +108,17 @@ where
     code
 }
 
-/// Lets work a store does after answering finish before the process
-/// exits (the answer is already out): on etcd, revoking the leases that
-/// ended grants left holding nothing, within 3 s.
 fn settle(runtime: &tokio::runtime::Runtime) {
+    runtime.block_on(settle_stores());
+}
+
+/// Lets the work stores do after answering finish (at most 3 s): on etcd,
+/// revoking the leases that ended grants left holding nothing and those a
+/// dropped store kept for reuse. A process calls it before it exits, after
+/// its stores are dropped.
+pub async fn settle_stores() {
     #[cfg(feature = "fabric")]
-    runtime.block_on(baton_adapter_fabric::settle(
-        std::time::Duration::from_secs(3),
-    ));
-    #[cfg(not(feature = "fabric"))]
-    let _ = runtime;
+    baton_adapter_fabric::settle(std::time::Duration::from_secs(3)).await;
 }
 
 /// The supervised run a command line asks for, checked, if it asks for one.

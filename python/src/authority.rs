@@ -154,9 +154,21 @@ impl Authority {
 
     /// Closes the store (a lease still held keeps it open until it ends).
     /// Later calls raise `Unavailable`.
-    fn close(&self) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let slot = self.inner.get("authority")?;
-        slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(a) = taken {
+            // Dropped on the runtime, so what the store does as it goes
+            // (on etcd, revoking the leases it kept for reuse) can run,
+            // and waited for.
+            let rt = runtime()?;
+            py.detach(move || {
+                rt.block_on(async move {
+                    drop(a);
+                    baton_cli::settle_stores().await;
+                })
+            });
+        }
         Ok(())
     }
 
@@ -165,8 +177,8 @@ impl Authority {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 
