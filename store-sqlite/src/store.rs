@@ -785,11 +785,8 @@ impl Inner {
         let err = |e| self.err(e);
         if d.mints_fence() {
             let fence: i64 = tx
-                .query_row(
-                    "UPDATE fence SET value = value + 1 WHERE id = 1 RETURNING value",
-                    [],
-                    |r| r.get(0),
-                )
+                .prepare_cached("UPDATE fence SET value = value + 1 WHERE id = 1 RETURNING value")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(err)?;
             let fence =
                 u64::try_from(fence).map_err(|_| self.corrupt("the fence counter is negative"))?;
