@@ -308,7 +308,8 @@ class Authority:
     @property
     def url(self) -> str: ...
     def close(self) -> None:
-        """Closes the store; later calls raise Unavailable."""
+        """Closes the store; later calls raise Unavailable. On etcd it also
+        revokes the leases the store kept for reuse (waiting up to 3 s)."""
     def __enter__(self) -> "Authority": ...
     def __exit__(self, *exc: object) -> bool: ...
 
