@@ -223,8 +223,9 @@ pub async fn settle(within: Duration) -> bool {
         .is_ok_and(|r| r.is_ok())
 }
 
-/// A lease granted before the decision that may use it (a claim's, beside
-/// the read): revoked in the background unless the decision takes it.
+/// A lease granted (or a kept one refreshed) before the decision that may
+/// use it (a claim's, beside the read): back to the pool unless the
+/// decision takes it.
 struct Ahead {
     store: FabricStore,
     secs: u64,
@@ -842,21 +843,21 @@ impl FabricStore {
         let mut unanswered: Vec<(String, Decision, Vec<i64>)> = Vec::new();
         let start = self.next_turn();
         let mut recalled = self.recall(&task);
-        // A claim's lease is granted beside the first read, not after the
-        // decision; if the decision does not take it, it is revoked.
-        let mut ahead = Ahead {
-            store: self.clone(),
-            secs: 0,
-            id: None,
-        };
+        // A claim's lease is granted (or a kept one refreshed) beside the
+        // first read, not after the decision; if the decision does not
+        // take it, it goes back to the pool.
+        let mut ahead: Option<Ahead> = None;
         for attempt in 0..self.opts.max_attempts as u64 {
             let cached = recalled.is_some();
             let found = match (recalled.take(), self.lease_ahead(&op)) {
                 (Some(f), _) => f,
                 (None, Some(secs)) if attempt == 0 => {
                     let (found, lease) = tokio::join!(self.find(&task), self.grant_lease(secs));
-                    ahead.secs = secs;
-                    ahead.id = lease.ok();
+                    ahead = Some(Ahead {
+                        store: self.clone(),
+                        secs,
+                        id: lease.ok(),
+                    });
                     found?
                 }
                 (None, _) => self.find(&task).await?,
@@ -916,7 +917,7 @@ impl FabricStore {
                 TimerEffect::Set { in_ms } => Some(lease_secs(*in_ms)),
                 TimerEffect::Cleared | TimerEffect::Unchanged => None,
             }));
-            let pre = wanted[0].and_then(|secs| ahead.take(secs));
+            let pre = wanted[0].and_then(|secs| ahead.as_mut()?.take(secs));
             if pre.is_some() {
                 wanted[0] = None;
             }
