@@ -85,4 +85,22 @@ async fn what_a_store_wrote_last_never_decides_against_the_cluster() {
     );
     let seen = b.get(&t).await.unwrap().unwrap();
     assert_eq!(seen.state, baton_core::State::Succeeded);
+
+    // A lease `a` kept after a grant ended, and that ran out meanwhile,
+    // holds up no grant: the next grant of that length is made, on a live
+    // lease (the refresh finds it gone; a write naming it would fail and
+    // be decided again).
+    let two = Some(2_000);
+    let t = id("kept-lease-ran-out");
+    let g = a.claim(&t, &w1, two).await.unwrap().grant().unwrap();
+    a.complete(&t, &w1, g.fence).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let t = id("after-it-ran-out");
+    let g = a.claim(&t, &w1, two).await.unwrap();
+    let g = g.grant().unwrap_or_else(|| panic!("granted, not {g:?}"));
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    let h = b.holder(&t).await.unwrap().unwrap().unwrap();
+    assert_eq!((h.grant.fence, h.live), (g.fence, true), "{h:?}");
+    let r = b.claim(&t, &w2, two).await.unwrap();
+    assert!(matches!(r, Reply::Refused(Refusal::Held { .. })), "{r:?}");
 }
