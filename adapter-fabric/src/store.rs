@@ -368,6 +368,14 @@ const ETCD_NO_LEADER: &str = "etcdserver: no leader";
 /// etcd's `rpctypes.ErrGRPCLeaseExist`: a lease with that id was granted.
 const ETCD_LEASE_EXISTS: &str = "etcdserver: lease already exists";
 
+/// etcd's `rpctypes.ErrGRPCLeaseNotFound`: a put named a lease the
+/// cluster does not have, and the whole transaction was refused.
+const ETCD_LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
+
+fn names_a_lost_lease(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message() == ETCD_LEASE_NOT_FOUND)
+}
+
 /// What an etcd error proves about a request, from its gRPC status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cause {
@@ -1098,6 +1106,21 @@ impl FabricStore {
                         self.lost.fetch_add(1, Ordering::Relaxed);
                     }
                     self.revoke_later(made);
+                    continue;
+                }
+                Ok(Err(e)) if names_a_lost_lease(&e) => {
+                    // A lease it named ran out before it arrived (one kept
+                    // for reuse, refreshed just before it lapsed): etcd
+                    // applied nothing. Decide again, on new leases: none of
+                    // these is kept (which one lapsed, the error does not say).
+                    self.forget(&task);
+                    for id in &made {
+                        self.pool.lost(*id);
+                    }
+                    self.revoke_later(made);
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(self.map_err("write", e));
+                    }
                     continue;
                 }
                 Ok(Err(e)) if cause_of(&e) == Cause::NeverSent => {
