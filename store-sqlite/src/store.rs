@@ -1013,23 +1013,38 @@ impl Txn for SqlTx<'_> {
 }
 
 impl SqlTx<'_> {
+    /// The first `limit` records a range query over an index yields, in its
+    /// order. The limit is not bound into the statement: SQLite plans a
+    /// bound LIMIT by its value (0 and 1 apart from the rest) and prepares
+    /// the statement again whenever a new binding crosses between them (a
+    /// `next` asks for one candidate on its snapshot and two in its
+    /// commit: a parse on every call). Rows are read one at a time, so
+    /// stopping early reads no more.
     fn records(
         &self,
         sql: &str,
         p: &[&dyn rusqlite::ToSql],
+        limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         let err = |e| self.inner.err(e);
         let mut s = self.tx.prepare_cached(sql).map_err(err)?;
         let rows = s.query_map(p, |r| r.get::<_, String>(0)).map_err(err)?;
         let mut out = Vec::new();
-        for json in rows {
+        for json in rows.take(limit) {
             let json = json.map_err(err)?;
             out.push(Snapshot::at(self.inner.decode(&json)?, now));
         }
         Ok(out)
     }
 }
+
+/// A queue's ready index in `next`'s order (see [`SqlTx::records`]).
+const READY_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_ready
+     WHERE ready_key > ?1 AND ready_key < ?2 ORDER BY ready_key";
+/// A queue's held tasks by lease expiry.
+const HELD_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_held
+     WHERE held_key > ?1 AND held_key < ?2 ORDER BY held_key";
 
 impl NextSource for SqlTx<'_> {
     fn ready(
@@ -1041,13 +1056,7 @@ impl NextSource for SqlTx<'_> {
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         let (from, end) = ready_range(lane, queue, after);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.records(
-            "SELECT record FROM tasks INDEXED BY tasks_ready
-             WHERE ready_key > ?1 AND ready_key < ?2 ORDER BY ready_key LIMIT ?3",
-            &[&from, &end, &limit],
-            now,
-        )
+        self.records(READY_SQL, &[&from, &end], limit, now)
     }
 
     fn expired(
@@ -1058,13 +1067,7 @@ impl NextSource for SqlTx<'_> {
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         let (start, end) = held_range(lane, queue, now);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.records(
-            "SELECT record FROM tasks INDEXED BY tasks_held
-             WHERE held_key > ?1 AND held_key < ?2 ORDER BY held_key LIMIT ?3",
-            &[&start, &end, &limit],
-            now,
-        )
+        self.records(HELD_SQL, &[&start, &end], limit, now)
     }
 }
 
@@ -1218,5 +1221,42 @@ impl Store for SqliteStore {
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         let ids = intent_ids.to_vec();
         self.run(move |inner| inner.ack(&ids, now)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_core::graph::Lane;
+
+    /// The index reads of `next` are prepared once, however many records
+    /// each asks for (a LIMIT bound as 1 and then as 2 made SQLite prepare
+    /// the statement again on every call).
+    #[test]
+    fn next_reads_are_prepared_once_whatever_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("a.db"), SqliteOptions::default()).unwrap();
+        let inner = &store.inner;
+        let queue = Id::parse("queue", "q").unwrap();
+        let now = Timestamp::from_millis(1_000);
+        let mut conn = inner.lock(&inner.writer);
+        let tx = conn.transaction().unwrap();
+        let mut t = SqlTx {
+            inner,
+            tx: &tx,
+            wrote: false,
+        };
+        for limit in [1, 2, 8, 1, 64, 1, 2] {
+            t.ready(Lane::Bare, &queue, None, limit, now).unwrap();
+            t.expired(Lane::Bare, &queue, limit, now).unwrap();
+        }
+        for sql in [READY_SQL, HELD_SQL] {
+            let s = tx.prepare_cached(sql).unwrap();
+            assert!(
+                s.get_status(rusqlite::StatementStatus::RePrepare) <= 1,
+                "{sql} was prepared again {} times",
+                s.get_status(rusqlite::StatementStatus::RePrepare)
+            );
+        }
     }
 }
