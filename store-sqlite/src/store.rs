@@ -6,7 +6,7 @@ use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
-use baton_core::model::{EventDraft, NotificationDraft};
+use baton_core::model::{EventDraft, NotificationDraft, TaskRecord};
 use baton_core::next::{NextSource, take_next};
 use baton_core::store::{Clause, Due};
 use baton_core::store::{Txn, apply_group, apply_in};
@@ -16,6 +16,7 @@ use baton_core::{
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use std::collections::HashMap;
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -726,11 +727,7 @@ impl Inner {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
-        let mut t = SqlTx {
-            inner: self,
-            tx: &tx,
-            wrote: false,
-        };
+        let mut t = SqlTx::new(self, &tx);
         let mut keep = true;
         let decided = jobs
             .iter()
@@ -771,11 +768,7 @@ impl Inner {
     /// writes the index header that shows a commit to readers (`walFrames`).
     fn decide_on_snapshot(&self, op: &Operation) -> Result<Option<Decision>> {
         self.read(|tx| {
-            let mut t = SqlTx {
-                inner: self,
-                tx,
-                wrote: false,
-            };
+            let mut t = SqlTx::new(self, tx);
             let d = baton_core::store::decide_read(&mut t, op)?;
             Ok((!d.writes()).then_some(d))
         })
@@ -996,19 +989,47 @@ struct SqlTx<'a> {
     tx: &'a rusqlite::Transaction<'a>,
     /// Whether anything was written (so the commit is needed).
     wrote: bool,
+    /// The records this transaction has read or written, as they stand in
+    /// it: one commit reads the same task again and again (a `next` reads
+    /// its candidate from the index and then decides it; a success's
+    /// dependents each read it as their dependency), and each read would
+    /// be a lookup and a decode. Nothing else writes while the transaction
+    /// holds the write lock (or, on a snapshot, can be seen), so a record
+    /// changes here only through [`Txn::write`], which replaces it.
+    seen: HashMap<TaskId, TaskRecord>,
+}
+
+impl<'a> SqlTx<'a> {
+    fn new(inner: &'a Inner, tx: &'a rusqlite::Transaction<'a>) -> Self {
+        SqlTx {
+            inner,
+            tx,
+            wrote: false,
+            seen: HashMap::new(),
+        }
+    }
 }
 
 impl Txn for SqlTx<'_> {
     fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        load(self.tx, task)
-            .map_err(|e| self.inner.err(e))?
-            .map(|json| Ok(Snapshot::at(self.inner.decode(&json)?, now)))
-            .transpose()
+        if let Some(r) = self.seen.get(task) {
+            return Ok(Some(Snapshot::at(r.clone(), now)));
+        }
+        let Some(json) = load(self.tx, task).map_err(|e| self.inner.err(e))? else {
+            return Ok(None);
+        };
+        let record: TaskRecord = self.inner.decode(&json)?;
+        self.seen.insert(task.clone(), record.clone());
+        Ok(Some(Snapshot::at(record, now)))
     }
 
     fn write(&mut self, d: &mut Decision) -> Result<()> {
         self.wrote = true;
-        self.inner.write_decision(self.tx, d)
+        self.inner.write_decision(self.tx, d)?;
+        if let Some(r) = d.record_to_write() {
+            self.seen.insert(r.task.clone(), r.clone());
+        }
+        Ok(())
     }
 }
 
@@ -1021,7 +1042,7 @@ impl SqlTx<'_> {
     /// commit: a parse on every call). Rows are read one at a time, so
     /// stopping early reads no more.
     fn records(
-        &self,
+        &mut self,
         sql: &str,
         p: &[&dyn rusqlite::ToSql],
         limit: usize,
@@ -1033,7 +1054,9 @@ impl SqlTx<'_> {
         let mut out = Vec::new();
         for json in rows.take(limit) {
             let json = json.map_err(err)?;
-            out.push(Snapshot::at(self.inner.decode(&json)?, now));
+            let record: TaskRecord = self.inner.decode(&json)?;
+            self.seen.insert(record.task.clone(), record.clone());
+            out.push(Snapshot::at(record, now));
         }
         Ok(out)
     }
@@ -1173,11 +1196,7 @@ impl Store for SqliteStore {
         let any = self
             .run(move |inner| {
                 inner.read(|tx| {
-                    let mut t = SqlTx {
-                        inner,
-                        tx,
-                        wrote: false,
-                    };
+                    let mut t = SqlTx::new(inner, tx);
                     baton_core::next::has_candidates(&q, &mut t)
                 })
             })
@@ -1241,11 +1260,7 @@ mod tests {
         let now = Timestamp::from_millis(1_000);
         let mut conn = inner.lock(&inner.writer);
         let tx = conn.transaction().unwrap();
-        let mut t = SqlTx {
-            inner,
-            tx: &tx,
-            wrote: false,
-        };
+        let mut t = SqlTx::new(inner, &tx);
         for limit in [1, 2, 8, 1, 64, 1, 2] {
             t.ready(Lane::Bare, &queue, None, limit, now).unwrap();
             t.expired(Lane::Bare, &queue, limit, now).unwrap();
