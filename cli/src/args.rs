@@ -282,8 +282,9 @@ pub struct BenchArgs {
     /// Where --series writes bench.md and bench.svg.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
-    /// Drain a layered work graph of --tasks with `next`, beside claiming
-    /// as many tasks by id, on the same store in the same run.
+    /// Drain a layered work graph of --tasks with `next`, beside the same
+    /// graph claimed by id in its order (and as many tasks without
+    /// dependencies claimed by id), on the same store in the same run.
     #[arg(long, conflicts_with_all = ["processes", "series"])]
     pub next: bool,
     /// With --next: the graph's layers (1: no dependencies at all).

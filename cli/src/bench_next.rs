@@ -1,7 +1,10 @@
 //! `baton bench --next`: W workers drain a layered work graph with `next`,
-//! beside the same workers claiming the same number of tasks by id, on the
-//! same store in the same run. The ratio of the two is what taking "the
-//! next ready task" costs over knowing which one to take.
+//! beside the same workers claiming an identical graph's tasks by id (each
+//! worker its share, layer by layer, as a planner that knows the frontier
+//! would), on the same store in the same run. The ratio of the two is what
+//! taking "the next ready task" costs over knowing which one to take. A
+//! third run claims as many tasks without dependencies by id, and what the
+//! graph itself costs shows beside it.
 
 use crate::DynAuthority;
 use crate::args::BenchArgs;
@@ -19,17 +22,27 @@ pub struct NextResult {
     pub workers: usize,
     pub tasks: usize,
     pub layers: usize,
-    /// Claim by id (disjoint shares, no dependencies) and complete.
+    /// The same layered graph claimed by id (each worker its share, in the
+    /// graph's order) and completed.
     pub by_id_grants_per_s: f64,
     /// `next` over the layered graph, and complete.
     pub next_grants_per_s: f64,
-    /// `next_grants_per_s / by_id_grants_per_s`.
+    /// `next_grants_per_s / by_id_grants_per_s`: what `next` costs.
     pub ratio: f64,
-    /// Durable commits each half made (where the store counts them).
+    /// As many tasks without dependencies claimed by id (disjoint shares,
+    /// adjacent ids) and completed.
+    pub flat_by_id_grants_per_s: f64,
+    /// `next_grants_per_s / flat_by_id_grants_per_s`: what `next` and the
+    /// graph's dependencies cost together.
+    pub flat_ratio: f64,
+    /// Durable commits each run made (where the store counts them).
     pub by_id_commits: Option<u64>,
     pub next_commits: Option<u64>,
+    pub flat_by_id_commits: Option<u64>,
     /// `next` answers that found nothing ready (a layer still running).
     pub none_ready: u64,
+    /// Claims by id refused `not_ready` (tried again after 1 ms).
+    pub not_ready: u64,
     pub double_grants: u64,
     pub ungranted: u64,
     pub errors: u64,
@@ -103,6 +116,44 @@ async fn by_id_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec
     t
 }
 
+/// Claims its share of the graph by id, in the graph's order (layer by
+/// layer); a claim refused `not_ready` (its dependencies still running on
+/// other workers) is tried again after 1 ms, as a `next` that finds
+/// nothing ready is.
+async fn graph_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec<Id>) -> Tally {
+    let mut t = Tally::default();
+    let Ok(owner) = Id::parse("owner", &format!("bench-worker-{w}")) else {
+        return t;
+    };
+    for task in tasks.iter().skip(w).step_by(workers) {
+        loop {
+            match a.claim(task, &owner, Some(600_000)).await {
+                Ok(Reply::Refused(Refusal::NotReady { .. })) => {
+                    t.none_ready += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Ok(r) => {
+                    match r.grant() {
+                        Some(g) => {
+                            if a.complete(task, &owner, g.fence).await.is_err() {
+                                t.errors += 1;
+                            }
+                            t.grants.push(task.to_string());
+                        }
+                        None => t.errors += 1,
+                    }
+                    break;
+                }
+                Err(_) => {
+                    t.errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+    t
+}
+
 async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
     let mut t = Tally::default();
     let Ok(owner) = Id::parse("owner", &format!("bench-worker-{w}")) else {
@@ -140,7 +191,25 @@ async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
     }
 }
 
-/// Runs both halves on `store`.
+/// Runs `workers` copies of `f` and waits for them all; and how long it took.
+async fn drain<F, Fut>(workers: usize, f: F) -> Result<(Vec<Tally>, f64), Error>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Tally> + Send + 'static,
+{
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers).map(|w| tokio::spawn(f(w))).collect();
+    let mut out = Vec::with_capacity(workers);
+    for h in handles {
+        out.push(
+            h.await
+                .map_err(|e| Error::unavailable(format!("bench worker failed: {e}")))?,
+        );
+    }
+    Ok((out, start.elapsed().as_secs_f64().max(1e-9)))
+}
+
+/// Runs the three on `store`: flat by id, the graph by id, the graph by `next`.
 pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error> {
     let a = Arc::new(crate::authority_for(store).await?);
     let workers = args.workers.max(1);
@@ -162,57 +231,55 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
     let flat_ids: Vec<Id> = flat.iter().map(|n| n.task.clone()).collect();
     add(&a, flat).await?;
     let c0 = a.store().commits();
-    let start = Instant::now();
-    let handles: Vec<_> = (0..workers)
-        .map(|w| tokio::spawn(by_id_worker(a.clone(), w, workers, flat_ids.clone())))
-        .collect();
-    let mut by_id = Vec::new();
-    for h in handles {
-        by_id.push(
-            h.await
-                .map_err(|e| Error::unavailable(format!("bench worker failed: {e}")))?,
-        );
-    }
-    let by_id_secs = start.elapsed().as_secs_f64().max(1e-9);
+    let (flat_by_id, flat_secs) = drain(workers, |w| {
+        by_id_worker(a.clone(), w, workers, flat_ids.clone())
+    })
+    .await?;
     let c1 = a.store().commits();
-    // `next` over the layered graph.
+    // The layered graph, claimed by id in its order.
+    let by_id_queue = Id::parse("queue", &format!("{prefix}-ids"))?;
+    let by_id_graph = layered(&format!("{prefix}-ids"), tasks, layers, &by_id_queue)?;
+    let by_id_ids: Vec<Id> = by_id_graph.iter().map(|n| n.task.clone()).collect();
+    add(&a, by_id_graph).await?;
+    let c2 = a.store().commits();
+    let (by_id, by_id_secs) = drain(workers, |w| {
+        graph_worker(a.clone(), w, workers, by_id_ids.clone())
+    })
+    .await?;
+    let c3 = a.store().commits();
+    // The same graph again, drained with `next`.
     let queue = Id::parse("queue", &format!("{prefix}-dag"))?;
     let graph = layered(&prefix, tasks, layers, &queue)?;
     let graph_ids: Vec<Id> = graph.iter().map(|n| n.task.clone()).collect();
     add(&a, graph).await?;
-    let c2 = a.store().commits();
-    let start = Instant::now();
-    let handles: Vec<_> = (0..workers)
-        .map(|w| tokio::spawn(next_worker(a.clone(), w, queue.clone())))
-        .collect();
-    let mut nexts = Vec::new();
-    for h in handles {
-        nexts.push(
-            h.await
-                .map_err(|e| Error::unavailable(format!("bench worker failed: {e}")))?,
-        );
-    }
-    let next_secs = start.elapsed().as_secs_f64().max(1e-9);
-    let c3 = a.store().commits();
+    let c4 = a.store().commits();
+    let (nexts, next_secs) = drain(workers, |w| next_worker(a.clone(), w, queue.clone())).await?;
+    let c5 = a.store().commits();
     let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
-    let mut seen = BTreeSet::new();
     let mut double_grants = 0;
-    for g in nexts.iter().flat_map(|t| t.grants.iter()) {
-        if !seen.insert(g.clone()) {
-            double_grants += 1;
-        }
-    }
     let mut ungranted = 0;
-    for t in &graph_ids {
-        let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
-        if !done || !seen.contains(t.as_str()) {
-            ungranted += 1;
+    // Every task of both graphs granted once and SUCCEEDED.
+    for (tallies, ids) in [(&by_id, &by_id_ids), (&nexts, &graph_ids)] {
+        let mut seen = BTreeSet::new();
+        for g in tallies.iter().flat_map(|t| t.grants.iter()) {
+            if !seen.insert(g.as_str()) {
+                double_grants += 1;
+            }
+        }
+        for t in ids {
+            let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
+            if !done || !seen.contains(t.as_str()) {
+                ungranted += 1;
+            }
         }
     }
-    let by_id_grants: usize = by_id.iter().map(|t| t.grants.len()).sum();
-    let next_grants = seen.len();
-    let by_id_rate = by_id_grants as f64 / by_id_secs;
-    let next_rate = next_grants as f64 / next_secs;
+    let rate = |tallies: &[Tally], secs: f64| {
+        tallies.iter().map(|t| t.grants.len()).sum::<usize>() as f64 / secs
+    };
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let by_id_rate = rate(&by_id, by_id_secs);
+    let flat_rate = rate(&flat_by_id, flat_secs);
+    let next_rate = rate(&nexts, next_secs);
     Ok(NextResult {
         store: store.to_owned(),
         workers,
@@ -220,16 +287,21 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
         layers,
         by_id_grants_per_s: by_id_rate,
         next_grants_per_s: next_rate,
-        ratio: if by_id_rate > 0.0 {
-            next_rate / by_id_rate
-        } else {
-            0.0
-        },
-        by_id_commits: diff(c0, c1),
-        next_commits: diff(c2, c3),
+        ratio: ratio(next_rate, by_id_rate),
+        flat_by_id_grants_per_s: flat_rate,
+        flat_ratio: ratio(next_rate, flat_rate),
+        by_id_commits: diff(c2, c3),
+        next_commits: diff(c4, c5),
+        flat_by_id_commits: diff(c0, c1),
         none_ready: nexts.iter().map(|t| t.none_ready).sum(),
+        not_ready: by_id.iter().map(|t| t.none_ready).sum(),
         double_grants,
         ungranted,
-        errors: by_id.iter().chain(&nexts).map(|t| t.errors).sum(),
+        errors: flat_by_id
+            .iter()
+            .chain(&by_id)
+            .chain(&nexts)
+            .map(|t| t.errors)
+            .sum(),
     })
 }

@@ -181,8 +181,9 @@ fn a_series_writes_a_table_and_a_chart() {
     );
 }
 
-/// `bench --next`: a layered graph drained with `next` beside as many
-/// claims by id, each task granted once and every graph task SUCCEEDED.
+/// `bench --next`: a layered graph drained with `next` beside the same
+/// graph claimed by id (and as many tasks without dependencies), each task
+/// granted once and every graph task SUCCEEDED.
 #[test]
 fn bench_next_drains_the_graph_and_reports_both_rates() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,7 +206,12 @@ fn bench_next_drains_the_graph_and_reports_both_rates() {
     );
     assert!(r["next_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["by_id_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["flat_by_id_grants_per_s"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["flat_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    // Both graphs made commits (the store counts them).
+    assert!(r["by_id_commits"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["next_commits"].as_u64().unwrap() > 0, "{r}");
     // One layer: no dependencies at all, every task ready at once.
     let rows = bench(
         &store,
