@@ -308,6 +308,11 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     })
 }
 
+/// How many tasks [`verify`] checks at once: each check is a read and two
+/// refused writes (each a durable commit), so one at a time took several
+/// times the storm itself; concurrently they share commits.
+const VERIFY_AT_ONCE: usize = 32;
+
 /// Every task granted exactly once; no write under a wrong fence accepted.
 async fn verify(
     a: &DynAuthority,
@@ -315,6 +320,7 @@ async fn verify(
     prefix: &str,
     reports: &[WorkerReport],
 ) -> Result<(u64, u64, u64), Error> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
     let mut per_task: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for r in reports {
         for (i, f) in &r.grants {
@@ -324,22 +330,28 @@ async fn verify(
     let double = per_task.values().filter(|v| v.len() > 1).count() as u64;
     let ungranted = (tasks - per_task.len().min(tasks)) as u64;
     let intruder = id("bench-stale-writer")?;
-    let mut stale = 0;
-    for (i, fences) in &per_task {
-        let task = id(&task_name(prefix, *i))?;
-        let holder = a.holder(&task).await?.ok().flatten();
-        if holder.map(|h| h.grant.fence) != fences.first().copied() {
-            stale += 1; // the stored grant is not the one its winner was told
-        }
-        for wrong in [fences[0].saturating_sub(1).max(1), fences[0] + 1_000_000] {
-            if let Reply::Committed(_) | Reply::Acknowledged(_) =
-                a.complete(&task, &intruder, wrong).await?
-            {
-                stale += 1;
+    let intruder = &intruder;
+    let stale: Vec<u64> = stream::iter(per_task.iter())
+        .map(|(i, fences)| async move {
+            let mut stale = 0;
+            let task = id(&task_name(prefix, *i))?;
+            let holder = a.holder(&task).await?.ok().flatten();
+            if holder.map(|h| h.grant.fence) != fences.first().copied() {
+                stale += 1; // the stored grant is not the one its winner was told
             }
-        }
-    }
-    Ok((double, stale, ungranted))
+            for wrong in [fences[0].saturating_sub(1).max(1), fences[0] + 1_000_000] {
+                if let Reply::Committed(_) | Reply::Acknowledged(_) =
+                    a.complete(&task, intruder, wrong).await?
+                {
+                    stale += 1;
+                }
+            }
+            Ok::<u64, Error>(stale)
+        })
+        .buffer_unordered(VERIFY_AT_ONCE)
+        .try_collect()
+        .await?;
+    Ok((double, stale.iter().sum(), ungranted))
 }
 
 async fn run_processes(
