@@ -227,6 +227,9 @@ enum Abort {
     Failed(Error),
     /// A group refused: nothing is applied; these are the answers.
     Rollback(Vec<Answer>),
+    /// A `next` read past the index entries prefetched for it: nothing is
+    /// applied; after a narrow prefetch the batch runs again with a wide one.
+    Narrow,
 }
 
 impl Abort {
@@ -236,6 +239,11 @@ impl Abort {
             Abort::Failed(e) => e,
             Abort::Rollback(_) => Error::unavailable(format!(
                 "{}: a transaction was rolled back where none may be",
+                path.display()
+            )),
+            // `transact` runs the batch again with wider windows instead.
+            Abort::Narrow => Error::unavailable(format!(
+                "{}: a `next` read past its prefetched index entries",
                 path.display()
             )),
         }
@@ -550,8 +558,35 @@ impl Inner {
 
     /// Decides `jobs` in order inside one sled transaction: each sees the
     /// writes of those before it. Also says whether anything was written.
+    ///
+    /// The ready entries a batch's `next`s read are prefetched (see
+    /// [`Inner::prefetch`]): first the few they nearly always use, and only
+    /// if one reads past those, the batch again with the full window.
     fn transact(&self, jobs: &[Job]) -> Result<(Vec<Answer>, bool)> {
-        let index = self.prefetch(jobs)?;
+        let mut widen = 0;
+        loop {
+            match self.transact_with(jobs, widen) {
+                // Only a window cut short of its index's end aborts, and
+                // they grow four times each run: this ends.
+                Err(TransactionError::Abort(Abort::Narrow)) => widen += 1,
+                done => {
+                    return done.map_err(|e| match e {
+                        TransactionError::Abort(a) => a.into_error(&self.path),
+                        TransactionError::Storage(e) => self.err(e),
+                    });
+                }
+            }
+        }
+    }
+
+    fn transact_with(
+        &self,
+        jobs: &[Job],
+        widen: u32,
+    ) -> std::result::Result<(Vec<Answer>, bool), TransactionError<Abort>> {
+        let index = self
+            .prefetch(jobs, widen)
+            .map_err(|e| TransactionError::Abort(Abort::Failed(e)))?;
         let t = &self.trees;
         let trees = (
             &t.tasks,
@@ -630,17 +665,25 @@ impl Inner {
             },
         );
         match outcome {
-            Ok(done) => Ok(done),
             Err(TransactionError::Abort(Abort::Rollback(answers))) => Ok((answers, false)),
-            Err(TransactionError::Abort(a)) => Err(a.into_error(&self.path)),
-            Err(TransactionError::Storage(e)) => Err(self.err(e)),
+            other => other,
         }
     }
 
     /// The index entries the batch's `next`s may need, read before the
     /// transaction: sled cannot range inside one (and a plain read there
     /// waits for the transaction's own lock). Records are read inside.
-    fn prefetch(&self, jobs: &[Job]) -> Result<Prefetched> {
+    ///
+    /// At first (`widen` 0) each queue's ready index is read only as far as
+    /// the batch's `next`s nearly always go: each takes the first entry left
+    /// by those before it, and core reads two at first. A read past a window
+    /// that stopped short of the index's end aborts the transaction
+    /// ([`Abort::Narrow`]), and the batch runs again with wider windows:
+    /// what one `next` may read (up to NEXT_SCAN candidates, the rest of a
+    /// page, and a page of expired held tasks for each `next` of the batch,
+    /// each of which may move a page of them to the ready index) plus an
+    /// entry for each change of the batch, then four times more each time.
+    fn prefetch(&self, jobs: &[Job], widen: u32) -> Result<Prefetched> {
         let nexts: Vec<&NextQuery> = jobs
             .iter()
             .filter_map(|j| match j {
@@ -652,8 +695,25 @@ impl Inner {
         let Some(now) = nexts.iter().map(|q| q.now).max() else {
             return Ok(out);
         };
-        // Each `next` of the batch may pass over the grants of those before it.
-        let want = baton_core::next::NEXT_PAGE * 2 + nexts.len() * 2;
+        use baton_core::next::{NEXT_FIRST_PAGE, NEXT_PAGE, NEXT_SCAN};
+        let n = nexts.len();
+        let changes: usize = jobs
+            .iter()
+            .map(|j| match j {
+                Job::All(ops) => ops.len(),
+                _ => 1,
+            })
+            .sum();
+        let (want_ready, want_held) = match widen {
+            0 => ((n + 1) * NEXT_FIRST_PAGE, NEXT_PAGE * 2 + 2 * n),
+            w => {
+                let times = 4usize.saturating_pow(w - 1);
+                (
+                    (NEXT_SCAN + NEXT_PAGE + changes).saturating_mul(times),
+                    (NEXT_PAGE * (n + 1) + changes).saturating_mul(times),
+                )
+            }
+        };
         let err = |e| self.err(e);
         for q in &nexts {
             for queue in &q.queues {
@@ -667,19 +727,21 @@ impl Inner {
                     .trees
                     .ready
                     .range(prefix.clone()..prefix_end(&prefix))
-                    .take(want)
+                    .take(want_ready)
                 {
                     let (k, v) = item.map_err(err)?;
                     ready.push((k.to_vec(), v.to_vec()));
                 }
                 let (start, end) = held_range(q.lane(), queue, now);
                 let mut held = Vec::new();
-                for item in self.trees.held.range(start..end).take(want) {
+                for item in self.trees.held.range(start..end).take(want_held) {
                     let (k, v) = item.map_err(err)?;
                     held.push((k.to_vec(), v.to_vec()));
                 }
-                out.ready.insert(at.clone(), ready);
-                out.held.insert(at, held);
+                let ready_cut = ready.len() == want_ready;
+                let held_cut = held.len() == want_held;
+                out.ready.insert(at.clone(), (ready, ready_cut));
+                out.held.insert(at, (held, held_cut));
             }
         }
         Ok(out)
@@ -860,9 +922,11 @@ type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Index entries read before a transaction, by lane and queue.
 #[derive(Default)]
+/// Each with whether it was cut at its window (the index may go on past
+/// the last entry read).
 struct Prefetched {
-    ready: std::collections::HashMap<(Lane, Id), Entries>,
-    held: std::collections::HashMap<(Lane, Id), Entries>,
+    ready: std::collections::HashMap<(Lane, Id), (Entries, bool)>,
+    held: std::collections::HashMap<(Lane, Id), (Entries, bool)>,
 }
 
 /// One sled transaction, as core's commit helpers see it.
@@ -926,33 +990,25 @@ impl SledTx<'_> {
     /// applied (`delta`), each record read inside the transaction.
     fn indexed(
         &mut self,
-        entries: Option<&Entries>,
+        index: Option<&(Entries, bool)>,
         held: bool,
         from: std::ops::Bound<Vec<u8>>,
         end: &[u8],
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let range = (from, std::ops::Bound::Excluded(end.to_vec()));
-        let in_range = |k: &Vec<u8>| std::ops::RangeBounds::contains(&range, k);
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = entries
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| in_range(k))
-            .cloned()
-            .collect();
         let delta = if held {
             &self.held_delta
         } else {
             &self.ready_delta
         };
-        for (k, v) in delta.range(range.clone()) {
-            match v {
-                Some(task) => merged.insert(k.clone(), task.clone()),
-                None => merged.remove(k),
-            };
-        }
-        let ids: Vec<Vec<u8>> = merged.into_values().take(limit).collect();
+        let (read, cut) = index.map_or((&[][..], false), |(e, cut)| (e.as_slice(), *cut));
+        let Some(ids) = merged_ids(read, delta, cut, from, end, limit) else {
+            self.failed = Some(ConflictableTransactionError::Abort(Abort::Narrow));
+            return Err(Error::unavailable(
+                "a `next` read past its prefetched index entries",
+            ));
+        };
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(r) = self.record(&id)? {
@@ -1055,9 +1111,9 @@ impl NextSource for SledTx<'_> {
         if from >= end {
             return Ok(Vec::new()); // an `after` past this queue: nothing (and no range panic)
         }
-        let entries = self.index.ready.get(&(lane, queue.clone()));
+        let index = self.index.ready.get(&(lane, queue.clone()));
         self.indexed(
-            entries,
+            index,
             false,
             std::ops::Bound::Excluded(from),
             &end,
@@ -1074,9 +1130,9 @@ impl NextSource for SledTx<'_> {
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         let (start, end) = held_range(lane, queue, now);
-        let entries = self.index.held.get(&(lane, queue.clone()));
+        let index = self.index.held.get(&(lane, queue.clone()));
         self.indexed(
-            entries,
+            index,
             true,
             std::ops::Bound::Included(start),
             &end,
@@ -1084,6 +1140,65 @@ impl NextSource for SledTx<'_> {
             now,
         )
     }
+}
+
+/// The task ids of the index entries in `(from, end)`, at most `limit`, in
+/// key order: those read before the transaction (`read`, sorted) with the
+/// transaction's own changes (`delta`; `None` removed) applied. Both sides are
+/// sorted, so they are walked together and only the ids taken are copied (a
+/// `next` wants one or two of the prefetched entries).
+///
+/// `cut`: the index may go on past the last entry of `read`. `None` when the
+/// answer would need what lies there.
+fn merged_ids(
+    read: &[(Vec<u8>, Vec<u8>)],
+    delta: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    cut: bool,
+    from: std::ops::Bound<Vec<u8>>,
+    end: &[u8],
+    limit: usize,
+) -> Option<Vec<Vec<u8>>> {
+    use std::ops::Bound;
+    let unknown_past_read = cut && read.last().is_some_and(|(k, _)| k.as_slice() < end);
+    let first = read.partition_point(|(k, _)| match &from {
+        Bound::Included(f) => k < f,
+        Bound::Excluded(f) => k <= f,
+        Bound::Unbounded => false,
+    });
+    let mut read = read[first..]
+        .iter()
+        .take_while(|(k, _)| k.as_slice() < end)
+        .peekable();
+    let mut changed = delta
+        .range((from, Bound::Excluded(end.to_vec())))
+        .peekable();
+    let mut ids = Vec::new();
+    while ids.len() < limit {
+        if unknown_past_read && read.peek().is_none() {
+            return None;
+        }
+        let read_first = match (read.peek(), changed.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some((r, _)), Some((c, _))) => r < *c,
+        };
+        if read_first {
+            if let Some((_, task)) = read.next() {
+                ids.push(task.clone());
+            }
+            continue;
+        }
+        let Some((k, v)) = changed.next() else { break };
+        // The transaction's change replaces (or removes) the entry read before it.
+        if read.peek().is_some_and(|(r, _)| r == k) {
+            read.next();
+        }
+        if let Some(task) = v {
+            ids.push(task.clone());
+        }
+    }
+    Some(ids)
 }
 
 /// A `by_due` key: state NUL due time (big-endian, so keys sort by time) task id.
@@ -1196,6 +1311,90 @@ impl Store for SledStore {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests fail by panicking
     use super::*;
+
+    fn entries(keys: &[&str]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        keys.iter()
+            .map(|k| (k.as_bytes().to_vec(), format!("t{k}").into_bytes()))
+            .collect()
+    }
+
+    fn ids(v: Vec<Vec<u8>>) -> Vec<String> {
+        v.into_iter()
+            .map(|b| String::from_utf8(b).unwrap())
+            .collect()
+    }
+
+    /// A read cut short before the transaction answers only what it can be
+    /// sure of: what lies within the entries read, never past them.
+    #[test]
+    fn a_cut_index_read_refuses_to_answer_past_what_was_read() {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let read = entries(&["b", "d"]);
+        let mut delta = BTreeMap::new();
+        let within = merged_ids(&read, &delta, true, Unbounded, b"k", 2).unwrap();
+        assert_eq!(ids(within), ["tb", "td"]);
+        // A third would be past "d", where unread entries may sort first.
+        assert_eq!(merged_ids(&read, &delta, true, Unbounded, b"k", 3), None);
+        assert_eq!(
+            merged_ids(&read, &delta, true, Excluded(b"d".to_vec()), b"k", 1),
+            None
+        );
+        // The transaction granted "b": the next one is "d", then unknown.
+        delta.insert(b"b".to_vec(), None);
+        let left = merged_ids(&read, &delta, true, Unbounded, b"k", 1).unwrap();
+        assert_eq!(ids(left), ["td"]);
+        assert_eq!(merged_ids(&read, &delta, true, Unbounded, b"k", 2), None);
+        // An entry this transaction added past the cut is not known to be next.
+        delta.insert(b"e".to_vec(), Some(b"te".to_vec()));
+        assert_eq!(merged_ids(&read, &delta, true, Unbounded, b"k", 2), None);
+        // The cut lies past the range's end: the range was read whole.
+        let whole = merged_ids(&read, &BTreeMap::new(), true, Unbounded, b"c", 5).unwrap();
+        assert_eq!(ids(whole), ["tb"]);
+        // Not cut, the entries read are all there are.
+        let all = merged_ids(&read, &delta, false, Unbounded, b"k", 5).unwrap();
+        assert_eq!(ids(all), ["td", "te"]);
+    }
+
+    /// The merge of what was read before a transaction with its own index
+    /// changes: a removed entry is gone, a replaced one appears once with
+    /// the new task, an added one takes its place in key order, both bounds
+    /// hold and the walk stops at the limit.
+    #[test]
+    fn the_index_read_merges_the_transactions_own_changes_in_key_order() {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let read = entries(&["b", "d", "f", "h", "j"]);
+        let mut delta = BTreeMap::new();
+        delta.insert(b"d".to_vec(), None); // granted in this transaction
+        delta.insert(b"f".to_vec(), Some(b"new-f".to_vec())); // rewritten
+        delta.insert(b"a".to_vec(), Some(b"ta".to_vec())); // made ready, first
+        delta.insert(b"g".to_vec(), Some(b"tg".to_vec()));
+        delta.insert(b"z".to_vec(), Some(b"tz".to_vec())); // past the end
+        let all = merged_ids(&read, &delta, false, Unbounded, b"k", 100).unwrap();
+        assert_eq!(ids(all), ["ta", "tb", "new-f", "tg", "th", "tj"]);
+        let some = merged_ids(&read, &delta, false, Unbounded, b"k", 3).unwrap();
+        assert_eq!(ids(some), ["ta", "tb", "new-f"]);
+        let after_b = merged_ids(&read, &delta, false, Excluded(b"b".to_vec()), b"h", 100).unwrap();
+        assert_eq!(ids(after_b), ["new-f", "tg"]);
+        let from_f = merged_ids(&read, &delta, false, Included(b"f".to_vec()), b"i", 100).unwrap();
+        assert_eq!(ids(from_f), ["new-f", "tg", "th"]);
+        // Removing every entry read leaves only what the transaction added.
+        let gone: BTreeMap<_, _> = read.iter().map(|(k, _)| (k.clone(), None)).collect();
+        assert!(
+            merged_ids(&read, &gone, false, Unbounded, b"k", 100)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            merged_ids(&[], &BTreeMap::new(), false, Unbounded, b"k", 100)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            merged_ids(&read, &delta, false, Unbounded, b"k", 0)
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     /// sled can keep its directory lock for a moment after its handle is
     /// dropped (its own background threads hold the file). Here another
