@@ -518,11 +518,17 @@ impl FabricStore {
     }
 
     /// `next`: candidates from each queue's ready prefix and held prefix,
-    /// ordered by core; the first is tried, and after a lost race one of
-    /// the first few at random, so contenders do not all chase the head.
+    /// ordered by core and tried in that order, each in its own guarded
+    /// transaction. One refused whoever asks (its lock delay holds, it is
+    /// not ready) is passed over, as core's `take_next` does, up to
+    /// [`baton_core::next::NEXT_SCAN`] of them. After a race lost to another
+    /// grant the index is read again and one of the first few is tried at
+    /// random, so contenders do not all chase the head; after
+    /// [`NEXT_TRIES`] lost races `next` answers that it took none.
     pub(super) async fn next_on_etcd(&self, q: &NextQuery) -> Result<Option<Decision>> {
         let mut tried: BTreeSet<TaskId> = BTreeSet::new();
-        for round in 0..NEXT_TRIES {
+        let mut lost = 0;
+        while lost < NEXT_TRIES && tried.len() < baton_core::next::NEXT_SCAN {
             let mut ids = BTreeSet::new();
             for queue in &q.queues {
                 let prefix = ReadyEntry::prefix(q.lane(), queue);
@@ -534,7 +540,7 @@ impl FabricStore {
                 );
                 let (hs, he) = held_range(q.lane(), queue, q.now);
                 ids.extend(
-                    self.index_range(self.keys.held(&hs), self.keys.held(&he), NEXT_CANDIDATES)
+                    self.index_range(self.keys.held(&hs), self.keys.held(&he), want)
                         .await?,
                 );
             }
@@ -556,25 +562,32 @@ impl FabricStore {
                 return Ok(None);
             }
             // The head first; after a lost race, any of the first few.
-            let pick = if round == 0 {
-                0
-            } else {
+            if lost > 0 {
                 let few = candidates.len().min(3) as u64;
-                (std::hash::BuildHasher::hash_one(
+                let pick = (std::hash::BuildHasher::hash_one(
                     &std::collections::hash_map::RandomState::new(),
-                    round,
-                ) % few) as usize
-            };
-            let c = candidates.swap_remove(pick);
-            tried.insert(c.record.task.clone());
-            let Some(op) = q.claim_for(&c.record) else {
-                continue;
-            };
-            let mut ds = self.apply_group(std::slice::from_ref(&op), false).await?;
-            if let Some(d) = ds.pop()
-                && d.mints_fence()
-            {
-                return Ok(Some(d));
+                    lost,
+                ) % few) as usize;
+                candidates[..=pick].rotate_right(1);
+            }
+            for c in candidates {
+                tried.insert(c.record.task.clone());
+                let Some(op) = q.claim_for(&c.record) else {
+                    continue;
+                };
+                let mut ds = self.apply_group(std::slice::from_ref(&op), false).await?;
+                let Some(d) = ds.pop() else { continue };
+                if d.mints_fence() {
+                    return Ok(Some(d));
+                }
+                let lost_race = matches!(
+                    &d.verdict,
+                    baton_core::Verdict::Refuse { refusal, .. } if refusal.held_by_another()
+                );
+                if lost_race {
+                    lost += 1;
+                    break;
+                }
             }
         }
         Ok(None)

@@ -92,6 +92,13 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Whether the task is refused because another grant holds it now:
+    /// for a claim `next` chose from a read made before, a race lost (the
+    /// index has moved on). The other refusals stand whoever asks.
+    pub fn held_by_another(&self) -> bool {
+        matches!(self, Refusal::Held { .. } | Refusal::LeaseLive { .. })
+    }
+
     /// The reason's name (SPEC §5).
     pub fn reason(&self) -> &'static str {
         match self {

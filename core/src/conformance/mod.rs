@@ -249,7 +249,8 @@ macro_rules! conformance_tests {
             upstream_failure_blocks_and_redispatch_unblocks,
             add_graph_all_or_nothing,
             task_next_takes_declared_tasks_in_order,
-            an_expired_grant_is_next_again
+            an_expired_grant_is_next_again,
+            next_passes_over_many_lock_delayed_tasks
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

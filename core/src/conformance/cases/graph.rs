@@ -346,3 +346,57 @@ pub fn an_expired_grant_is_next_again<H: Harness>(ctx: &mut Ctx<H>) {
         .unwrap();
     assert!(r.is_refused(), "the first holder's fence is stale: {r:?}");
 }
+
+/// `next` passes over however many ready tasks their lock delay holds (up
+/// to its scan of [`crate::next::NEXT_SCAN`]) to grant the ready ones behind
+/// them: 150 high-priority grants expire unreleased under a long lock delay,
+/// and the low-priority tasks are granted, in order, past all of them.
+pub fn next_passes_over_many_lock_delayed_tasks<H: Harness>(ctx: &mut Ctx<H>) {
+    const HELD: usize = 150;
+    let a = ctx.auth();
+    let mut graph: Vec<NewNode> = (0..HELD)
+        .map(|i| {
+            let t = format!("held-{i:03}");
+            NewNode {
+                task: id(&t),
+                spec: spec(&t, None, 10, &[]),
+            }
+        })
+        .collect();
+    graph.extend(["z1", "z2", "z3"].map(|t| NewNode {
+        task: id(t),
+        spec: spec(t, None, 0, &[]),
+    }));
+    ctx.block_on(a.add_graph(graph)).unwrap().unwrap();
+    let ttl = ctx.short_ttl_ms();
+    let w = id("w");
+    let mut held = BTreeSet::new();
+    while held.len() < HELD {
+        let r = ctx
+            .block_on(a.next(&w, &[], Some(ttl), Some(3_600_000)))
+            .unwrap();
+        let t = granted(&r);
+        assert!(t.as_str().starts_with("held-"), "priority first: {t}");
+        assert!(held.insert(t.clone()), "{t} granted twice");
+    }
+    ctx.expire(ttl);
+    let mut after = Vec::new();
+    let last = loop {
+        let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+        match r.refusal() {
+            None => after.push(granted(&r)),
+            Some(refused) => break refused.clone(),
+        }
+    };
+    let after: Vec<&str> = after.iter().map(|t| t.as_str()).collect();
+    assert_eq!(after, ["z1", "z2", "z3"], "then {last:?}");
+    assert!(
+        matches!(last, Refusal::NoneReady { .. }),
+        "the held tasks become ready again: {last:?}"
+    );
+    // Now all of them wait in the ready index, ahead of a task added last.
+    ctx.block_on(a.add(&id("z4"), spec("z4", None, 0, &[])))
+        .unwrap();
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert_eq!(granted(&r).as_str(), "z4");
+}
