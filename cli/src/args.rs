@@ -290,6 +290,11 @@ pub struct BenchArgs {
     /// With --next: the graph's layers (1: no dependencies at all).
     #[arg(long, default_value_t = 20, requires = "next")]
     pub layers: usize,
+    /// With --next: rounds of the three runs, each on fresh tasks, the
+    /// graph by id first in odd rounds and `next` first in even ones (the
+    /// store grows as a run goes); each figure is the median over rounds.
+    #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u64).range(1..=99))]
+    pub rounds: u64,
 }
 
 #[derive(Debug, Args, Clone)]

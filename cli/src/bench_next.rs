@@ -4,12 +4,15 @@
 //! would), on the same store in the same run. The ratio of the two is what
 //! taking "the next ready task" costs over knowing which one to take. A
 //! third run claims as many tasks without dependencies by id, and what the
-//! graph itself costs shows beside it.
+//! graph itself costs shows beside it. `--rounds` repeats the three on
+//! fresh tasks, alternating which graph goes first (each run leaves the
+//! store larger for the next), and reports medians.
 
 use crate::DynAuthority;
 use crate::args::BenchArgs;
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::{Error, Id, Refusal, Reply, State};
+use futures_util::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,13 +25,20 @@ pub struct NextResult {
     pub workers: usize,
     pub tasks: usize,
     pub layers: usize,
-    /// The same layered graph claimed by id (each worker its share, in the
+    /// Rounds run; the rates and ratios below are medians over them, the
+    /// commits and counts sums.
+    pub rounds: usize,
+    /// The layered graph claimed by id (each worker its share, in the
     /// graph's order) and completed.
     pub by_id_grants_per_s: f64,
     /// `next` over the layered graph, and complete.
     pub next_grants_per_s: f64,
-    /// `next_grants_per_s / by_id_grants_per_s`: what `next` costs.
+    /// `next` over the graph by id, the median of each round's: what
+    /// `next` costs.
     pub ratio: f64,
+    /// Each round's ratio, in order (the graph by id ran first in the
+    /// first round, `next` in the second, and so on).
+    pub ratios: Vec<f64>,
     /// As many tasks without dependencies claimed by id (disjoint shares,
     /// adjacent ids) and completed.
     pub flat_by_id_grants_per_s: f64,
@@ -209,16 +219,49 @@ where
     Ok((out, start.elapsed().as_secs_f64().max(1e-9)))
 }
 
-/// Runs the three on `store`: flat by id, the graph by id, the graph by `next`.
-pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error> {
-    let a = Arc::new(crate::authority_for(store).await?);
-    let workers = args.workers.max(1);
-    let tasks = args.tasks.max(1);
-    let layers = args.layers.clamp(1, tasks);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let prefix = format!("bench-next-{}-{nanos}", std::process::id());
+/// One round's measure of each run, and what its check found.
+struct Round {
+    flat_rate: f64,
+    by_id_rate: f64,
+    next_rate: f64,
+    flat_commits: Option<u64>,
+    by_id_commits: Option<u64>,
+    next_commits: Option<u64>,
+    none_ready: u64,
+    not_ready: u64,
+    double_grants: u64,
+    ungranted: u64,
+    errors: u64,
+}
+
+/// A graph to drain: its queue and tasks, added to the store.
+async fn add_graph(
+    a: &DynAuthority,
+    name: &str,
+    tasks: usize,
+    layers: usize,
+) -> Result<(Id, Vec<Id>), Error> {
+    let queue = Id::parse("queue", name)?;
+    let graph = layered(name, tasks, layers, &queue)?;
+    let ids: Vec<Id> = graph.iter().map(|n| n.task.clone()).collect();
+    add(a, graph).await?;
+    Ok((queue, ids))
+}
+
+fn rate(tallies: &[Tally], secs: f64) -> f64 {
+    tallies.iter().map(|t| t.grants.len()).sum::<usize>() as f64 / secs
+}
+
+/// The three runs on fresh tasks named after `prefix`; the graph by id
+/// first unless `next_first`.
+async fn round(
+    a: &Arc<DynAuthority>,
+    prefix: &str,
+    workers: usize,
+    tasks: usize,
+    layers: usize,
+    next_first: bool,
+) -> Result<Round, Error> {
     // Claim by id: the same number of tasks, added without dependencies.
     let flat_queue = Id::parse("queue", &format!("{prefix}-flat"))?;
     let flat: Vec<NewNode> = (0..tasks)
@@ -229,79 +272,136 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
         })
         .collect::<Result<_, Error>>()?;
     let flat_ids: Vec<Id> = flat.iter().map(|n| n.task.clone()).collect();
-    add(&a, flat).await?;
+    add(a, flat).await?;
     let c0 = a.store().commits();
     let (flat_by_id, flat_secs) = drain(workers, |w| {
         by_id_worker(a.clone(), w, workers, flat_ids.clone())
     })
     .await?;
-    let c1 = a.store().commits();
-    // The layered graph, claimed by id in its order.
-    let by_id_queue = Id::parse("queue", &format!("{prefix}-ids"))?;
-    let by_id_graph = layered(&format!("{prefix}-ids"), tasks, layers, &by_id_queue)?;
-    let by_id_ids: Vec<Id> = by_id_graph.iter().map(|n| n.task.clone()).collect();
-    add(&a, by_id_graph).await?;
-    let c2 = a.store().commits();
-    let (by_id, by_id_secs) = drain(workers, |w| {
-        graph_worker(a.clone(), w, workers, by_id_ids.clone())
-    })
-    .await?;
-    let c3 = a.store().commits();
-    // The same graph again, drained with `next`.
-    let queue = Id::parse("queue", &format!("{prefix}-dag"))?;
-    let graph = layered(&prefix, tasks, layers, &queue)?;
-    let graph_ids: Vec<Id> = graph.iter().map(|n| n.task.clone()).collect();
-    add(&a, graph).await?;
-    let c4 = a.store().commits();
-    let (nexts, next_secs) = drain(workers, |w| next_worker(a.clone(), w, queue.clone())).await?;
-    let c5 = a.store().commits();
-    let diff = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| b.saturating_sub(a));
+    let flat_commits = diff(c0, a.store().commits());
+    // Two identical graphs: one claimed by id in its order, one drained
+    // with `next`; each added just before it runs (the run right after an
+    // add pays for what the add left to write, a checkpoint or a flush).
+    let mut by_id = (Vec::new(), 1e-9, None, Vec::new());
+    let mut nexts = (Vec::new(), 1e-9, None, Vec::new());
+    for run_next in [next_first, !next_first] {
+        if run_next {
+            let (queue, ids) = add_graph(a, &format!("{prefix}-dag"), tasks, layers).await?;
+            let c = a.store().commits();
+            let (t, secs) = drain(workers, |w| next_worker(a.clone(), w, queue.clone())).await?;
+            nexts = (t, secs, diff(c, a.store().commits()), ids);
+        } else {
+            let (_, ids) = add_graph(a, &format!("{prefix}-ids"), tasks, layers).await?;
+            let c = a.store().commits();
+            let (t, secs) = drain(workers, |w| {
+                graph_worker(a.clone(), w, workers, ids.clone())
+            })
+            .await?;
+            by_id = (t, secs, diff(c, a.store().commits()), ids);
+        }
+    }
     let mut double_grants = 0;
     let mut ungranted = 0;
     // Every task of both graphs granted once and SUCCEEDED.
-    for (tallies, ids) in [(&by_id, &by_id_ids), (&nexts, &graph_ids)] {
+    for (tallies, ids) in [(&by_id.0, &by_id.3), (&nexts.0, &nexts.3)] {
         let mut seen = BTreeSet::new();
         for g in tallies.iter().flat_map(|t| t.grants.iter()) {
             if !seen.insert(g.as_str()) {
                 double_grants += 1;
             }
         }
-        for t in ids {
-            let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
-            if !done || !seen.contains(t.as_str()) {
-                ungranted += 1;
-            }
-        }
+        let seen = &seen;
+        // A few at a time: through a server one at a time takes longer
+        // than the run it checks.
+        let missing: Vec<bool> = futures_util::stream::iter(ids.iter())
+            .map(|t| async move {
+                let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
+                Ok::<bool, Error>(!done || !seen.contains(t.as_str()))
+            })
+            .buffer_unordered(32)
+            .try_collect()
+            .await?;
+        ungranted += missing.into_iter().filter(|m| *m).count() as u64;
     }
-    let rate = |tallies: &[Tally], secs: f64| {
-        tallies.iter().map(|t| t.grants.len()).sum::<usize>() as f64 / secs
-    };
+    Ok(Round {
+        flat_rate: rate(&flat_by_id, flat_secs),
+        by_id_rate: rate(&by_id.0, by_id.1),
+        next_rate: rate(&nexts.0, nexts.1),
+        flat_commits,
+        by_id_commits: by_id.2,
+        next_commits: nexts.2,
+        none_ready: nexts.0.iter().map(|t| t.none_ready).sum(),
+        not_ready: by_id.0.iter().map(|t| t.none_ready).sum(),
+        double_grants,
+        ungranted,
+        errors: flat_by_id
+            .iter()
+            .chain(&by_id.0)
+            .chain(&nexts.0)
+            .map(|t| t.errors)
+            .sum(),
+    })
+}
+
+fn diff(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    a.zip(b).map(|(a, b)| b.saturating_sub(a))
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Runs `--rounds` rounds of the three on `store` (flat by id, the graph
+/// by id, the graph by `next`); each rate and ratio is the median over
+/// the rounds, the counts are their sums.
+pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error> {
+    let a = Arc::new(crate::authority_for(store).await?);
+    let workers = args.workers.max(1);
+    let tasks = args.tasks.max(1);
+    let layers = args.layers.clamp(1, tasks);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let prefix = format!("bench-next-{}-{nanos}", std::process::id());
+    let mut rounds = Vec::new();
+    for r in 0..args.rounds.max(1) {
+        let name = format!("{prefix}-r{r}");
+        rounds.push(round(&a, &name, workers, tasks, layers, r % 2 == 1).await?);
+    }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let by_id_rate = rate(&by_id, by_id_secs);
-    let flat_rate = rate(&flat_by_id, flat_secs);
-    let next_rate = rate(&nexts, next_secs);
+    let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let sum = |f: &dyn Fn(&Round) -> u64| rounds.iter().map(f).sum::<u64>();
+    let total = |f: &dyn Fn(&Round) -> Option<u64>| rounds.iter().map(f).sum::<Option<u64>>();
+    let ratios: Vec<f64> = rounds
+        .iter()
+        .map(|r| ratio(r.next_rate, r.by_id_rate))
+        .collect();
     Ok(NextResult {
         store: store.to_owned(),
         workers,
         tasks,
         layers,
-        by_id_grants_per_s: by_id_rate,
-        next_grants_per_s: next_rate,
-        ratio: ratio(next_rate, by_id_rate),
-        flat_by_id_grants_per_s: flat_rate,
-        flat_ratio: ratio(next_rate, flat_rate),
-        by_id_commits: diff(c2, c3),
-        next_commits: diff(c4, c5),
-        flat_by_id_commits: diff(c0, c1),
-        none_ready: nexts.iter().map(|t| t.none_ready).sum(),
-        not_ready: by_id.iter().map(|t| t.none_ready).sum(),
-        double_grants,
-        ungranted,
-        errors: flat_by_id
-            .iter()
-            .chain(&by_id)
-            .chain(&nexts)
-            .map(|t| t.errors)
-            .sum(),
+        rounds: rounds.len(),
+        by_id_grants_per_s: med(&|r| r.by_id_rate),
+        next_grants_per_s: med(&|r| r.next_rate),
+        ratio: median(ratios.clone()),
+        ratios,
+        flat_by_id_grants_per_s: med(&|r| r.flat_rate),
+        flat_ratio: med(&|r| ratio(r.next_rate, r.flat_rate)),
+        by_id_commits: total(&|r| r.by_id_commits),
+        next_commits: total(&|r| r.next_commits),
+        flat_by_id_commits: total(&|r| r.flat_commits),
+        none_ready: sum(&|r| r.none_ready),
+        not_ready: sum(&|r| r.not_ready),
+        double_grants: sum(&|r| r.double_grants),
+        ungranted: sum(&|r| r.ungranted),
+        errors: sum(&|r| r.errors),
     })
 }

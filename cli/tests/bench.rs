@@ -220,4 +220,29 @@ fn bench_next_drains_the_graph_and_reports_both_rates() {
     assert_eq!(rows[0]["layers"].as_u64(), Some(1));
     assert_eq!(rows[0]["double_grants"].as_u64(), Some(0), "{}", rows[0]);
     assert_eq!(rows[0]["ungranted"].as_u64(), Some(0), "{}", rows[0]);
+    // Rounds: each on fresh tasks, the ratio the median of theirs.
+    let rows = bench(
+        &store,
+        &["--next", "--workers", "2", "--tasks", "60", "--rounds", "3"],
+    );
+    let r = &rows[0];
+    assert_eq!(r["rounds"].as_u64(), Some(3), "{r}");
+    let mut ratios: Vec<f64> = r["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(ratios.len(), 3, "{r}");
+    ratios.sort_by(f64::total_cmp);
+    assert_eq!(r["ratio"].as_f64(), Some(ratios[1]), "{r}");
+    assert_eq!(
+        (
+            r["double_grants"].as_u64(),
+            r["ungranted"].as_u64(),
+            r["errors"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{r}"
+    );
 }
