@@ -428,6 +428,18 @@ fn map_etcd(endpoints_text: &str, context: &str, what: &str, e: etcd_client::Err
         .with_source(e)
 }
 
+/// Whether `e` says the member could not be reached at all (the call was
+/// never delivered): a refused or failed connection.
+fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() == tonic::Code::Unavailable && s.message().contains("connect")
+        }
+        _ => false,
+    }
+}
+
 /// The endpoints as a person writes them.
 fn endpoints(list: &[String]) -> String {
     list.join(",")
@@ -580,11 +592,25 @@ impl FabricStore {
             if now >= deadline {
                 break;
             }
-            let until = (now + self.attempt_timeout()).min(deadline);
             let (client, member) = self.client_for(start, attempt);
+            // The last member not passed over may take the rest of the
+            // deadline: on a loaded machine a first connection can take
+            // longer than one attempt's share.
+            let until = if self.others_suspect(member) {
+                deadline
+            } else {
+                (now + self.attempt_timeout()).min(deadline)
+            };
             match tokio::time::timeout_at(until, f(client)).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => last = Some(e),
+                Ok(Err(e)) => {
+                    // A member that refuses the connection is down: ask the
+                    // others first for a while.
+                    if unreachable(&e) {
+                        self.suspect(member);
+                    }
+                    last = Some(e);
+                }
                 // A member that does not answer: ask the next.
                 Err(_) => {
                     self.suspect(member);
@@ -704,6 +730,14 @@ impl FabricStore {
             .find(|i| self.suspect[*i].load(Ordering::Relaxed) <= now)
             .unwrap_or(first);
         (self.members[i].clone(), Some(i))
+    }
+
+    /// Whether every member but `i` is being passed over now.
+    fn others_suspect(&self, i: Option<usize>) -> bool {
+        let now = self.since_born_ms();
+        (0..self.members.len())
+            .filter(|k| Some(*k) != i)
+            .all(|k| self.suspect[k].load(Ordering::Relaxed) > now)
     }
 
     /// Passes over member `i` for a while: a call to it went unanswered.

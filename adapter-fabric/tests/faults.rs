@@ -146,6 +146,42 @@ async fn a_follower_killed_service_continues() {
     }
 }
 
+/// A killed member listed first, and a short deadline: connecting and
+/// every call still answer from the live members (a refused connection
+/// passes the member over; the last member asked may use the rest of the
+/// deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_member_listed_first_is_passed_over() {
+    let Some(mut cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let leader = cluster.leader().expect("a leader");
+    let dead = (leader + 1) % 3;
+    cluster.kill(dead);
+    let mut endpoints = cluster.endpoints();
+    let first = endpoints.remove(dead);
+    endpoints.insert(0, first);
+    for round in 0..3 {
+        let mut o = FabricOptions::new(endpoints.clone(), "first-dead");
+        o.timeout = Duration::from_secs(1);
+        let store = FabricStore::connect(o)
+            .await
+            .unwrap_or_else(|e| panic!("connect {round}: {e}"));
+        let a = Authority::new(store, Arc::new(SystemClock));
+        for i in 0..20 {
+            let task = id(&format!("t-{round}-{i}"));
+            let r = a
+                .claim(&task, &id("w"), Some(60_000))
+                .await
+                .unwrap_or_else(|e| panic!("claim {round}/{i}: {e}"));
+            let f = r.grant().unwrap().fence;
+            assert!(a.holder(&task).await.unwrap().unwrap().unwrap().live);
+            assert!(a.get(&task).await.unwrap().is_some());
+            assert!(!a.complete(&task, &id("w"), f).await.unwrap().is_refused());
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_killed_unavailable_quickly_nothing_granted_then_back() {
     let Some(mut cluster) = EtcdCluster::start_or_skip() else {
