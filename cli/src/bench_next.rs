@@ -104,32 +104,18 @@ struct Tally {
     errors: u64,
 }
 
-async fn by_id_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec<Id>) -> Tally {
-    let mut t = Tally::default();
-    let Ok(owner) = Id::parse("owner", &format!("bench-worker-{w}")) else {
-        return t;
-    };
-    for task in tasks.iter().skip(w).step_by(workers) {
-        match a.claim(task, &owner, Some(600_000)).await {
-            Ok(r) => match r.grant() {
-                Some(g) => {
-                    if a.complete(task, &owner, g.fence).await.is_err() {
-                        t.errors += 1;
-                    }
-                    t.grants.push(task.to_string());
-                }
-                None => t.errors += 1,
-            },
-            Err(_) => t.errors += 1,
-        }
+/// Completes a grant and counts it (a failed completion as an error).
+async fn complete(a: &DynAuthority, t: &mut Tally, task: &Id, owner: &Id, fence: u64) {
+    if a.complete(task, owner, fence).await.is_err() {
+        t.errors += 1;
     }
-    t
+    t.grants.push(task.to_string());
 }
 
-/// Claims its share of the graph by id, in the graph's order (layer by
+/// Claims its share of `tasks` by id, in their order (a graph's layer by
 /// layer); a claim refused `not_ready` (its dependencies still running on
 /// other workers) is tried again after 1 ms, as a `next` that finds
-/// nothing ready is.
+/// nothing ready is. Tasks without dependencies are simply claimed.
 async fn graph_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec<Id>) -> Tally {
     let mut t = Tally::default();
     let Ok(owner) = Id::parse("owner", &format!("bench-worker-{w}")) else {
@@ -144,12 +130,7 @@ async fn graph_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec
                 }
                 Ok(r) => {
                     match r.grant() {
-                        Some(g) => {
-                            if a.complete(task, &owner, g.fence).await.is_err() {
-                                t.errors += 1;
-                            }
-                            t.grants.push(task.to_string());
-                        }
+                        Some(g) => complete(&a, &mut t, task, &owner, g.fence).await,
                         None => t.errors += 1,
                     }
                     break;
@@ -181,10 +162,7 @@ async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
         {
             Ok(Reply::Committed(r)) => {
                 let fence = r.current_fence().unwrap_or(0);
-                if a.complete(&r.task, &owner, fence).await.is_err() {
-                    t.errors += 1;
-                }
-                t.grants.push(r.task.to_string());
+                complete(&a, &mut t, &r.task, &owner, fence).await;
             }
             Ok(Reply::Refused(Refusal::NoneReady { .. })) => {
                 t.none_ready += 1;
@@ -275,7 +253,7 @@ async fn round(
     add(a, flat).await?;
     let c0 = a.store().commits();
     let (flat_by_id, flat_secs) = drain(workers, |w| {
-        by_id_worker(a.clone(), w, workers, flat_ids.clone())
+        graph_worker(a.clone(), w, workers, flat_ids.clone())
     })
     .await?;
     let flat_commits = diff(c0, a.store().commits());
