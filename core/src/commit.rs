@@ -390,6 +390,49 @@ pub fn isolate<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch(f).unwrap_or_else(|what| Err(panicked(name, &what)))
 }
 
+/// Runs `f` on `inner` on tokio's blocking pool, [`isolate`]d: a panic in
+/// it, or a pool that could not run it, is `Unavailable` naming `name`.
+pub async fn on_blocking_pool<I, T, F>(name: String, inner: Arc<I>, f: F) -> Result<T>
+where
+    I: Send + Sync + 'static,
+    T: Send + 'static,
+    F: FnOnce(&I) -> Result<T> + Send + 'static,
+{
+    let shown = name.clone();
+    tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
+        .await
+        .map_err(|e| {
+            Error::unavailable(format!("{shown}: the store's worker thread failed: {e}"))
+        })?
+}
+
+/// One job: through `committer` when the store has one, or else committed
+/// alone by `commit_jobs` on the blocking pool. `name` names the store.
+pub async fn job_alone_or_grouped<I>(
+    committer: Option<&GroupCommitter>,
+    name: String,
+    inner: Arc<I>,
+    job: Job,
+    commit_jobs: fn(&I, &[Job]) -> Result<Vec<Answer>>,
+) -> Result<Answer>
+where
+    I: Send + Sync + 'static,
+{
+    match committer {
+        // The committer answers only after the commit holding this decision is durable.
+        Some(committer) => committer.submit_job(job).await,
+        None => {
+            let what = name.clone();
+            on_blocking_pool(name, inner, move |inner| {
+                commit_jobs(inner, std::slice::from_ref(&job))?
+                    .pop()
+                    .ok_or_else(|| Error::unavailable(format!("{what}: a commit answered nothing")))
+            })
+            .await
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

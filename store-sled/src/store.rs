@@ -3,7 +3,7 @@
 
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::next::{NextSource, take_next};
@@ -406,19 +406,15 @@ impl SledStore {
     /// One job through the committer, or in a transaction of its own when
     /// group commit is off.
     async fn job(&self, job: Job) -> Result<Answer> {
-        match &self.committer {
-            // The committer answers only after the flush covering this decision.
-            Some(committer) => committer.submit_job(job).await,
-            None => {
-                self.run(move |inner| {
-                    inner
-                        .commit_jobs(std::slice::from_ref(&job))?
-                        .pop()
-                        .ok_or_else(|| Error::unavailable("sled: a transaction answered nothing"))
-                })
-                .await
-            }
-        }
+        let name = format!("sled {}", self.inner.path.display());
+        job_alone_or_grouped(
+            self.committer.as_deref(),
+            name,
+            self.inner.clone(),
+            job,
+            Inner::commit_jobs,
+        )
+        .await
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T>
@@ -426,11 +422,8 @@ impl SledStore {
         T: Send + 'static,
         F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        let name = inner.path.display().to_string();
-        tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
-            .await
-            .map_err(|e| Error::unavailable(format!("sled worker thread failed: {e}")))?
+        let name = self.inner.path.display().to_string();
+        on_blocking_pool(name, self.inner.clone(), f).await
     }
 }
 

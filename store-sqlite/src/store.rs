@@ -4,7 +4,7 @@
 use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft, TaskRecord};
 use baton_core::next::{NextSource, take_next};
@@ -182,19 +182,15 @@ impl SqliteStore {
     /// One job through the committer, or in a transaction of its own when
     /// group commit is off.
     async fn job(&self, job: Job) -> Result<Answer> {
-        match &self.committer {
-            // The committer answers only after the commit holding this decision is durable.
-            Some(committer) => committer.submit_job(job).await,
-            None => {
-                self.run(move |inner| {
-                    inner
-                        .commit_jobs(std::slice::from_ref(&job))?
-                        .pop()
-                        .ok_or_else(|| Error::unavailable("sqlite: a commit answered nothing"))
-                })
-                .await
-            }
-        }
+        let name = format!("sqlite {}", self.inner.path.display());
+        job_alone_or_grouped(
+            self.committer.as_deref(),
+            name,
+            self.inner.clone(),
+            job,
+            Inner::commit_jobs,
+        )
+        .await
     }
 
     async fn run<T, F>(&self, f: F) -> Result<T>
@@ -202,11 +198,8 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Inner) -> Result<T> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        let name = inner.path.display().to_string();
-        tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
-            .await
-            .map_err(|e| Error::unavailable(format!("sqlite worker thread failed: {e}")))?
+        let name = self.inner.path.display().to_string();
+        on_blocking_pool(name, self.inner.clone(), f).await
     }
 }
 
