@@ -407,10 +407,11 @@ where
 }
 
 /// One job: through `committer` when the store has one, or else committed
-/// alone by `commit_jobs` on the blocking pool. `name` names the store.
+/// alone by `commit_jobs` on the blocking pool. `name` names the store
+/// (called only on that path, so the committer's path allocates nothing).
 pub async fn job_alone_or_grouped<I>(
     committer: Option<&GroupCommitter>,
-    name: String,
+    name: impl FnOnce() -> String + Send,
     inner: Arc<I>,
     job: Job,
     commit_jobs: fn(&I, &[Job]) -> Result<Vec<Answer>>,
@@ -422,6 +423,7 @@ where
         // The committer answers only after the commit holding this decision is durable.
         Some(committer) => committer.submit_job(job).await,
         None => {
+            let name = name();
             let what = name.clone();
             on_blocking_pool(name, inner, move |inner| {
                 commit_jobs(inner, std::slice::from_ref(&job))?

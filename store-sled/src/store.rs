@@ -406,10 +406,9 @@ impl SledStore {
     /// One job through the committer, or in a transaction of its own when
     /// group commit is off.
     async fn job(&self, job: Job) -> Result<Answer> {
-        let name = format!("sled {}", self.inner.path.display());
         job_alone_or_grouped(
             self.committer.as_deref(),
-            name,
+            || format!("sled {}", self.inner.path.display()),
             self.inner.clone(),
             job,
             Inner::commit_jobs,
@@ -913,10 +912,10 @@ impl Inner {
 /// Index entries (key, task id), in key order.
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Index entries read before a transaction, by lane and queue.
+/// Index entries read before a transaction, by lane and queue, each with
+/// whether it was cut at its window (the index may go on past the last
+/// entry read).
 #[derive(Default)]
-/// Each with whether it was cut at its window (the index may go on past
-/// the last entry read).
 struct Prefetched {
     ready: std::collections::HashMap<(Lane, Id), (Entries, bool)>,
     held: std::collections::HashMap<(Lane, Id), (Entries, bool)>,

@@ -182,10 +182,9 @@ impl SqliteStore {
     /// One job through the committer, or in a transaction of its own when
     /// group commit is off.
     async fn job(&self, job: Job) -> Result<Answer> {
-        let name = format!("sqlite {}", self.inner.path.display());
         job_alone_or_grouped(
             self.committer.as_deref(),
-            name,
+            || format!("sqlite {}", self.inner.path.display()),
             self.inner.clone(),
             job,
             Inner::commit_jobs,
