@@ -311,7 +311,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
 /// How many tasks [`verify`] checks at once: each check is a read and two
 /// refused writes (each a durable commit), so one at a time took several
 /// times the storm itself; concurrently they share commits.
-const VERIFY_AT_ONCE: usize = 32;
+pub(crate) const VERIFY_AT_ONCE: usize = 32;
 
 /// Every task granted exactly once; no write under a wrong fence accepted.
 async fn verify(

@@ -289,14 +289,14 @@ async fn round(
             }
         }
         let seen = &seen;
-        // A few at a time: through a server one at a time takes longer
+        // Several at a time: through a server one at a time takes longer
         // than the run it checks.
         let missing: Vec<bool> = futures_util::stream::iter(ids.iter())
             .map(|t| async move {
                 let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
                 Ok::<bool, Error>(!done || !seen.contains(t.as_str()))
             })
-            .buffer_unordered(32)
+            .buffer_unordered(crate::bench::VERIFY_AT_ONCE)
             .try_collect()
             .await?;
         ungranted += missing.into_iter().filter(|m| *m).count() as u64;
