@@ -1639,3 +1639,34 @@ impl Store for FabricStore {
         Ok(acked)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+
+    /// A call to an address nobody listens on fails as unreachable (its
+    /// member is passed over); an answer from a member that was reached
+    /// does not.
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_an_answer_is_not() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(); // the listener is dropped: nothing listens there now
+        let o = ConnectOptions::new().with_timeout(Duration::from_secs(2));
+        let mut c = Client::connect([format!("127.0.0.1:{port}")], Some(o))
+            .await
+            .unwrap();
+        let e = c.get("k", None).await.unwrap_err();
+        assert!(unreachable(&e), "{e:?}");
+        let answered = etcd_client::Error::GRpcStatus(tonic::Status::invalid_argument(
+            "etcdserver: key is not provided",
+        ));
+        assert!(!unreachable(&answered));
+        let no_leader =
+            etcd_client::Error::GRpcStatus(tonic::Status::unavailable("etcdserver: no leader"));
+        assert!(!unreachable(&no_leader));
+    }
+}

@@ -147,9 +147,8 @@ async fn a_follower_killed_service_continues() {
 }
 
 /// A killed member listed first, and a short deadline: connecting and
-/// every call still answer from the live members (a refused connection
-/// passes the member over; the last member asked may use the rest of the
-/// deadline).
+/// every call still answer from the live members. (That a refused
+/// connection counts as unreachable is checked in `store.rs`'s tests.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_member_listed_first_is_passed_over() {
     let Some(mut cluster) = EtcdCluster::start_or_skip() else {
