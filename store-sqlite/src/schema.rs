@@ -7,6 +7,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_file_identity.sql"),
     include_str!("../migrations/0003_work_graph.sql"),
     include_str!("../migrations/0004_partial_indexes.sql"),
+    include_str!("../migrations/0005_fewer_pages.sql"),
 ];
 
 /// The schema version this build writes.

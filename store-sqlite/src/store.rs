@@ -12,7 +12,7 @@ use baton_core::store::{Clause, Due};
 use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, ListQuery, Notification,
-    Operation, Result, Snapshot, Store, TaskId, Timestamp,
+    Operation, Result, Snapshot, State, Store, TaskId, Timestamp,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
@@ -768,15 +768,24 @@ impl Inner {
 
     fn write_decision(&self, tx: &rusqlite::Transaction<'_>, d: &mut Decision) -> Result<()> {
         let err = |e| self.err(e);
-        if d.mints_fence() {
-            let fence: i64 = tx
-                .prepare_cached("UPDATE fence SET value = value + 1 WHERE id = 1 RETURNING value")
+        // The fence counter lives in the last event row (schema 5): the
+        // minted fence is carried by the events this decision appends, or
+        // written to the `fence` row when it appends none.
+        let minted = if d.mints_fence() {
+            let top: i64 = tx
+                .prepare_cached(FENCE_TOP_SQL)
                 .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(err)?;
-            let fence =
-                u64::try_from(fence).map_err(|_| self.corrupt("the fence counter is negative"))?;
+            let fence = top
+                .checked_add(1)
+                .and_then(|f| u64::try_from(f).ok())
+                .ok_or_else(|| self.corrupt("the fence counter is out of range"))?;
             d.assign_fence(fence);
-        }
+            Some(top + 1)
+        } else {
+            None
+        };
+        let mut carried = false;
         if let Some(r) = d.record_to_write() {
             let json = encode(r)?;
             tx.prepare_cached(
@@ -810,18 +819,23 @@ impl Inner {
                 }
             }
             let body = encode(e)?;
-            tx.prepare_cached(
-                "INSERT INTO events (task_id, kind, conflict_key, body) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    e.task.as_str(),
-                    e.kind.as_str(),
-                    e.conflict_key,
-                    body
-                ])
-            })
-            .map_err(err)?;
+            tx.prepare_cached(INSERT_EVENT_SQL)
+                .and_then(|mut s| {
+                    s.execute(params![
+                        e.task.as_str(),
+                        e.kind.as_str(),
+                        e.conflict_key,
+                        body,
+                        minted.unwrap_or(0),
+                    ])
+                })
+                .map_err(err)?;
+            carried = true;
+        }
+        if let (Some(fence), false) = (minted, carried) {
+            tx.prepare_cached("UPDATE fence SET value = ?1 WHERE id = 1")
+                .and_then(|mut s| s.execute(params![fence]))
+                .map_err(err)?;
         }
         for n in d.notifications() {
             let body = encode(n)?;
@@ -867,9 +881,21 @@ impl Inner {
                                  AND (due_at IS NULL OR due_at > ?3) ORDER BY task_id LIMIT ?4",
                                 &[&s, &after, &now, &limit],
                             )?,
+                            // Schema 5 indexes due times only for the
+                            // states that wait on a start deadline; held
+                            // tasks are as many as the leases.
+                            Due::Passed if matches!(state, State::Declared | State::Registered) => {
+                                collect(
+                                    "SELECT task_id, record FROM tasks INDEXED BY tasks_by_due
+                                     WHERE state IN ('DECLARED', 'REGISTERED')
+                                     AND state = ?1 AND due_at <= ?3 AND task_id > ?2
+                                     ORDER BY task_id LIMIT ?4",
+                                    &[&s, &after, &now, &limit],
+                                )?
+                            }
                             Due::Passed => collect(
-                                "SELECT task_id, record FROM tasks INDEXED BY tasks_by_due
-                                 WHERE state = ?1 AND due_at <= ?3 AND task_id > ?2
+                                "SELECT task_id, record FROM tasks INDEXED BY tasks_by_state
+                                 WHERE state = ?1 AND task_id > ?2 AND due_at <= ?3
                                  ORDER BY task_id LIMIT ?4",
                                 &[&s, &after, &now, &limit],
                             )?,
@@ -1055,6 +1081,20 @@ impl SqlTx<'_> {
 }
 
 /// A queue's ready index in `next`'s order (see [`SqlTx::records`]).
+/// The highest fence minted: carried by the last event since schema 5, in
+/// the `fence` row before it (and when a decision minted one but appended
+/// no event).
+const FENCE_TOP_SQL: &str = "SELECT max(
+        coalesce((SELECT fence_top FROM events ORDER BY seq DESC LIMIT 1), 0),
+        (SELECT value FROM fence WHERE id = 1))";
+
+/// An event, carrying the fence counter: the fence this decision minted
+/// (`?5`, 0 if none) or the highest one before it.
+const INSERT_EVENT_SQL: &str = "INSERT INTO events (task_id, kind, conflict_key, body, fence_top)
+    VALUES (?1, ?2, ?3, ?4, max(?5,
+        coalesce((SELECT fence_top FROM events ORDER BY seq DESC LIMIT 1), 0),
+        (SELECT value FROM fence WHERE id = 1)))";
+
 const READY_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_ready
      WHERE ready_key > ?1 AND ready_key < ?2 ORDER BY ready_key";
 /// A queue's held tasks by lease expiry.

@@ -13,8 +13,17 @@ fn spec(task: &str, after: &[&str]) -> NodeSpec {
     NodeSpec::new(&id(task), None, 0, after.iter().map(|d| id(d))).unwrap()
 }
 
+/// Schema version 5 undone: the fence counter back in its own row, no
+/// `fence_top` column, and the due index for every state.
+const VERSION_4: &str = "
+    UPDATE fence SET value = max(value, coalesce((SELECT max(fence_top) FROM events), 0));
+    ALTER TABLE events DROP COLUMN fence_top;
+    DROP INDEX tasks_by_due;
+    CREATE INDEX tasks_by_due ON tasks (state, due_at) WHERE due_at IS NOT NULL;
+    PRAGMA user_version = 4;";
+
 /// The three indexes as schema version 3 had them: whole, with an entry
-/// for every task.
+/// for every task (applied after [`VERSION_4`]).
 const VERSION_3_INDEXES: &str = "
     DROP INDEX tasks_ready; DROP INDEX tasks_held; DROP INDEX tasks_by_due;
     CREATE INDEX tasks_ready ON tasks (ready_key);
@@ -41,6 +50,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
     // Put the indexes back as version 3 wrote them.
     {
         let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(VERSION_4).unwrap();
         c.execute_batch(VERSION_3_INDEXES).unwrap();
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
@@ -53,7 +63,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 4, "migrated to version 4");
+        assert_eq!(v, 5, "migrated to version 5");
         for name in ["tasks_ready", "tasks_held", "tasks_by_due"] {
             let sql: String = c
                 .query_row(
@@ -90,5 +100,72 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
         // The bare task is still held.
         let again = a.claim(&id("bare"), &id("other"), None).await.unwrap();
         assert!(matches!(again, Reply::Refused(_)), "{again:?}");
+    });
+}
+
+fn fence_of(reply: &baton_core::Result<Reply>) -> u64 {
+    match reply {
+        Ok(Reply::Committed(rec)) => rec.lease.as_ref().expect("a grant has a lease").fence,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+/// Version 5 moved the fence counter into the events: a version 4 store
+/// keeps counting from where its `fence` row stood, never reusing one.
+#[test]
+fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    let rt = rt();
+    let last = {
+        let a = open_with(&path, Duration::from_secs(5)).unwrap();
+        rt.block_on(async {
+            let mut last = 0;
+            for t in ["a", "b", "c"] {
+                let f = fence_of(&a.claim(&id(t), &id("w"), Some(600_000)).await);
+                assert!(f > last, "fences increase: {f} after {last}");
+                last = f;
+            }
+            last
+        })
+    };
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(VERSION_4).unwrap();
+        // A version 4 store counted further than its events show when a
+        // later grant's commit was the last to touch the row: start the
+        // migrated store there.
+        c.execute("UPDATE fence SET value = value + 40 WHERE id = 1", [])
+            .unwrap();
+    }
+    let a = open_with(&path, Duration::from_secs(5)).unwrap();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let v: i64 = c
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 5);
+        let due: String = c
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE name = 'tasks_by_due'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(due.contains("IN ('DECLARED', 'REGISTERED')"), "{due}");
+    }
+    rt.block_on(async {
+        let f = fence_of(&a.claim(&id("d"), &id("w"), Some(600_000)).await);
+        assert_eq!(f, last + 41, "one past the version 4 counter");
+        // The counter now travels with the events: another claim, a
+        // reopen, and one more still count on.
+        let g = fence_of(&a.claim(&id("e"), &id("w"), Some(600_000)).await);
+        assert_eq!(g, f + 1);
+    });
+    drop(a);
+    let a = open_with(&path, Duration::from_secs(5)).unwrap();
+    rt.block_on(async {
+        let h = fence_of(&a.claim(&id("a"), &id("w"), Some(600_000)).await);
+        assert_eq!(h, last + 43, "a re-grant after reopening");
     });
 }
