@@ -1907,3 +1907,63 @@ fn an_answer_only_decision_keeps_the_verdict_and_records() {
     assert!(again.current.is_some());
     assert_eq!(again.clone().answer_only().current, again.current);
 }
+
+/// `next` counts a refused candidate as a race lost (and reads its index
+/// again) only when another grant holds the task now: a live lease, to a
+/// claim or to a recover. A lock delay, a finished task or a wrong fence
+/// stand whoever asks, and `next` passes over them.
+#[test]
+fn only_a_live_grant_of_another_is_a_race_lost() {
+    let refusal = |d: Decision| match d.verdict {
+        Verdict::Refuse { refusal, .. } => refusal,
+        other => panic!("not refused: {other:?}"),
+    };
+    let held = bare_claimed();
+    let by_claim = refusal(step(Some(&held), claim("b", MIN), at(1)));
+    assert!(matches!(by_claim, Refusal::Held { .. }), "{by_claim:?}");
+    let by_recover = refusal(step(
+        Some(&held),
+        Request::Recover {
+            owner: w("b"),
+            ttl_ms: Some(MIN),
+        },
+        at(1),
+    ));
+    assert!(
+        matches!(by_recover, Refusal::LeaseLive { .. }),
+        "{by_recover:?}"
+    );
+    for r in [&by_claim, &by_recover] {
+        assert!(r.held_by_another(), "{r:?} is another's live grant");
+    }
+
+    // The lease ran out unreleased under a lock delay of an hour.
+    let delayed = then(
+        None,
+        Request::Claim {
+            owner: w("a"),
+            ttl_ms: Some(MIN),
+            lock_delay_ms: Some(3_600_000),
+        },
+        T0,
+    );
+    let in_delay = refusal(step(Some(&delayed), claim("b", MIN), at(MIN + 1)));
+    assert!(
+        matches!(in_delay, Refusal::LockDelay { .. }),
+        "{in_delay:?}"
+    );
+    let done = refusal(step(Some(&bare_succeeded()), claim("b", MIN), at(2)));
+    assert!(matches!(done, Refusal::Completed), "{done:?}");
+    let stale = refusal(step(
+        Some(&held),
+        Request::Complete {
+            owner: w("a"),
+            fence: fence_of(&held) + 1,
+        },
+        at(1),
+    ));
+    assert!(matches!(stale, Refusal::StaleFence { .. }), "{stale:?}");
+    for r in [&in_delay, &done, &stale] {
+        assert!(!r.held_by_another(), "{r:?} stands whoever asks");
+    }
+}
