@@ -776,12 +776,10 @@ impl Inner {
                 .prepare_cached(FENCE_TOP_SQL)
                 .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(err)?;
-            let fence = top
-                .checked_add(1)
-                .and_then(|f| u64::try_from(f).ok())
-                .ok_or_else(|| self.corrupt("the fence counter is out of range"))?;
-            d.assign_fence(fence);
-            Some(top + 1)
+            let out_of_range = || self.corrupt("the fence counter is out of range");
+            let next = top.checked_add(1).ok_or_else(out_of_range)?;
+            d.assign_fence(u64::try_from(next).map_err(|_| out_of_range())?);
+            Some(next)
         } else {
             None
         };
@@ -1080,7 +1078,6 @@ impl SqlTx<'_> {
     }
 }
 
-/// A queue's ready index in `next`'s order (see [`SqlTx::records`]).
 /// The highest fence minted: carried by the last event since schema 5, in
 /// the `fence` row before it (and when a decision minted one but appended
 /// no event).
@@ -1095,6 +1092,7 @@ const INSERT_EVENT_SQL: &str = "INSERT INTO events (task_id, kind, conflict_key,
         coalesce((SELECT fence_top FROM events ORDER BY seq DESC LIMIT 1), 0),
         (SELECT value FROM fence WHERE id = 1)))";
 
+/// A queue's ready index in `next`'s order (see [`SqlTx::records`]).
 const READY_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_ready
      WHERE ready_key > ?1 AND ready_key < ?2 ORDER BY ready_key";
 /// A queue's held tasks by lease expiry.
