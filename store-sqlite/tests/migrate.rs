@@ -132,9 +132,9 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
     {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute_batch(VERSION_4).unwrap();
-        // A version 4 store counted further than its events show when a
-        // later grant's commit was the last to touch the row: start the
-        // migrated store there.
+        // Version 4 counted with the row alone: put it ahead of every
+        // fence the events show, so only a store that reads the row
+        // continues from the right place.
         c.execute("UPDATE fence SET value = value + 40 WHERE id = 1", [])
             .unwrap();
     }
