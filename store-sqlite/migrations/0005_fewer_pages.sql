@@ -1,5 +1,5 @@
 -- baton SQLite schema, version 5.
--- Two pages fewer in the commit of a grant, and two in that of its end.
+-- Two pages fewer in a claim's commit (6 to 4), one in a completion's (6 to 5).
 --
 -- The fence counter: every grant wrote the one-row `fence` table, a page
 -- of its own in each claim's commit. Each event row now carries the
