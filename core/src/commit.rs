@@ -398,19 +398,40 @@ where
     T: Send + 'static,
     F: FnOnce(&I) -> Result<T> + Send + 'static,
 {
+    on_blocking_pool_in(None, name, inner, f).await
+}
+
+/// [`on_blocking_pool`] on the blocking pool of `pool`'s runtime (a store
+/// that keeps a runtime of its own), or of the caller's when `None`.
+pub async fn on_blocking_pool_in<I, T, F>(
+    pool: Option<&tokio::runtime::Handle>,
+    name: String,
+    inner: Arc<I>,
+    f: F,
+) -> Result<T>
+where
+    I: Send + Sync + 'static,
+    T: Send + 'static,
+    F: FnOnce(&I) -> Result<T> + Send + 'static,
+{
     let shown = name.clone();
-    tokio::task::spawn_blocking(move || isolate(&name, || f(&inner)))
-        .await
-        .map_err(|e| {
-            Error::unavailable(format!("{shown}: the store's worker thread failed: {e}"))
-        })?
+    let run = move || isolate(&name, || f(&inner));
+    let task = match pool {
+        Some(h) => h.spawn_blocking(run),
+        None => tokio::task::spawn_blocking(run),
+    };
+    task.await.map_err(|e| {
+        Error::unavailable(format!("{shown}: the store's worker thread failed: {e}"))
+    })?
 }
 
 /// One job: through `committer` when the store has one, or else committed
-/// alone by `commit_jobs` on the blocking pool. `name` names the store
-/// (called only on that path, so the committer's path allocates nothing).
+/// alone by `commit_jobs` on a blocking pool (`pool`'s runtime's, or the
+/// caller's when `None`). `name` names the store (called only on that
+/// path, so the committer's path allocates nothing).
 pub async fn job_alone_or_grouped<I>(
     committer: Option<&GroupCommitter>,
+    pool: Option<&tokio::runtime::Handle>,
     name: impl FnOnce() -> String + Send,
     inner: Arc<I>,
     job: Job,
@@ -425,7 +446,7 @@ where
         None => {
             let name = name();
             let what = name.clone();
-            on_blocking_pool(name, inner, move |inner| {
+            on_blocking_pool_in(pool, name, inner, move |inner| {
                 commit_jobs(inner, std::slice::from_ref(&job))?
                     .pop()
                     .ok_or_else(|| Error::unavailable(format!("{what}: a commit answered nothing")))

@@ -10,7 +10,7 @@
 use crate::options::PostgresOptions;
 use crate::schema::{CURRENT_VERSION, MIGRATIONS, lock_key};
 use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, isolate};
+use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool_in};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
 use baton_core::next::{NextSource, has_candidates, take_next};
@@ -241,27 +241,17 @@ impl PostgresStore {
     }
 
     async fn job(&self, job: Job) -> Result<Answer> {
-        match &self.committer {
-            // The committer answers only after the commit holding this decision is durable.
-            Some(c) => c.submit_job(job).await,
-            None => {
-                let inner = self.inner.clone();
-                let name = inner.name.clone();
-                let h = inner.handle.clone();
-                h.spawn_blocking(move || {
-                    isolate(&name, || {
-                        inner
-                            .commit_jobs(std::slice::from_ref(&job))?
-                            .pop()
-                            .ok_or_else(|| {
-                                Error::unavailable("postgres: a commit answered nothing")
-                            })
-                    })
-                })
-                .await
-                .map_err(|e| Error::unavailable(format!("postgres worker thread failed: {e}")))?
-            }
-        }
+        // Committed alone on the store's own runtime, whose handle its
+        // synchronous code blocks on.
+        job_alone_or_grouped(
+            self.committer.as_deref(),
+            Some(&self.inner.handle),
+            || self.inner.name.clone(),
+            self.inner.clone(),
+            job,
+            Inner::commit_jobs,
+        )
+        .await
     }
 }
 
@@ -923,12 +913,14 @@ impl Store for PostgresStore {
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         // Nothing to offer on a snapshot (durable commits only): that is
         // the answer, without the lock.
-        let (i, q) = (self.inner.clone(), query.clone());
-        let h = self.inner.handle.clone();
-        let any = h
-            .spawn_blocking(move || i.has_candidates(q))
-            .await
-            .map_err(|e| Error::unavailable(format!("postgres worker thread failed: {e}")))??;
+        let q = query.clone();
+        let any = on_blocking_pool_in(
+            Some(&self.inner.handle),
+            self.inner.name.clone(),
+            self.inner.clone(),
+            move |i| i.has_candidates(q),
+        )
+        .await?;
         if !any {
             return Ok(None);
         }

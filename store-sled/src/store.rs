@@ -408,6 +408,7 @@ impl SledStore {
     async fn job(&self, job: Job) -> Result<Answer> {
         job_alone_or_grouped(
             self.committer.as_deref(),
+            None,
             || format!("sled {}", self.inner.path.display()),
             self.inner.clone(),
             job,

@@ -184,6 +184,7 @@ impl SqliteStore {
     async fn job(&self, job: Job) -> Result<Answer> {
         job_alone_or_grouped(
             self.committer.as_deref(),
+            None,
             || format!("sqlite {}", self.inner.path.display()),
             self.inner.clone(),
             job,
