@@ -135,15 +135,22 @@ async fn a_follower_killed_service_continues() {
     cluster.kill(follower);
     let a = authority(&cluster, "follower", Duration::from_secs(3)).await;
     for i in 0..60 {
-        let task = id(&format!("t-{i}"));
-        let r = a
-            .claim(&task, &id("w"), Some(60_000))
-            .await
-            .unwrap_or_else(|e| panic!("claim {i}: {e}"));
-        let f = r.grant().unwrap().fence;
-        assert!(a.holder(&task).await.unwrap().unwrap().unwrap().live);
-        assert!(!a.complete(&task, &id("w"), f).await.unwrap().is_refused());
+        claim_hold_complete(&a, &format!("t-{i}")).await;
     }
+}
+
+/// Claims `task`, checks the grant is live, completes it: every call must
+/// answer.
+async fn claim_hold_complete(a: &Authority<FabricStore>, task: &str) {
+    let t = id(task);
+    let r = a
+        .claim(&t, &id("w"), Some(60_000))
+        .await
+        .unwrap_or_else(|e| panic!("claim {task}: {e}"));
+    let f = r.grant().unwrap().fence;
+    assert!(a.holder(&t).await.unwrap().unwrap().unwrap().live);
+    assert!(a.get(&t).await.unwrap().is_some());
+    assert!(!a.complete(&t, &id("w"), f).await.unwrap().is_refused());
 }
 
 /// A killed member listed first, and a short deadline: connecting and
@@ -168,15 +175,7 @@ async fn a_killed_member_listed_first_is_passed_over() {
             .unwrap_or_else(|e| panic!("connect {round}: {e}"));
         let a = Authority::new(store, Arc::new(SystemClock));
         for i in 0..20 {
-            let task = id(&format!("t-{round}-{i}"));
-            let r = a
-                .claim(&task, &id("w"), Some(60_000))
-                .await
-                .unwrap_or_else(|e| panic!("claim {round}/{i}: {e}"));
-            let f = r.grant().unwrap().fence;
-            assert!(a.holder(&task).await.unwrap().unwrap().unwrap().live);
-            assert!(a.get(&task).await.unwrap().is_some());
-            assert!(!a.complete(&task, &id("w"), f).await.unwrap().is_refused());
+            claim_hold_complete(&a, &format!("t-{round}-{i}")).await;
         }
     }
 }
