@@ -769,14 +769,18 @@ impl Inner {
 
     fn write_decision(&self, tx: &rusqlite::Transaction<'_>, d: &mut Decision) -> Result<()> {
         let err = |e| self.err(e);
-        // The fence counter lives in the last event row (schema 5): the
-        // minted fence is carried by the events this decision appends, or
-        // written to the `fence` row when it appends none.
-        let minted = if d.mints_fence() {
-            let top: i64 = tx
-                .prepare_cached(FENCE_TOP_SQL)
+        // The fence counter lives in the last event row (schema 5): read
+        // once, when this decision mints a fence or appends an event, and
+        // carried by every event it appends (or, minted with no event to
+        // carry it, written to the `fence` row).
+        let top: i64 = if d.mints_fence() || d.events().next().is_some() {
+            tx.prepare_cached(FENCE_TOP_SQL)
                 .and_then(|mut s| s.query_row([], |r| r.get(0)))
-                .map_err(err)?;
+                .map_err(err)?
+        } else {
+            0
+        };
+        let minted = if d.mints_fence() {
             let out_of_range = || self.corrupt("the fence counter is out of range");
             let next = top.checked_add(1).ok_or_else(out_of_range)?;
             d.assign_fence(u64::try_from(next).map_err(|_| out_of_range())?);
@@ -784,6 +788,7 @@ impl Inner {
         } else {
             None
         };
+        let fence_top = minted.unwrap_or(top);
         let mut carried = false;
         if let Some(r) = d.record_to_write() {
             let json = encode(r)?;
@@ -825,7 +830,7 @@ impl Inner {
                         e.kind.as_str(),
                         e.conflict_key,
                         body,
-                        minted.unwrap_or(0),
+                        fence_top,
                     ])
                 })
                 .map_err(err)?;
@@ -1086,12 +1091,9 @@ const FENCE_TOP_SQL: &str = "SELECT max(
         coalesce((SELECT fence_top FROM events ORDER BY seq DESC LIMIT 1), 0),
         (SELECT value FROM fence WHERE id = 1))";
 
-/// An event, carrying the fence counter: the fence this decision minted
-/// (`?5`, 0 if none) or the highest one before it.
+/// An event, carrying the fence counter (`?5`: the highest fence minted).
 const INSERT_EVENT_SQL: &str = "INSERT INTO events (task_id, kind, conflict_key, body, fence_top)
-    VALUES (?1, ?2, ?3, ?4, max(?5,
-        coalesce((SELECT fence_top FROM events ORDER BY seq DESC LIMIT 1), 0),
-        (SELECT value FROM fence WHERE id = 1)))";
+    VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// A queue's ready index in `next`'s order (see [`SqlTx::records`]).
 const READY_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_ready
