@@ -205,7 +205,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     if args.processes && !a.store().capabilities().multi_process {
         return Err(Error::invalid(
             "store",
-            "--processes needs a store several processes can open at once (sqlite:, etcd://, postgres://)",
+            "--processes needs a store several processes can open at once (sqlite:, etcd://, postgres://, or any store through a server: http://)",
         ));
     }
     let dir = store_dir(store);

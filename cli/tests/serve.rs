@@ -682,3 +682,35 @@ fn the_benchmark_runs_through_a_server_with_many_connections() {
         }
     }
 }
+
+/// A store that one process alone may open (memory, sled) is shared by
+/// many processes through a server: the benchmark's worker processes all
+/// reach it, and each task is granted once.
+#[test]
+fn many_processes_share_a_server_whose_store_is_one_process_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stores = vec!["memory:".to_owned()];
+    if cfg!(feature = "sled") {
+        stores.push(format!("sled:{}", dir.path().join("s.sled").display()));
+    }
+    for store in stores {
+        let server = Server::start(&store, None);
+        let out = Command::new(BIN)
+            .args(["--store", &server.url(), "bench", "--processes"])
+            .args(["--workers", "3", "--tasks", "60", "--order", "same"])
+            .env_remove("BATON_STORE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{store}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["grants"].as_u64(), Some(60), "{store}: {r}");
+        assert_eq!(r["processes"].as_bool(), Some(true), "{store}: {r}");
+        for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
+            assert_eq!(r[k].as_u64(), Some(0), "{store} {k}: {r}");
+        }
+    }
+}

@@ -35,6 +35,10 @@ async fn capabilities(State(app): State<Shared>, headers: HeaderMap) -> Answer {
     // The server re-times every request to its own clock: to a client it
     // is an engine clock, whatever the store behind it keeps.
     caps.clock = ClockKind::Engine;
+    // Every client of the server reaches the one store through it, so to
+    // a client it is shared by many processes, even where the store alone
+    // (memory, sled) belongs to the server's process only.
+    caps.multi_process = true;
     json(&caps)
 }
 
