@@ -641,6 +641,28 @@ fn the_status_page_shows_a_live_lease_in_a_real_browser() {
     }
 }
 
+/// `baton bench` through the server at `url` with `args`: its report,
+/// after checking it ran and that every task was granted once and no
+/// stale write accepted.
+fn bench_through(url: &str, args: &[&str]) -> Value {
+    let out = Command::new(BIN)
+        .args(["--store", url, "bench"])
+        .args(args)
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{url} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
+        assert_eq!(r[k].as_u64(), Some(0), "{args:?} {k}: {r}");
+    }
+    r
+}
+
 /// The group-commit benchmark through a server, at a size that only
 /// proves it runs (its numbers live in benches/README.md).
 #[test]
@@ -649,37 +671,22 @@ fn the_benchmark_runs_through_a_server_with_many_connections() {
     let store = format!("sqlite:{}", dir.path().join("s.db").display());
     let server = Server::start(&store, None);
     for (order, connections, tasks) in [("disjoint", "4", 200u64), ("same", "1", 100)] {
-        let out = Command::new(BIN)
-            .args([
-                "--store",
-                &server.url(),
-                "bench",
+        let r = bench_through(
+            &server.url(),
+            &[
                 "--processes",
                 "--workers",
                 "2",
-            ])
-            .args([
                 "--connections",
                 connections,
                 "--tasks",
                 &tasks.to_string(),
                 "--order",
                 order,
-            ])
-            .env_remove("BATON_STORE")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
-        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(r["grants"].as_u64(), Some(tasks), "{r}");
         assert_eq!(r["connections"].as_u64(), connections.parse().ok(), "{r}");
-        for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
-            assert_eq!(r[k].as_u64(), Some(0), "{k}: {r}");
-        }
     }
 }
 
@@ -695,22 +702,19 @@ fn many_processes_share_a_server_whose_store_is_one_process_only() {
     }
     for store in stores {
         let server = Server::start(&store, None);
-        let out = Command::new(BIN)
-            .args(["--store", &server.url(), "bench", "--processes"])
-            .args(["--workers", "3", "--tasks", "60", "--order", "same"])
-            .env_remove("BATON_STORE")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{store}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let r = bench_through(
+            &server.url(),
+            &[
+                "--processes",
+                "--workers",
+                "3",
+                "--tasks",
+                "60",
+                "--order",
+                "same",
+            ],
         );
-        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(r["grants"].as_u64(), Some(60), "{store}: {r}");
         assert_eq!(r["processes"].as_bool(), Some(true), "{store}: {r}");
-        for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
-            assert_eq!(r[k].as_u64(), Some(0), "{store} {k}: {r}");
-        }
     }
 }
