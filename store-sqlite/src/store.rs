@@ -1336,13 +1336,17 @@ mod tests {
             other => panic!("not granted: {other:?}"),
         };
         let mut conn = inner.lock(&inner.writer);
-        for (task, fence) in [("a", 1), ("b", 2)] {
-            let tx = conn.transaction().unwrap();
-            let mut t = SqlTx::new(inner, &tx);
-            let (d, _) = apply_in(&mut t, &claim(task, now)).unwrap();
-            assert_eq!(fence_of(&d), Some(fence), "{task}");
-            tx.commit().unwrap();
-        }
+        // Claims each task in a commit of its own; each gets its fence.
+        let grant = |conn: &mut Connection, grants: &[(&str, u64)]| {
+            for &(task, fence) in grants {
+                let tx = conn.transaction().unwrap();
+                let mut t = SqlTx::new(inner, &tx);
+                let (d, _) = apply_in(&mut t, &claim(task, now)).unwrap();
+                assert_eq!(fence_of(&d), Some(fence), "{task}");
+                tx.commit().unwrap();
+            }
+        };
+        grant(&mut conn, &[("a", 1), ("b", 2)]);
         let tx = conn.transaction().unwrap();
         let mut t = SqlTx::new(inner, &tx);
         let mut d = baton_core::store::decide_read(&mut t, &claim("c", now)).unwrap();
@@ -1358,12 +1362,6 @@ mod tests {
             .query_row("SELECT value FROM fence WHERE id = 1", [], |r| r.get(0))
             .unwrap();
         assert_eq!(row, 3, "the fence row holds the count");
-        for (task, fence) in [("d", 4), ("e", 5)] {
-            let tx = conn.transaction().unwrap();
-            let mut t = SqlTx::new(inner, &tx);
-            let (d, _) = apply_in(&mut t, &claim(task, now)).unwrap();
-            assert_eq!(fence_of(&d), Some(fence), "{task}");
-            tx.commit().unwrap();
-        }
+        grant(&mut conn, &[("d", 4), ("e", 5)]);
     }
 }
