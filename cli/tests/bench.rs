@@ -2,24 +2,17 @@
 //! checks and its report, in one process, across processes, and as a series.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+#[path = "common/run_bench.rs"]
+mod run_bench;
+
+use run_bench::run_bench;
 use serde_json::Value;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
 
 fn bench(store: &str, args: &[&str]) -> Vec<Value> {
-    let out = Command::new(BIN)
-        .args(["--store", store, "bench"])
-        .args(args)
-        .env_remove("BATON_STORE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    run_bench(BIN, store, args)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()

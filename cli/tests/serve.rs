@@ -5,6 +5,10 @@
 //! answered grant.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
+#[path = "common/run_bench.rs"]
+mod run_bench;
+
+use run_bench::run_bench;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -645,18 +649,7 @@ fn the_status_page_shows_a_live_lease_in_a_real_browser() {
 /// after checking it ran and that every task was granted once and no
 /// stale write accepted.
 fn bench_through(url: &str, args: &[&str]) -> Value {
-    let out = Command::new(BIN)
-        .args(["--store", url, "bench"])
-        .args(args)
-        .env_remove("BATON_STORE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{url} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r: Value = serde_json::from_str(&run_bench(BIN, url, args)).unwrap();
     for k in ["double_grants", "stale_accepted", "ungranted", "errors"] {
         assert_eq!(r[k].as_u64(), Some(0), "{args:?} {k}: {r}");
     }
