@@ -17,6 +17,7 @@ pub mod bench_next;
 mod demo;
 mod output;
 mod supervise;
+mod tree;
 mod url;
 
 pub use url::{

@@ -10,12 +10,13 @@
 
 use crate::args::RunOptions;
 use crate::output;
+use crate::tree::{Stopper, Tree, Watchdog};
 use crate::url::authority_for;
 use crate::{exit, exit_code_for, parse_ttl, report_error};
 use baton_core::{
     Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
 };
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -23,8 +24,12 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
+
+/// How long past its SIGKILL the tree may take to die before the wrapper
+/// reports anyway (a process stuck in the kernel does not die at once).
+const GIVE_UP: Duration = Duration::from_secs(5);
 
 /// Exit status when the lease was lost or the report refused (`EX_TEMPFAIL`).
 pub const LOST: i32 = 75;
@@ -160,7 +165,7 @@ pub async fn supervised<S: Store + 'static>(
     auth: &Arc<baton_core::Authority<S>>,
     spec: &Spec,
 ) -> Finished {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let nothing = |exit| Finished { exit, report: None };
     let grant = match claim(auth, spec).await {
         Ok(Ok(g)) => g,
@@ -182,6 +187,16 @@ pub async fn supervised<S: Store + 'static>(
         Holder::Declared { run, .. } => Some(run.clone()),
         Holder::Bare { .. } => None,
     };
+    // What the child leaves behind comes to the wrapper, and a guardian
+    // kills the child's group if the wrapper dies (see `tree`).
+    crate::tree::become_subreaper();
+    let mut guardian = match crate::tree::Guardian::start() {
+        Ok(g) => g,
+        Err(e) => {
+            let reason = format!("cannot start the guardian of the command's processes: {e}");
+            return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
+        }
+    };
     let mut child = match spawn(spec, &grant) {
         Ok(c) => c,
         Err(e) => {
@@ -191,33 +206,8 @@ pub async fn supervised<S: Store + 'static>(
             } else {
                 CANNOT_RUN
             };
-            let released = auth.release(&grant.task, &grant.owner, grant.fence).await;
-            let report = Report {
-                outcome: "released",
-                exit,
-                reason: Some(format!(
-                    "cannot run {:?}: {e}{}",
-                    spec.command[0],
-                    released
-                        .err()
-                        .map(|r| format!(" (and the release failed: {r})"))
-                        .unwrap_or_default()
-                )),
-            };
-            let report = write_report(
-                spec,
-                &grant,
-                None,
-                &report,
-                opened_at,
-                auth.now(),
-                started,
-                0,
-            );
-            return Finished {
-                exit,
-                report: Some(report),
-            };
+            let reason = format!("cannot run {:?}: {e}", spec.command[0]);
+            return give_back(auth, spec, &grant, exit, reason, opened_at, started).await;
         }
     };
     // The child's process group is its pid (`process_group(0)`).
@@ -225,6 +215,21 @@ pub async fn supervised<S: Store + 'static>(
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .map(Pid::from_raw);
+    let tree = group.map(|group| Tree {
+        group,
+        guardian: guardian.pid(),
+    });
+    if let Some(t) = &tree
+        && let Err(e) = guardian.guard(t.group)
+    {
+        // Without its guardian the tree could outlive a killed wrapper:
+        // stop it now and give the task back.
+        t.signal(Signal::SIGKILL);
+        let _ = child.wait().await;
+        end_tree(*t, Instant::now()).await;
+        let reason = format!("cannot guard the command's processes: {e}");
+        return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
+    }
     let keeper = auth.keep(
         grant.clone(),
         KeepOptions {
@@ -235,12 +240,34 @@ pub async fn supervised<S: Store + 'static>(
             run_id,
         },
     );
-    let status = supervise(&mut child, group, &keeper, auth, spec.grace_ms).await;
+    let stopper = tree.map(|t| Arc::new(Stopper::new(t)));
+    // The keeper's deadlines, kept from a thread of its own as well, so
+    // they hold while a store call blocks the runtime's threads.
+    let watchdog = stopper.as_ref().and_then(|s| {
+        let clock = Arc::clone(auth);
+        let (schedule, kept) = (keeper.schedule(), keeper.watch());
+        Watchdog::start(move || clock.now(), schedule, kept, Arc::clone(s)).ok()
+    });
+    let status = supervise(&mut child, stopper.as_deref(), &keeper, auth, spec.grace_ms).await;
+    let fired = watchdog.as_ref().is_some_and(Watchdog::fired);
+    drop(watchdog);
+    // Whatever the child left running is stopped (SIGTERM, SIGKILL after
+    // the grace, never past the lease's margin) and reaped before anything
+    // is reported.
+    if let Some(t) = tree {
+        let by = auth.now().plus_ms(spec.grace_ms).min(keeper.stopped_by());
+        let left = u64::try_from(by.as_millis() - auth.now().as_millis()).unwrap_or(0);
+        end_tree(t, Instant::now() + Duration::from_millis(left)).await;
+    }
+    guardian.stand_down();
+    let status = match status {
+        Ok((s, None)) if fired => Ok((s, Some(Stopping::Lost(Loss::Unrenewed { error: None })))),
+        other => other,
+    };
     let (status, stopping) = match status {
         Ok(s) => s,
         Err(e) => {
-            // The child cannot be waited on: stop its group, and let the lease go.
-            signal_group(group, Signal::SIGKILL);
+            // The child cannot be waited on (its tree is stopped above): let the lease go.
             let report = Report {
                 outcome: "lost",
                 exit: LOST,
@@ -269,33 +296,26 @@ pub async fn supervised<S: Store + 'static>(
     let renewals = keeper.kept().renewals;
     let last = keeper.grant();
     let report = match stopping {
-        Some(Stopping::Lost(loss)) => {
-            // Whatever the child started in its group goes with it.
-            signal_group(group, Signal::SIGKILL);
-            Report {
-                outcome: "lost",
-                exit: LOST,
-                reason: Some(loss.describe()),
-            }
-        }
-        Some(Stopping::Signal(sig)) => {
-            signal_group(group, Signal::SIGKILL);
-            match keeper.release().await {
-                Ok(r) => match r.refusal() {
-                    None => Report {
-                        outcome: "released",
-                        exit: child_exit,
-                        reason: Some(format!("the wrapper got {}", sig.as_str())),
-                    },
-                    Some(refusal) => Report {
-                        outcome: "refused",
-                        exit: LOST,
-                        reason: Some(format!("the release was refused: {refusal}")),
-                    },
+        Some(Stopping::Lost(loss)) => Report {
+            outcome: "lost",
+            exit: LOST,
+            reason: Some(loss.describe()),
+        },
+        Some(Stopping::Signal(sig)) => match keeper.release().await {
+            Ok(r) => match r.refusal() {
+                None => Report {
+                    outcome: "released",
+                    exit: child_exit,
+                    reason: Some(format!("the wrapper got {}", sig.as_str())),
                 },
-                Err(e) => indeterminate(&e),
-            }
-        }
+                Some(refusal) => Report {
+                    outcome: "refused",
+                    exit: LOST,
+                    reason: Some(format!("the release was refused: {refusal}")),
+                },
+            },
+            Err(e) => indeterminate(&e),
+        },
         None => {
             let outcome = match status.code() {
                 Some(0) => match hash_evidence(&spec.evidence) {
@@ -350,6 +370,58 @@ pub async fn supervised<S: Store + 'static>(
     Finished {
         exit,
         report: Some(written),
+    }
+}
+
+/// Stops and reaps what is left of the tree (see [`Tree::end`]), off the
+/// runtime's threads, warning when some of it would not die.
+async fn end_tree(tree: Tree, kill_by: Instant) {
+    let ended = tokio::task::spawn_blocking(move || tree.end(kill_by, kill_by + GIVE_UP)).await;
+    let remain = ended.unwrap_or(1);
+    if remain > 0 {
+        output::write_stderr(&format!(
+            "{{\"warning\": \"{remain} of the command's processes did not die of SIGKILL\"}}"
+        ));
+    }
+}
+
+/// Nothing ran (or nothing may run): gives the task back rather than fail
+/// it, and reports `released` with `exit`.
+#[allow(clippy::too_many_arguments)]
+async fn give_back<S: Store + 'static>(
+    auth: &Arc<baton_core::Authority<S>>,
+    spec: &Spec,
+    grant: &Grant,
+    exit: i32,
+    reason: String,
+    opened_at: Timestamp,
+    started: Instant,
+) -> Finished {
+    let released = auth.release(&grant.task, &grant.owner, grant.fence).await;
+    let report = Report {
+        outcome: "released",
+        exit,
+        reason: Some(format!(
+            "{reason}{}",
+            released
+                .err()
+                .map(|r| format!(" (and the release failed: {r})"))
+                .unwrap_or_default()
+        )),
+    };
+    let report = write_report(
+        spec,
+        grant,
+        None,
+        &report,
+        opened_at,
+        auth.now(),
+        started,
+        0,
+    );
+    Finished {
+        exit,
+        report: Some(report),
     }
 }
 
@@ -499,18 +571,11 @@ fn contain(cmd: &mut tokio::process::Command) {
     }
 }
 
-fn signal_group(group: Option<Pid>, sig: Signal) {
-    if let Some(g) = group {
-        // ESRCH (the group is gone) is what we want anyway.
-        let _ = killpg(g, sig);
-    }
-}
-
 /// Waits for the child, stopping it when the lease is lost or the wrapper
 /// is signalled. Returns its status and why the wrapper stopped it, if it did.
 async fn supervise<S: Store + 'static>(
     child: &mut tokio::process::Child,
-    group: Option<Pid>,
+    stopper: Option<&Stopper>,
     keeper: &Keeper<S>,
     auth: &baton_core::Authority<S>,
     grace_ms: u64,
@@ -529,9 +594,9 @@ async fn supervise<S: Store + 'static>(
                 lost = true;
                 match &loss {
                     // The grant is gone: the store may grant it again now.
-                    Loss::Refused(_) => signal_group(group, Signal::SIGKILL),
+                    Loss::Refused(_) => stopper.iter().for_each(|s| s.kill()),
                     Loss::Unrenewed { .. } => {
-                        signal_group(group, Signal::SIGTERM);
+                        stopper.iter().for_each(|s| s.term());
                         let by = keeper.stopped_by();
                         kill_at = Some(kill_at.map_or(by, |k| k.min(by)));
                     }
@@ -540,7 +605,7 @@ async fn supervise<S: Store + 'static>(
                 None
             }
             _ = sleep_until(auth, kill_at) => {
-                signal_group(group, Signal::SIGKILL);
+                stopper.iter().for_each(|s| s.kill());
                 kill_at = None;
                 None
             }
@@ -549,7 +614,7 @@ async fn supervise<S: Store + 'static>(
             _ = hup.recv() => Some(Signal::SIGHUP),
         };
         if let Some(sig) = forwarded {
-            signal_group(group, sig);
+            stopper.iter().for_each(|s| s.forward(sig));
             if stopping.is_none() {
                 stopping = Some(Stopping::Signal(sig));
             }
@@ -620,7 +685,7 @@ fn write_report(
     report: &Report,
     opened_at: Timestamp,
     ended_at: Timestamp,
-    started: std::time::Instant,
+    started: Instant,
     renewals: u64,
 ) -> Value {
     let mut body = json!({

@@ -688,3 +688,213 @@ fn a_refused_renewal_kills_the_child_at_once() {
     );
     assert!(r["reason"].as_str().unwrap().contains("stale"), "{r}");
 }
+
+/// A child that writes the wall-clock time (ms since the epoch) it started
+/// and the time SIGTERM reached it, then runs until stopped.
+fn wall_clock_child(log: &Path) -> String {
+    format!(
+        "echo \"start $(date +%s%3N)\" >> {log}; \
+         trap 'echo \"stop $(date +%s%3N)\" >> {log}; exit 143' TERM; \
+         while :; do sleep 0.02; done",
+        log = log.display()
+    )
+}
+
+/// `baton run` holds a 3 s lease while `stall` makes its store stop
+/// answering for about 5 s (in flight: the renewal due at 1 s is waiting on
+/// it). The child must have got its SIGTERM before the lease ended, not when
+/// the store answered again.
+fn stopped_before_the_lease_ends_while_the_store_stalls(env: &Env, stall: impl FnOnce()) {
+    let (log, report) = (env.path("child.log"), env.path("report.json"));
+    let mut wrapper = spawn_run(
+        env,
+        &[
+            "run", "t", "--owner", "a", "--ttl", "3s", "--grace", "500ms",
+        ],
+        &wall_clock_child(&log),
+        &report,
+    );
+    wait_for(&log, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(200));
+    stall();
+    let status = wrapper.wait().unwrap();
+    let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
+    assert_eq!(
+        (status.code(), r["outcome"].as_str()),
+        (Some(75), Some("lost")),
+        "{r}"
+    );
+    let expiry = baton_core::Timestamp::parse_rfc3339(r["lease_expiry"].as_str().unwrap())
+        .unwrap()
+        .as_millis();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let stop: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("stop "))
+        .unwrap_or_else(|| panic!("the child never got SIGTERM: {text:?} {r}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        stop < expiry,
+        "the child got SIGTERM {} ms after its lease ended: {r}",
+        stop - expiry
+    );
+}
+
+#[test]
+fn the_child_stops_before_its_lease_ends_while_sqlite_is_locked() {
+    // Four rounds at once, each on a store of its own, each locked for 5 s
+    // by a writer in this process (`BEGIN IMMEDIATE` held open).
+    let rounds: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(|| {
+                let env = Env::new(Backend::Sqlite);
+                let db = env.path("b.db");
+                stopped_before_the_lease_ends_while_the_store_stalls(&env, || {
+                    let c = rusqlite::Connection::open(&db).unwrap();
+                    c.busy_timeout(Duration::from_secs(5)).unwrap();
+                    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+                    std::thread::sleep(Duration::from_secs(5));
+                    c.execute_batch("ROLLBACK").unwrap();
+                });
+            })
+        })
+        .collect();
+    for r in rounds {
+        r.join().unwrap();
+    }
+}
+
+#[path = "common/server.rs"]
+mod server;
+
+#[test]
+fn the_child_stops_before_its_lease_ends_while_its_server_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = server::Server::start(&store, None);
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+        store: server.url(),
+    };
+    stopped_before_the_lease_ends_while_the_store_stalls(&env, || {
+        server.signal("-STOP");
+        std::thread::sleep(Duration::from_secs(5));
+        server.signal("-CONT");
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_child_stops_before_its_lease_ends_while_postgres_waits_on_a_lock() {
+    use baton_store_postgres::testing::PgCluster;
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+        store: format!("{}&statement_timeout=8s", pg.url("stall")),
+    };
+    stopped_before_the_lease_ends_while_the_store_stalls(&env, || {
+        // Every statement on the store's tables waits behind this lock.
+        pg.sql(
+            "BEGIN; LOCK TABLE stall.tasks IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(5); COMMIT;",
+        );
+    });
+}
+
+/// The pid a child wrote to `path`.
+fn pid_in(path: &Path) -> u32 {
+    wait_for(path, Duration::from_secs(10));
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits for `pid` to be gone; panics naming `what` after `within`.
+fn gone_within(pid: u32, within: Duration, what: &str) {
+    let t = Instant::now();
+    while alive(pid) {
+        assert!(t.elapsed() < within, "{what} (pid {pid}) is still running");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts two grandchildren, one in the child's group and one in a session
+/// of its own, writing their pids; then runs `tail`. Their output goes
+/// elsewhere, so that a test reading the wrapper's output does not wait
+/// for them.
+fn grandchildren(env: &Env, tail: &str) -> String {
+    format!(
+        "sleep 60 >/dev/null 2>&1 & echo $! > {a}.tmp; mv {a}.tmp {a}; \
+         setsid sleep 61 >/dev/null 2>&1 & echo $! > {b}.tmp; mv {b}.tmp {b}; {tail}",
+        a = env.path("in-group").display(),
+        b = env.path("own-session").display(),
+    )
+}
+
+#[test]
+fn sigkill_of_the_wrapper_kills_the_grandchildren_in_its_group() {
+    let env = Env::new(Backend::Sqlite);
+    let report = env.path("report");
+    // `sh -c 'work; true'`: the shell waits for work, which is its child.
+    let mut wrapper = spawn_run(
+        &env,
+        &["run", "t", "--owner", "w", "--ttl", "5s"],
+        &grandchildren(&env, "wait; true"),
+        &report,
+    );
+    let in_group = pid_in(&env.path("in-group"));
+    pid_in(&env.path("own-session"));
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    gone_within(
+        in_group,
+        Duration::from_secs(2),
+        "a grandchild in the child's group outlived the SIGKILLed wrapper",
+    );
+}
+
+#[test]
+fn nothing_the_child_started_outlives_its_report() {
+    let env = Env::new(Backend::Sqlite);
+    // A child that exits 0 and leaves two grandchildren running: one in its
+    // group, one that left it. The task completes only once both are gone.
+    let (code, report) = env.run(
+        &[
+            "run", "t", "--owner", "w", "--ttl", "5s", "--grace", "300ms",
+        ],
+        &grandchildren(&env, "exit 0"),
+    );
+    assert_eq!(
+        (code, report["outcome"].as_str()),
+        (0, Some("completed")),
+        "{report}"
+    );
+    for name in ["in-group", "own-session"] {
+        let pid = pid_in(&env.path(name));
+        assert!(!alive(pid), "{name} grandchild {pid} outlived the report");
+    }
+    // A lost lease stops them too (the same owner's new claim makes the
+    // wrapper's fence stale, so its next renewal is refused).
+    let env = Env::new(Backend::Sqlite);
+    let mut wrapper = spawn_run(
+        &env,
+        &["run", "t", "--owner", "w", "--ttl", "3s"],
+        &grandchildren(&env, "wait"),
+        &env.path("report"),
+    );
+    let pids = [
+        pid_in(&env.path("in-group")),
+        pid_in(&env.path("own-session")),
+    ];
+    let (code, g) = env.baton(&["claim", "t", "--owner", "w", "--ttl", "3s"]);
+    assert_eq!(code, 0, "{g}");
+    assert_eq!(wrapper.wait().unwrap().code(), Some(75));
+    for pid in pids {
+        assert!(!alive(pid), "grandchild {pid} outlived the lost lease");
+    }
+}

@@ -357,16 +357,30 @@ async fn renew_loop<S: Store + 'static>(
             }
             _ = sleep_until(&auth, next) => {}
         }
-        let g = &kept.grant;
-        let renewal = auth.renew(&g.task, &g.owner, g.fence, ttl_ms.or(Some(schedule.ttl_ms)));
+        // The renewal runs as a task of its own: an embedded store may
+        // block the thread that calls it (SQLite's busy wait inside
+        // `block_in_place`), and that must not hold up this loop's
+        // deadline, which another worker of the runtime then keeps.
+        let mut renewal = {
+            let auth = Arc::clone(&auth);
+            let g = kept.grant.clone();
+            let ttl = ttl_ms.or(Some(schedule.ttl_ms));
+            tokio::spawn(async move { auth.renew(&g.task, &g.owner, g.fence, ttl).await })
+        };
         let answer = tokio::select! {
             biased;
-            _ = stop.changed() => return,
+            _ = stop.changed() => {
+                renewal.abort();
+                return;
+            }
             _ = sleep_until(&auth, stop_at) => {
+                renewal.abort();
                 lose(Loss::Unrenewed { error: last_error });
                 return;
             }
-            a = renewal => a,
+            a = &mut renewal => a.unwrap_or_else(|e| {
+                Err(Error::unavailable(format!("the renewal did not finish: {e}")))
+            }),
         };
         match answer {
             Ok(reply) => match (reply.refusal().cloned(), reply.grant()) {
