@@ -11,6 +11,7 @@ use crate::kinds::State;
 use crate::model::TaskRecord;
 use crate::store::Snapshot;
 use crate::time::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
 
 impl NextQuery {
     /// The grant request `next` makes for `candidate`, or `None` when the
@@ -197,9 +198,24 @@ pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::err
 }
 
 impl Census {
-    /// Counts `record` (as derived at query time) if `next` with `query`
-    /// could ever take it; `upstream` holds its dependencies' states.
-    pub fn count(&mut self, query: &NextQuery, record: &TaskRecord, upstream: &Upstream) {
+    /// The census of `records` for `query`: every live task (as derived at
+    /// query time) with its dependencies' states. A task waiting on a
+    /// dependency that can itself never become ready without an operator
+    /// counts as blocked, however far down the chain the failure is, so
+    /// `drained` means that nothing can move.
+    pub fn of(query: &NextQuery, records: &[(TaskRecord, Upstream)]) -> Census {
+        let stuck = stuck(records);
+        let mut census = Census::default();
+        for (record, upstream) in records {
+            census.count(query, record, upstream, stuck.contains(&record.task));
+        }
+        census
+    }
+
+    /// Counts `record` if `next` with `query` could ever take it;
+    /// `upstream` holds its dependencies' states, and `stuck` says it waits
+    /// (transitively) on a dependency that is blocked.
+    fn count(&mut self, query: &NextQuery, record: &TaskRecord, upstream: &Upstream, stuck: bool) {
         let Some(node) = record.node.as_ref() else {
             return;
         };
@@ -208,6 +224,7 @@ impl Census {
         }
         match record.state {
             State::Claimed | State::Running => self.held += 1,
+            State::Declared | State::Registered if stuck => self.blocked += 1,
             State::Declared => self.queued += 1,
             State::Registered => match upstream.readiness(&node.spec.depends_on) {
                 Readiness::Ready => self.ready += 1,
@@ -217,4 +234,36 @@ impl Census {
             _ => {}
         }
     }
+}
+
+/// The waiting tasks among `records` (REGISTERED or DECLARED, each with
+/// its dependencies' states) that cannot become ready without an
+/// operator: those a dependency blocks (it ended without success, or does
+/// not exist), and every waiting task that depends on one of them, to any
+/// depth. One pass over the edges, whatever the depth of the chain.
+pub fn stuck(records: &[(TaskRecord, Upstream)]) -> BTreeSet<TaskId> {
+    let mut dependents: BTreeMap<&TaskId, Vec<&TaskId>> = BTreeMap::new();
+    let mut todo: Vec<&TaskId> = Vec::new();
+    for (record, upstream) in records {
+        if !matches!(record.state, State::Registered | State::Declared) {
+            continue;
+        }
+        let deps = record.depends_on();
+        for d in deps {
+            dependents.entry(d).or_default().push(&record.task);
+        }
+        if matches!(
+            upstream.readiness(deps),
+            Readiness::Blocked { .. } | Readiness::Unknown { .. }
+        ) {
+            todo.push(&record.task);
+        }
+    }
+    let mut out = BTreeSet::new();
+    while let Some(t) = todo.pop() {
+        if out.insert(t.clone()) {
+            todo.extend(dependents.get(t).into_iter().flatten().copied());
+        }
+    }
+    out
 }

@@ -221,13 +221,14 @@ impl<S: Store> Authority<S> {
         })
         .collect();
         let records = self.scan(Some(clauses)).await?;
-        let mut census = Census::default();
         let full = records.len() >= GRAPH_READ_LIMIT;
         let mut cache = BTreeMap::new();
-        for r in &records {
-            let up = self.upstream(r, &mut cache).await?;
-            census.count(query, r, &up);
+        let mut read = Vec::with_capacity(records.len());
+        for r in records {
+            let up = self.upstream(&r, &mut cache).await?;
+            read.push((r, up));
         }
+        let mut census = Census::of(query, &read);
         if full {
             census.queued = census.queued.max(1);
         }
@@ -245,16 +246,42 @@ impl<S: Store> Authority<S> {
     pub async fn graph(&self) -> Result<Vec<GraphNode>> {
         let records = self.scan(None).await?;
         let mut cache = BTreeMap::new();
-        let mut out = Vec::new();
+        let mut read = Vec::with_capacity(records.len());
         for r in records {
+            let up = match (&r.node, r.state) {
+                (Some(_), State::Registered | State::Declared) => {
+                    Some(self.upstream(&r, &mut cache).await?)
+                }
+                _ => None,
+            };
+            read.push((r, up));
+        }
+        // Waiting behind a task that is itself blocked, at any depth, is
+        // blocked too (the census's rule).
+        let waiting: Vec<(TaskRecord, Upstream)> = read
+            .iter()
+            .filter_map(|(r, up)| up.clone().map(|up| (r.clone(), up)))
+            .collect();
+        let stuck = crate::next::stuck(&waiting);
+        let mut out = Vec::new();
+        for (r, up) in read {
             let Some(node) = r.node.clone() else {
                 continue;
             };
-            let readiness = if r.state == State::Registered {
-                let up = self.upstream(&r, &mut cache).await?;
-                Some(up.readiness(&node.spec.depends_on))
-            } else {
-                None
+            let readiness = match (r.state, up) {
+                (State::Registered, Some(up)) => Some(match up.readiness(&node.spec.depends_on) {
+                    Readiness::Waiting { on } if stuck.contains(&r.task) => {
+                        match on.iter().find(|d| stuck.contains(*d)) {
+                            Some(d) => Readiness::Blocked {
+                                upstream: d.clone(),
+                                state: cache.get(d).copied().flatten().unwrap_or(State::Registered),
+                            },
+                            None => Readiness::Waiting { on },
+                        }
+                    }
+                    other => other,
+                }),
+                _ => None,
             };
             let holder = r
                 .state

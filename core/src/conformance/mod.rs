@@ -250,7 +250,8 @@ macro_rules! conformance_tests {
             add_graph_all_or_nothing,
             task_next_takes_declared_tasks_in_order,
             an_expired_grant_is_next_again,
-            next_passes_over_many_lock_delayed_tasks
+            next_passes_over_many_lock_delayed_tasks,
+            a_chain_below_a_failed_task_is_drained
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

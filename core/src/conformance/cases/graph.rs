@@ -400,3 +400,67 @@ pub fn next_passes_over_many_lock_delayed_tasks<H: Harness>(ctx: &mut Ctx<H>) {
     let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
     assert_eq!(granted(&r).as_str(), "z4");
 }
+
+/// A chain hanging below a failed task can never become ready without an
+/// operator, however long it is and whichever queue its links are in:
+/// `next` answers `drained` (counting every link blocked), not `none_ready`
+/// forever. Redispatching the failed task makes the chain move again.
+pub fn a_chain_below_a_failed_task_is_drained<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let w = id("w");
+    let mut g = vec![node("a", &[])];
+    for i in 0..12 {
+        let up = if i == 0 {
+            "a".to_owned()
+        } else {
+            format!("l{}", i - 1)
+        };
+        g.push(node(&format!("l{i}"), &[&up]));
+    }
+    // The last link in a queue of its own.
+    g.push(NewNode {
+        task: id("tail"),
+        spec: spec("tail", Some("other"), 0, &["l11"]),
+    });
+    ctx.block_on(a.add_graph(g)).unwrap().unwrap();
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    let grant = r.grant().unwrap();
+    assert_eq!(grant.task.as_str(), "a");
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NoneReady { census } if census.held == 1 && census.queued == 12),
+        "{r:?}"
+    );
+    ctx.block_on(a.fail(&id("a"), &w, grant.fence, None))
+        .unwrap();
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::Drained { census } if census.blocked == 12 && census.queued == 0),
+        "{r:?}"
+    );
+    let other = [id("other")];
+    let r = ctx
+        .block_on(a.next(&w, &other, Some(600_000), None))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::Drained { census } if census.blocked == 1),
+        "{r:?}"
+    );
+    // Every link lists as BLOCKED, not only the one next to `a`.
+    let blocked = ctx
+        .block_on(a.list_graph(GraphState::Blocked, None, 100))
+        .unwrap();
+    assert_eq!(blocked.len(), 13, "{blocked:?}");
+    // The operator puts `a` back: the chain waits again, it is not drained.
+    let r = ctx
+        .block_on(a.redispatch(&id("a"), Actor::Operator(id("ops")), 2))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let r = ctx
+        .block_on(a.next(&w, &other, Some(600_000), None))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NoneReady { census } if census.queued == 1),
+        "{r:?}"
+    );
+}
