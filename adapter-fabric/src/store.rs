@@ -694,7 +694,7 @@ impl FabricStore {
 
     /// A stored record, and the id of the request that wrote it.
     fn decode_envelope(&self, kv: &KeyValue) -> Result<(TaskRecord, String)> {
-        let env: Envelope = serde_json::from_slice(kv.value()).map_err(|e| {
+        let env: Envelope = baton_core::json::decode_stored(kv.value()).map_err(|e| {
             Error::corrupt(format!(
                 "etcd prefix {:?}: a record does not decode: {e}",
                 self.opts.prefix
@@ -1028,8 +1028,8 @@ impl FabricStore {
                     };
                     match existing.kvs().first() {
                         Some(kv) => {
-                            let mut stored: Stored<Event> = serde_json::from_slice(kv.value())
-                                .map_err(|err| {
+                            let mut stored: Stored<Event> =
+                                baton_core::json::decode_stored(kv.value()).map_err(|err| {
                                     Error::corrupt(format!(
                                         "etcd prefix {:?}: an event does not decode: {err}",
                                         self.opts.prefix
@@ -1311,7 +1311,8 @@ impl FabricStore {
         match reread {
             Ok(resp) => match resp.kvs().first() {
                 Some(kv) => {
-                    let env: std::result::Result<Envelope, _> = serde_json::from_slice(kv.value());
+                    let env: std::result::Result<Envelope, _> =
+                        baton_core::json::decode_stored(kv.value());
                     if env.is_ok_and(|e| e.request == request_id) {
                         self.commits.fetch_add(1, Ordering::Relaxed);
                         d.assign_fence(self.revision("a grant's revision", kv.mod_revision())?);
@@ -1510,7 +1511,7 @@ impl FabricStore {
             .await?;
         let mut out = Vec::new();
         for kv in resp.kvs() {
-            let stored: Stored<T> = serde_json::from_slice(kv.value()).map_err(|e| {
+            let stored: Stored<T> = baton_core::json::decode_stored(kv.value()).map_err(|e| {
                 Error::corrupt(format!(
                     "etcd prefix {:?}: a stored item does not decode: {e}",
                     self.opts.prefix

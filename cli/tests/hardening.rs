@@ -431,3 +431,85 @@ fn every_grant_event_carries_its_expiry_and_ignored_evidence_is_named() {
         assert!(same.get("evidence_ignored").is_none(), "{same}");
     }
 }
+
+/// `{"a":{"a":...{"marker":1}...}}`, `depth` levels deep.
+fn nested(depth: usize) -> String {
+    let mut s = String::from(r#"{"marker":1}"#);
+    for _ in 1..depth {
+        s = format!(r#"{{"a":{s}}}"#);
+    }
+    s
+}
+
+#[test]
+fn no_worker_can_make_a_task_unreadable_with_deep_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("b.db");
+    let store = format!("sqlite:{}", db.display());
+    let g = baton(&store, &["claim", "t", "--owner", "w", "--ttl", "1h"]);
+    assert_eq!(g.code, 0, "{g:?}");
+    let fence = g.json()["fence"].to_string();
+    // Too deep on the way in: exit 2 naming the field, nothing changed.
+    let deep = nested(33);
+    let r = baton(
+        &store,
+        &[
+            "fail", "t", "--owner", "w", "--fence", &fence, "--error", &deep,
+        ],
+    );
+    r.invalid("error");
+    assert_eq!(baton(&store, &["holder", "t"]).json()["live"], true);
+    let r = baton(
+        &store,
+        &[
+            "fail",
+            "t",
+            "--owner",
+            "w",
+            "--fence",
+            &fence,
+            "--error",
+            &nested(1),
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    // What an earlier baton let in: the same error 127 levels deep in the
+    // record and its events, as written straight into the file.
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let small = nested(1);
+    let n = c
+        .execute(
+            "UPDATE tasks SET record = replace(record, ?1, ?2)",
+            [&small, &nested(127)],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    c.execute(
+        "UPDATE events SET body = replace(body, ?1, ?2)",
+        [&small, &nested(127)],
+    )
+    .unwrap();
+    drop(c);
+    let shown = baton(&store, &["task", "show", "t"]);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    // Read as any reader without serde_json's depth limit would (Python's).
+    let v: Value = baton_core::json::decode_stored(shown.stdout.trim().as_bytes()).unwrap();
+    assert_eq!(v["state"], "FAILED", "{shown:?}");
+    for args in [
+        &["task", "events", "t"][..],
+        &["task", "list"],
+        &["graph", "show"],
+        &["holder", "t"],
+    ] {
+        let r = baton(&store, args);
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+    }
+    // Requests on it are decided, not refused as corrupt.
+    let r = baton(&store, &["claim", "t", "--owner", "x"]);
+    assert_eq!(
+        r.code, 1,
+        "refused as a failed task, not unavailable: {r:?}"
+    );
+    let r = baton(&store, &["task", "finalize", "t", "--operator", "ops"]);
+    assert_ne!(r.code, 3, "{r:?}");
+}

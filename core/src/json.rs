@@ -7,6 +7,51 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::{Map, Number, Value};
 use std::fmt;
 
+/// How deeply JSON a caller gives (an error, metadata) may nest. Stored
+/// inside a record and its events it nests a few levels deeper, which
+/// must stay far below what any JSON reader accepts (serde_json: 128).
+pub const MAX_DEPTH: usize = 32;
+
+/// How deeply `v` nests: 1 for a scalar, one more for each array or
+/// object around it. Counted without recursion.
+pub fn depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut todo = vec![(v, 1usize)];
+    while let Some((v, d)) = todo.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => todo.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => todo.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Refuses a value nested deeper than [`MAX_DEPTH`], naming `field`.
+pub fn check_depth(field: &str, v: &Value) -> Result<(), Error> {
+    let d = depth(v);
+    if d > MAX_DEPTH {
+        return Err(Error::invalid(
+            field,
+            format!("may nest at most {MAX_DEPTH} levels deep (got {d})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Decodes what a store holds, however deeply it nests: a value written
+/// before inputs were bounded (or by another writer) must still read, so
+/// a task can never be made unreadable. No depth limit, on a stack that
+/// grows as needed.
+pub fn decode_stored<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    de.disable_recursion_limit();
+    let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
+    de.end()?;
+    Ok(value)
+}
+
 /// Parses `text` as JSON, refusing an object (at any depth) that gives a
 /// key twice. Errors name `field`.
 pub fn parse_strict(field: &str, text: &str) -> Result<Value, Error> {

@@ -301,6 +301,7 @@ pub fn validate_error(error: &Value) -> Result<(), Error> {
     if !error.is_object() {
         return Err(Error::invalid("error", "must be a JSON object"));
     }
+    crate::json::check_depth("error", error)?;
     let size = serde_json::to_string(error)
         .map(|s| s.len())
         .unwrap_or(usize::MAX);
@@ -337,8 +338,9 @@ fn validate_metadata(metadata: &BTreeMap<String, Value>) -> Result<(), Error> {
             "a state changes only through the request that owns it, never by a merge",
         ));
     }
-    for key in metadata.keys() {
+    for (key, value) in metadata {
         Id::parse("metadata", key)?;
+        crate::json::check_depth(&format!("metadata.{key}"), value)?;
     }
     let size = serde_json::to_string(metadata)
         .map(|s| s.len())

@@ -317,7 +317,7 @@ impl HttpStore {
         .map_err(|e| lost(format!("the answer was cut off: {e}")))?
         .to_bytes();
         if status == StatusCode::OK {
-            return serde_json::from_slice(&body)
+            return baton_core::json::decode_stored(&body)
                 .map_err(|e| lost(format!("the answer is not what this client expects: {e}")));
         }
         match serde_json::from_slice::<ErrorBody>(&body) {

@@ -286,7 +286,7 @@ impl Inner {
     }
 
     fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
-        serde_json::from_str(json).map_err(|e| {
+        baton_core::json::decode_stored(json.as_bytes()).map_err(|e| {
             Error::corrupt(format!("{}: a stored row does not decode: {e}", self.name))
         })
     }

@@ -487,7 +487,7 @@ impl Inner {
     }
 
     fn decode<T: serde::de::DeserializeOwned>(&self, bytes: &[u8]) -> Result<T> {
-        serde_json::from_slice(bytes).map_err(|e| {
+        baton_core::json::decode_stored(bytes).map_err(|e| {
             Error::corrupt(format!(
                 "{}: a stored value does not decode: {e}",
                 self.path.display()
@@ -970,7 +970,7 @@ impl SledTx<'_> {
             .map_err(ConflictableTransactionError::from);
         match self.sled(got)? {
             Some(b) => {
-                let decoded = serde_json::from_slice(&b)
+                let decoded = baton_core::json::decode_stored(&b)
                     .map_err(|e| abort(format!("a record does not decode: {e}")));
                 self.sled(decoded).map(Some)
             }
@@ -1023,7 +1023,7 @@ impl SledTx<'_> {
             let key = r.task.as_str().as_bytes();
             let current: Option<TaskRecord> = match self.tasks.get(key)? {
                 Some(b) => Some(
-                    serde_json::from_slice(&b)
+                    baton_core::json::decode_stored(&b)
                         .map_err(|e| abort(format!("a record does not decode: {e}")))?,
                 ),
                 None => None,
@@ -1222,7 +1222,7 @@ fn append_event(
         if let Some(seq) = conflicts.get(&ck)?
             && let Some(b) = events.get(&seq)?
         {
-            let mut ev: Event = serde_json::from_slice(&b)
+            let mut ev: Event = baton_core::json::decode_stored(&b)
                 .map_err(|err| abort(format!("an event does not decode: {err}")))?;
             ev.count += 1;
             events.insert(seq, encode(&ev)?)?;

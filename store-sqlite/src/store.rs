@@ -990,7 +990,7 @@ impl Inner {
     }
 
     fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
-        serde_json::from_str(json)
+        baton_core::json::decode_stored(json.as_bytes())
             .map_err(|e| self.corrupt(&format!("a stored row does not decode: {e}")))
     }
 
