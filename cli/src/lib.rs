@@ -66,8 +66,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match parse_cli(argv.into_iter().map(Into::into).collect()) {
+    let argv: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+    let cli = match parse_cli(argv.clone()) {
         Ok(cli) => cli,
+        Err(e) if asks_for_run(&argv) => return supervise::own(usage_error(e)),
         Err(e) => return usage_error(e),
     };
     // A bench worker is one sequential client (or a few): on one thread
@@ -93,7 +95,7 @@ where
     };
     if let Some(spec) = match run_spec(&cli) {
         Ok(spec) => spec,
-        Err(e) => return report_error(&e),
+        Err(e) => return supervise::own(report_error(&e)),
     } {
         // On the main thread, as `block_on` runs it: see `supervise::spawn`.
         let code = runtime.block_on(supervise::main(spec));
@@ -267,6 +269,25 @@ fn parse_cli(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
     cli.store_given = given;
     Ok(cli)
+}
+
+/// Whether a command line that does not parse asks for a supervised run
+/// (`run`, `task run`), read as far as it goes: its usage error is then
+/// reported in `run`'s own range of statuses.
+fn asks_for_run(argv: &[std::ffi::OsString]) -> bool {
+    use clap::CommandFactory;
+    let lossy = argv.iter().map(|a| a.to_string_lossy().into_owned());
+    let Ok(m) = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(lossy)
+    else {
+        return false;
+    };
+    match m.subcommand() {
+        Some(("run", _)) => true,
+        Some(("task", t)) => t.subcommand_name() == Some("run"),
+        _ => false,
+    }
 }
 
 /// Which field the argument at `index` was given for: found by parsing the

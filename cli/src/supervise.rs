@@ -31,8 +31,20 @@ use tokio::signal::unix::{SignalKind, signal};
 /// reports anyway (a process stuck in the kernel does not die at once).
 const GIVE_UP: Duration = Duration::from_secs(5);
 
-/// Exit status when the lease was lost or the report refused (`EX_TEMPFAIL`).
-pub const LOST: i32 = 75;
+/// baton's own exit statuses under `run` are this plus the CLI's (201
+/// refused, 202 invalid, 203 unavailable, 204 indeterminate, 205 not
+/// found, 206 not permitted), so that none of them can be read as the
+/// child's: a child that exits 3 must not look like "unavailable, do not
+/// start work".
+pub const OWN: i32 = 200;
+/// Exit status when the lease was lost or the report refused: the child was
+/// stopped, or its outcome is not recorded.
+pub const LOST: i32 = OWN;
+
+/// The status `run` exits with for the CLI's status `code` (0 stays 0).
+pub fn own(code: i32) -> i32 {
+    if code == 0 { 0 } else { OWN + code }
+}
 /// Exit status when the command exists but cannot be run.
 pub const CANNOT_RUN: i32 = 126;
 /// Exit status when the command does not exist.
@@ -147,7 +159,7 @@ struct Report {
 pub async fn main(spec: Spec) -> i32 {
     let auth = match authority_for(&spec.store).await {
         Ok(a) => Arc::new(a),
-        Err(e) => return report_error(&e),
+        Err(e) => return own(report_error(&e)),
     };
     supervised(&auth, &spec).await.exit
 }
@@ -174,13 +186,13 @@ pub async fn supervised<S: Store + 'static>(
                 .unwrap_or_else(|_| json!({"refused": refusal.reason()}));
             body["message"] = json!(refusal.to_string());
             output::write_stderr(&body.to_string());
-            return nothing(if refusal == Refusal::NotFound {
+            return nothing(own(if refusal == Refusal::NotFound {
                 exit::NOT_FOUND
             } else {
                 exit::REFUSED
-            });
+            }));
         }
-        Err(e) => return nothing(report_error(&e)),
+        Err(e) => return nothing(own(report_error(&e))),
     };
     let opened_at = auth.now();
     let run_id = match &spec.holder {
@@ -428,7 +440,7 @@ async fn give_back<S: Store + 'static>(
 fn indeterminate(e: &Error) -> Report {
     Report {
         outcome: "indeterminate",
-        exit: exit_code_for(e),
+        exit: own(exit_code_for(e)),
         reason: Some(e.to_string()),
     }
 }

@@ -188,12 +188,12 @@ fn run_next_runs_whatever_next_grants(backend: Backend) {
     assert_eq!(seen, "first\nsecond\n");
     let (code, out) = env.baton(&["task", "show", "second"]);
     assert_eq!((code, out[0]["state"].as_str()), (0, Some("SUCCEEDED")));
-    // Nothing left: refused `drained` (exit 1) and nothing runs.
+    // Nothing left: refused `drained` (run's own 201) and nothing runs.
     let out = env
         .cmd(&["run", "--next", "--owner", "w", "--", "false"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(out.status.code(), Some(201), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("drained"));
 }
 

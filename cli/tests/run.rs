@@ -169,8 +169,36 @@ fn exit_statuses_and_signals_are_the_childs(b: Backend) {
         "touch",
         marker.to_str().unwrap(),
     ]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 201, "run's own status for a refused claim");
     assert!(!marker.exists(), "a refused run started its command");
+    // A child's status that is one of baton's is still the child's: exit 3
+    // means the child ran and its failure is recorded, never "unavailable".
+    let (code, report) = env.run(&["run", "three", "--owner", "w"], "exit 3");
+    assert_eq!(
+        (code, report["outcome"].as_str()),
+        (3, Some("failed")),
+        "{report}"
+    );
+    // baton's own statuses are apart from any child's: invalid input (202),
+    // a usage error (202), a store that cannot be opened (203).
+    let (code, _) = env.baton(&["run", "x", "--owner", "w", "--ttl", "0s", "--", "true"]);
+    assert_eq!(code, 202);
+    let (code, _) = env.baton(&["run", "x", "--", "true"]);
+    assert_eq!(code, 202, "a usage error under run");
+    let out = Command::new(BIN)
+        .args([
+            "--store",
+            "sqlite:/no/such/dir/b.db",
+            "run",
+            "x",
+            "--owner",
+            "w",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(203), "{out:?}");
 }
 
 fn a_command_that_cannot_run_leaves_nothing_claimed(b: Backend) {
@@ -490,7 +518,7 @@ fn interval(path: &Path) -> (f64, f64) {
     (find("start "), find("stop "))
 }
 
-/// One round of a no-overlap storm: the first run lost its lease (exit 75,
+/// One round of a no-overlap storm: the first run lost its lease (exit 200,
 /// outcome `lost`), the second completed, and the second child started only
 /// after the first had stopped.
 fn check_round(
@@ -505,7 +533,7 @@ fn check_round(
     let report: Value = serde_json::from_str(text.trim()).unwrap();
     assert_eq!(
         (first.code(), report["outcome"].as_str()),
-        (Some(75), Some("lost")),
+        (Some(200), Some("lost")),
         "round {n}: {report}"
     );
     assert_eq!(second.code(), Some(0), "round {n}");
@@ -679,7 +707,7 @@ fn a_refused_renewal_kills_the_child_at_once() {
         "not at once: {:?}",
         t.elapsed()
     );
-    assert_eq!(status.code(), Some(75));
+    assert_eq!(status.code(), Some(200));
     let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
     assert_eq!(r["outcome"], "lost", "{r}");
     assert_eq!(
@@ -721,7 +749,7 @@ fn stopped_before_the_lease_ends_while_the_store_stalls(env: &Env, stall: impl F
     let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
     assert_eq!(
         (status.code(), r["outcome"].as_str()),
-        (Some(75), Some("lost")),
+        (Some(200), Some("lost")),
         "{r}"
     );
     let expiry = baton_core::Timestamp::parse_rfc3339(r["lease_expiry"].as_str().unwrap())
@@ -893,7 +921,7 @@ fn nothing_the_child_started_outlives_its_report() {
     ];
     let (code, g) = env.baton(&["claim", "t", "--owner", "w", "--ttl", "3s"]);
     assert_eq!(code, 0, "{g}");
-    assert_eq!(wrapper.wait().unwrap().code(), Some(75));
+    assert_eq!(wrapper.wait().unwrap().code(), Some(200));
     for pid in pids {
         assert!(!alive(pid), "grandchild {pid} outlived the lost lease");
     }
