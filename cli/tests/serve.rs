@@ -648,3 +648,64 @@ fn many_processes_share_a_server_whose_store_is_one_process_only() {
         assert_eq!(r["processes"].as_bool(), Some(true), "{store}: {r}");
     }
 }
+
+/// `baton serve --listen unix:PATH` run until it says where it listens (or
+/// ends first): the exit status if it ended, and its standard error.
+fn serve_unix(store: &str, path: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--store", store, "--listen"])
+        .arg(format!("unix:{}", path.display()))
+        .env_remove("BATON_STORE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = String::new();
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    err.push_str(&line);
+    if line.starts_with("baton serve: listening on") {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        return (None, err);
+    }
+    reader.read_to_string(&mut err).unwrap();
+    (child.wait().unwrap().code(), err)
+}
+
+#[test]
+fn a_unix_listener_never_removes_what_is_not_its_stale_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    // A live SQLite store where the socket would go: refused, untouched.
+    let victim = dir.path().join("victim.db");
+    let (code, _) = baton(
+        &format!("sqlite:{}", victim.display()),
+        None,
+        &["claim", "t", "--owner", "w"],
+    );
+    assert_eq!(code, 0);
+    let before = std::fs::read(&victim).unwrap();
+    let (code, err) = serve_unix(&store, &victim);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        before,
+        "the store was changed"
+    );
+    // A socket someone is listening on: refused, left in place.
+    let live = dir.path().join("live.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    let (code, err) = serve_unix(&store, &live);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&live).is_ok(),
+        "the live socket was removed"
+    );
+    drop(listener);
+    // A socket left by a server that is gone: replaced.
+    let (code, err) = serve_unix(&store, &live);
+    assert_eq!(code, None, "{err}");
+}

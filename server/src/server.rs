@@ -249,11 +249,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
             (bound, done)
         }
         Listen::Unix(path) => {
-            // A socket file left by a server that is gone is replaced; a
-            // live one is not (binding fails with "address in use").
-            if std::os::unix::net::UnixStream::connect(path).is_err() {
-                let _ = std::fs::remove_file(path);
-            }
+            clear_stale_socket(path)?;
             let l = tokio::net::UnixListener::bind(path).map_err(|e| {
                 Error::unavailable(format!("cannot listen on {}: {e}", path.display()))
             })?;
@@ -269,12 +265,69 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
     })
 }
 
+/// Makes way for a socket at `path`: nothing there is fine; a socket that
+/// nobody answers on (left by a server that is gone) is removed; a live
+/// socket, or anything that is not a socket (a store, a log), is left as it
+/// is and refused, naming the path.
+fn clear_stale_socket(path: &std::path::Path) -> Result<(), Error> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Error::unavailable(format!(
+                "cannot listen on {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(Error::invalid(
+            "listen",
+            format!(
+                "{} exists and is not a socket; it is left as it is (name a path where nothing is)",
+                path.display()
+            ),
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(Error::unavailable(format!(
+            "cannot listen on {}: a server is already listening there",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| {
+                Error::unavailable(format!(
+                    "cannot remove the stale socket {}: {e}",
+                    path.display()
+                ))
+            }),
+        Err(e) => Err(Error::unavailable(format!(
+            "cannot listen on {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// The (device, inode) of the socket at `path`, to know it is still ours.
+fn socket_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_socket())
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// Serves until SIGTERM or SIGINT, then stops gracefully: every request
 /// in flight is answered before this returns.
 pub async fn serve(store: Arc<dyn Store>, opts: ServeOptions) -> Result<(), Error> {
     use tokio::signal::unix::{SignalKind, signal};
     let listen = opts.listen.clone();
     let served = spawn(store, opts).await?;
+    let ours = match &listen {
+        Listen::Unix(p) => socket_identity(p),
+        Listen::Tcp(_) => None,
+    };
     let mut term = signal(SignalKind::terminate())
         .map_err(|e| Error::unavailable(format!("cannot watch SIGTERM: {e}")))?;
     let mut int = signal(SignalKind::interrupt())
@@ -292,7 +345,11 @@ pub async fn serve(store: Arc<dyn Store>, opts: ServeOptions) -> Result<(), Erro
     }
     eprintln!("baton serve: stopping; answering requests in flight");
     served.stop().await;
-    if let Listen::Unix(p) = &listen {
+    // Only the socket this server bound: not a file put there since.
+    if let Listen::Unix(p) = &listen
+        && ours.is_some()
+        && socket_identity(p) == ours
+    {
         let _ = std::fs::remove_file(p);
     }
     Ok(())
