@@ -282,6 +282,19 @@ fn input_that_would_be_misread_is_refused() {
         .unwrap();
         baton(&store, &["task", "declare", m.to_str().unwrap()]).invalid("manifest");
         assert_eq!(baton(&store, &["task", "show", "b"]).code, 5);
+        // Ids that print as another: an invisible character (U+034F, the
+        // Hangul fillers, the Braille blank) or a leading combining mark.
+        for spoof in [
+            "ab\u{34f}",
+            "a\u{3164}b",
+            "\u{115f}ab",
+            "ab\u{ffa0}",
+            "ab\u{2800}",
+            "\u{301}ab",
+        ] {
+            baton(&store, &["claim", spoof, "--owner", "w"]).invalid("task");
+            baton(&store, &["claim", "x", "--owner", spoof]).invalid("owner");
+        }
         let g = baton(&store, &["claim", "t", "--owner", "w"]).json();
         let f = g["fence"].to_string();
         baton(

@@ -1,6 +1,7 @@
 //! Identifiers: task ids, owner ids, run ids, operator ids.
 
 use crate::error::Error;
+use icu_properties::props::{BinaryProperty, DefaultIgnorableCodePoint};
 use std::fmt;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
@@ -57,8 +58,50 @@ impl Id {
                 ),
             ));
         }
+        // What renders as nothing (U+034F, the Hangul fillers, zero-width
+        // spaces, variation selectors: Unicode's Default_Ignorable_Code_Point)
+        // makes two ids print alike.
+        if let Some(c) = value
+            .chars()
+            .filter(|c| !c.is_ascii())
+            .find(|c| DefaultIgnorableCodePoint::for_char(*c))
+        {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not contain characters that render as nothing (found U+{:04X}, a default-ignorable code point)",
+                    c as u32
+                ),
+            ));
+        }
+        // A combining mark first attaches to whatever is printed before the id.
+        if let Some(c) = value.chars().next().filter(|c| {
+            !c.is_ascii()
+                && matches!(
+                    c.general_category(),
+                    GeneralCategory::NonspacingMark
+                        | GeneralCategory::SpacingMark
+                        | GeneralCategory::EnclosingMark
+                )
+        }) {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not start with a combining mark (found U+{:04X})",
+                    c as u32
+                ),
+            ));
+        }
         if value.trim().is_empty() {
             return Err(Error::invalid(field, "must not be only white space"));
+        }
+        // U+2800 (the Braille blank) is a symbol, in no invisible class, yet
+        // prints as a space that is not one: `ab` and `ab` + U+2800 look alike.
+        if value.contains('\u{2800}') {
+            return Err(Error::invalid(
+                field,
+                "must not contain U+2800 (a blank that is not white space)",
+            ));
         }
         Ok(Id(value.to_owned()))
     }
@@ -121,5 +164,23 @@ mod tests {
             Id::parse("task", " padded ").is_ok(),
             "inner text is kept as given"
         );
+        // What renders as nothing, or attaches to what comes before.
+        for invisible in [
+            "ab\u{34f}",
+            "a\u{3164}b",
+            "\u{115f}ab",
+            "ab\u{ffa0}",
+            "ab\u{2800}",
+            "\u{301}ab",
+            "\u{20dd}ab",
+            "ab\u{fe0f}",
+            "ab\u{e0100}",
+        ] {
+            let e = Id::parse("task", invisible).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("task"), "{invisible:?}");
+        }
+        // A combining mark after a letter is just a letter with an accent.
+        assert!(Id::parse("task", "e\u{301}").is_ok());
+        assert!(Id::parse("task", "한국어-작업").is_ok());
     }
 }
