@@ -218,6 +218,10 @@ pub enum Command {
         /// The certificate's private key (PEM).
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// How often the server sweeps on its own, persisting expired leases
+        /// and passed deadlines with their events (DUR, or `off`).
+        #[arg(long, default_value = "1s")]
+        sweep_every: String,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     Bench(BenchArgs),

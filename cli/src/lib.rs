@@ -490,8 +490,15 @@ async fn serve(
     listen: &str,
     tokens: Option<&std::path::Path>,
     tls: Option<(&std::path::Path, &std::path::Path)>,
+    sweep_every: &str,
 ) -> Result<Out, Error> {
     let listen = baton_server::Listen::parse(listen)?;
+    let sweep_every = match sweep_every {
+        "off" => None,
+        every => parse_ttl(Some(every))
+            .map_err(|e| Error::invalid("sweep_every", format!("{} (or `off`)", e.message)))?
+            .map(std::time::Duration::from_millis),
+    };
     let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
     let tls = tls
         .map(|(cert, key)| baton_server::tls::server_config(cert, key))
@@ -509,6 +516,7 @@ async fn serve(
     let mut opts = baton_server::ServeOptions::new(listen);
     opts.tokens = tokens;
     opts.tls = tls;
+    opts.sweep_every = sweep_every;
     opts.check()?;
     let store = store_for(&url).await?;
     baton_server::serve(store, opts).await?;
@@ -538,9 +546,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             tokens,
             tls_cert,
             tls_key,
+            sweep_every,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
-            return serve(cli, listen, tokens.as_deref(), tls).await;
+            return serve(cli, listen, tokens.as_deref(), tls, sweep_every).await;
         }
         Command::Bench(b) => return bench::run(given, b, cli.format).await,
         _ => {}

@@ -709,3 +709,39 @@ fn a_unix_listener_never_removes_what_is_not_its_stale_socket() {
     let (code, err) = serve_unix(&store, &live);
     assert_eq!(code, None, "{err}");
 }
+
+#[test]
+fn a_server_sweeps_on_its_own_and_the_page_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let url = server.url();
+    let (code, g) = baton(&url, None, &["claim", "t", "--owner", "w", "--ttl", "1s"]);
+    assert_eq!(code, 0, "{g}");
+    // Nobody runs `baton sweep`: the expiry is persisted with its event
+    // within a second or so of the lease's end.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(BIN)
+            .args(["--store", &store, "task", "events", "t"])
+            .env_remove("BATON_STORE")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("\"STALLED\"") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "no sweep persisted the expiry: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, body) = http(server.addr, "GET", "/v1/status", None, "").unwrap();
+    assert_eq!(body["sweeper"]["every_ms"], 1000, "{body}");
+    assert!(body["sweeper"]["swept"].as_u64().unwrap() >= 1, "{body}");
+    // Off when asked.
+    let off = Server::start_with(&store, &["--sweep-every", "off"]);
+    let (_, body) = http(off.addr, "GET", "/v1/status", None, "").unwrap();
+    assert!(body["sweeper"].is_null(), "{body}");
+}

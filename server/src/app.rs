@@ -31,6 +31,21 @@ pub(crate) struct Recent {
     pub at: baton_core::Timestamp,
 }
 
+/// The server's own sweeper, as the page shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct SweepStatus {
+    /// How often it sweeps.
+    pub every_ms: u64,
+    /// When it last finished a sweep.
+    pub last_at: Option<baton_core::Timestamp>,
+    /// Tasks it persisted a derived change for, in all.
+    pub swept: u64,
+    /// Sweeps it ran, in all.
+    pub sweeps: u64,
+    /// What the last sweep that failed said, until one succeeds.
+    pub error: Option<String>,
+}
+
 /// What every handler shares.
 pub(crate) struct App {
     pub store: Arc<dyn Store>,
@@ -39,6 +54,8 @@ pub(crate) struct App {
     pub tokens: Option<Tokens>,
     pub metrics: Metrics,
     pub recent: Mutex<VecDeque<Recent>>,
+    /// What the server's own sweeper last did (`None`: it does not sweep).
+    pub sweeper: Mutex<Option<SweepStatus>>,
     /// Turns true when the server begins to stop: blocking queries end.
     pub stopping: watch::Receiver<bool>,
 }

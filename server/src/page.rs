@@ -171,6 +171,7 @@ async fn status(
         "truncated": census.truncated,
         "leases": census.leases,
         "refusals": recent,
+        "sweeper": app.sweeper.lock().ok().and_then(|s| s.clone()),
         "events": events.iter().rev().collect::<Vec<_>>(),
     }))
 }
@@ -200,6 +201,7 @@ const PAGE: &str = r##"<!doctype html>
 <body>
 <h1>baton</h1>
 <div id="meta">loading&hellip;</div>
+<div id="sweeper"></div>
 <form id="auth"><label>This server needs a token: <input id="token" type="password" autocomplete="off"></label> <button>Use</button></form>
 <h2>Tasks by state</h2>
 <div class="counts" id="counts"></div>
@@ -231,6 +233,11 @@ async function refresh() {
     if (!res.ok) { $("meta").innerHTML = ""; const e = document.createElement("span"); e.className = "err"; e.textContent = (s.error && s.error.message) || res.statusText; $("meta").appendChild(e); return; }
     $("auth").style.display = "none";
     $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (counts stop at the census bound)" : "");
+    const sw = s.sweeper;
+    $("sweeper").textContent = !sw ? "this server does not sweep (expired leases are persisted by `baton sweep`)"
+      : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error
+      : "sweeping every " + sw.every_ms + " ms: " + sw.swept + " tasks swept in " + sw.sweeps + " sweeps" + (sw.last_at ? ", last at " + sw.last_at : "");
+    $("sweeper").className = sw && sw.error ? "err" : "";
     const counts = $("counts"); counts.replaceChildren();
     for (const [state, n] of Object.entries(s.counts)) { const d = document.createElement("div"); d.className = "count"; d.dataset.state = state; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(state)); counts.appendChild(d); }
     rows("leases", s.leases, [l => l.task, l => l.owner, l => l.fence, l => l.state, l => left(l.left_ms)], 5);

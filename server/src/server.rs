@@ -55,6 +55,9 @@ pub struct ServeOptions {
     pub read_timeout: Duration,
     /// Serve HTTPS with this configuration ([`crate::tls::server_config`]).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// How often the server sweeps on its own (persists expired leases and
+    /// passed deadlines, with their events); `None`: never.
+    pub sweep_every: Option<Duration>,
 }
 
 impl ServeOptions {
@@ -88,12 +91,15 @@ impl ServeOptions {
             max_body: MAX_BODY,
             read_timeout: READ_TIMEOUT,
             tls: None,
+            sweep_every: Some(SWEEP_EVERY),
         }
     }
 }
 
 /// The default largest request body: a graph of about 100 000 nodes.
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// How often a server sweeps by default.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The default time a client has to send its request.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 // ---- health, metrics ----
@@ -224,8 +230,15 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         tokens: opts.tokens,
         metrics,
         recent: Mutex::new(VecDeque::new()),
+        sweeper: Mutex::new(opts.sweep_every.map(|every| crate::app::SweepStatus {
+            every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
+            ..Default::default()
+        })),
         stopping: stopping.clone(),
     });
+    if let Some(every) = opts.sweep_every {
+        tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
+    }
     let observed = Arc::downgrade(&app);
     store.observe_batches(Arc::new(move |n| {
         if let Some(app) = observed.upgrade() {
@@ -263,6 +276,36 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         stop,
         done,
     })
+}
+
+/// Sweeps every `every` until the server stops: what a client would see
+/// derived (an expired lease, a passed deadline) is persisted with its
+/// event without anyone running `baton sweep`. A sweep that fails is
+/// recorded for the page and tried again at the next tick.
+async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let result = app.authority.sweep(false).await;
+        let at = app.now();
+        if let Ok(mut s) = app.sweeper.lock()
+            && let Some(status) = s.as_mut()
+        {
+            status.sweeps += 1;
+            match result {
+                Ok(swept) => {
+                    status.swept += swept.len() as u64;
+                    status.last_at = Some(at);
+                    status.error = None;
+                }
+                Err(e) => status.error = Some(e.to_string()),
+            }
+        }
+    }
 }
 
 /// Makes way for a socket at `path`: nothing there is fine; a socket that

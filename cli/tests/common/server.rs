@@ -18,15 +18,21 @@ pub struct Server {
 
 impl Server {
     pub fn start(store: &str, tokens: Option<&Path>) -> Server {
+        match tokens {
+            Some(t) => Server::start_with(store, &["--tokens", &t.display().to_string()]),
+            None => Server::start_with(store, &[]),
+        }
+    }
+
+    /// A server with `args` added to `baton serve`'s.
+    pub fn start_with(store: &str, args: &[&str]) -> Server {
         let mut c = Command::new(BIN);
         c.args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
+            .args(args)
             .env_remove("BATON_STORE")
             .env_remove("BATON_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(t) = tokens {
-            c.arg("--tokens").arg(t);
-        }
         let mut child = c.spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let line = lines
