@@ -222,6 +222,14 @@ pub enum Command {
         /// and passed deadlines with their events (DUR, or `off`).
         #[arg(long, default_value = "1s")]
         sweep_every: String,
+        /// The most connections held at once; past it a new connection takes
+        /// the place of the one idle longest.
+        #[arg(long, default_value_t = 1024)]
+        max_connections: usize,
+        /// How long a client has to begin a request after connecting (or
+        /// after its last answer), and to send its headers and body.
+        #[arg(long, default_value = "10s")]
+        read_timeout: String,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     Bench(BenchArgs),

@@ -485,15 +485,28 @@ fn refused(r: Refusal) -> Out {
 
 /// `baton serve`: checks everything, opens the store, serves until
 /// SIGTERM or SIGINT.
+/// `serve`'s limits, as given on its command line.
+struct ServeLimits<'a> {
+    sweep_every: &'a str,
+    max_connections: usize,
+    read_timeout: &'a str,
+}
+
 async fn serve(
     cli: &Cli,
     listen: &str,
     tokens: Option<&std::path::Path>,
     tls: Option<(&std::path::Path, &std::path::Path)>,
-    sweep_every: &str,
+    limits: ServeLimits<'_>,
 ) -> Result<Out, Error> {
     let listen = baton_server::Listen::parse(listen)?;
-    let sweep_every = match sweep_every {
+    if limits.max_connections == 0 {
+        return Err(Error::invalid("max_connections", "must be at least 1"));
+    }
+    let read_timeout = parse_ttl(Some(limits.read_timeout))
+        .map_err(|e| Error::invalid("read_timeout", e.message))?
+        .map_or(baton_server::READ_TIMEOUT, std::time::Duration::from_millis);
+    let sweep_every = match limits.sweep_every {
         "off" => None,
         every => parse_ttl(Some(every))
             .map_err(|e| Error::invalid("sweep_every", format!("{} (or `off`)", e.message)))?
@@ -517,6 +530,8 @@ async fn serve(
     opts.tokens = tokens;
     opts.tls = tls;
     opts.sweep_every = sweep_every;
+    opts.max_connections = limits.max_connections;
+    opts.read_timeout = read_timeout;
     opts.check()?;
     let store = store_for(&url).await?;
     baton_server::serve(store, opts).await?;
@@ -547,9 +562,16 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             tls_cert,
             tls_key,
             sweep_every,
+            max_connections,
+            read_timeout,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
-            return serve(cli, listen, tokens.as_deref(), tls, sweep_every).await;
+            let limits = ServeLimits {
+                sweep_every,
+                max_connections: *max_connections,
+                read_timeout,
+            };
+            return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }
         Command::Bench(b) => return bench::run(given, b, cli.format).await,
         _ => {}

@@ -745,3 +745,129 @@ fn a_server_sweeps_on_its_own_and_the_page_says_so() {
     let (_, body) = http(off.addr, "GET", "/v1/status", None, "").unwrap();
     assert!(body["sweeper"].is_null(), "{body}");
 }
+
+/// Whether the server has closed `s` (a read answers end of file or an
+/// error) within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            // An answer (the h2 SETTINGS frame): read on to the close.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn connections_that_send_nothing_cannot_keep_clients_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start_with(&store, &["--max-connections", "32", "--read-timeout", "2s"]);
+    let addr = server.addr;
+    // 200 that send nothing, 50 that send only an HTTP/2 preface, 20 that
+    // trickle their headers: far more than the server holds.
+    let mut idle: Vec<TcpStream> = Vec::new();
+    for i in 0..270 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        if (200..250).contains(&i) {
+            s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+        } else if i >= 250 {
+            s.write_all(b"POST /v1/tasks/x/claim HTTP/1.1\r\nHost: a\r\n")
+                .unwrap();
+        }
+        idle.push(s);
+    }
+    // A client with a request still gets in, at once, and is answered.
+    let t = Instant::now();
+    let (status, body) = http(addr, "GET", "/healthz", None, "").expect("healthz answered");
+    assert_eq!(status, 200, "{body}");
+    let (code, g) = baton(&server.url(), None, &["claim", "t", "--owner", "w"]);
+    assert_eq!(code, 0, "{g}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // And every idle connection is closed: evicted for newer ones, or past
+    // the read timeout (2 s) without a request.
+    let mut open = 0;
+    for s in &mut idle {
+        if !closed_within(s, Duration::from_secs(5)) {
+            open += 1;
+        }
+    }
+    assert_eq!(open, 0, "idle connections still held");
+}
+
+#[test]
+fn a_strangers_body_is_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let pid = server.child.id();
+    let rss_kb = move || -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let before = rss_kb();
+    // 40 strangers at once each announce a 31 MB body and send it: each is
+    // answered 401 without its body being read.
+    let addr = server.addr;
+    let strangers: Vec<_> = (0..40)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let size = 31_000_000;
+                s.write_all(
+                    format!(
+                        "POST /v1/graph HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .unwrap();
+                let chunk = vec![b' '; 1 << 20];
+                for _ in 0..(size / chunk.len()) {
+                    // The server stops reading once it has answered.
+                    if s.write_all(&chunk).is_err() {
+                        break;
+                    }
+                }
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+                String::from_utf8_lossy(&answer).into_owned()
+            })
+        })
+        .collect();
+    for st in strangers {
+        let answer = st.join().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer:.200}");
+    }
+    let grown_mb = rss_kb().saturating_sub(before) / 1024;
+    assert!(
+        grown_mb < 100,
+        "the server grew by {grown_mb} MB reading strangers' bodies"
+    );
+    // The scheme is case-insensitive: `bearer` is `Bearer`.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        format!("GET /v1/tasks/none HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: bearer {WORKER}\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+}

@@ -74,10 +74,13 @@ impl App {
         let Some(tokens) = &self.tokens else {
             return Ok(None);
         };
+        // RFC 9110: the scheme is case-insensitive (`bearer` is `Bearer`).
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t);
         match token.and_then(|t| tokens.check(t.trim())) {
             Some(c) => Ok(Some(c)),
             None => Err(ApiError::unauthorized(token.is_some())),
@@ -198,4 +201,20 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
 
 pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
     Ok(axum::Json(value).into_response())
+}
+
+/// Checks the bearer token before anything else of the request is read:
+/// a request without a valid token is answered 401 and its body is never
+/// read (a stranger's 31 MB body costs nothing). The page, `/healthz` and
+/// `/readyz` are public. Handlers ask [`App::caller`] again for who it is.
+pub(crate) async fn authenticate(
+    axum::extract::State(app): axum::extract::State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let public = matches!(req.uri().path(), "/" | "/healthz" | "/readyz");
+    if !public && let Err(e) = app.caller(req.headers()) {
+        return e.into_response();
+    }
+    next.run(req).await
 }

@@ -19,6 +19,7 @@ mod api;
 mod app;
 pub mod auth;
 mod client;
+mod conns;
 pub mod metrics;
 mod page;
 mod protocol;
@@ -28,4 +29,4 @@ pub mod wire;
 
 pub use auth::Tokens;
 pub use client::{HttpOptions, HttpStore, is_http_url};
-pub use server::{Listen, ServeOptions, Served, serve, spawn};
+pub use server::{Listen, READ_TIMEOUT, ServeOptions, Served, serve, spawn};

@@ -3,6 +3,7 @@
 
 use crate::app::{Answer, ApiError, App, Shared};
 use crate::auth::Tokens;
+use crate::conns::{Conn, Conns};
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
@@ -55,6 +56,9 @@ pub struct ServeOptions {
     pub read_timeout: Duration,
     /// Serve HTTPS with this configuration ([`crate::tls::server_config`]).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The most connections held at once; past it a new connection takes
+    /// the place of the one idle longest (see `conns`).
+    pub max_connections: usize,
     /// How often the server sweeps on its own (persists expired leases and
     /// passed deadlines, with their events); `None`: never.
     pub sweep_every: Option<Duration>,
@@ -92,12 +96,15 @@ impl ServeOptions {
             read_timeout: READ_TIMEOUT,
             tls: None,
             sweep_every: Some(SWEEP_EVERY),
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
 
 /// The default largest request body: a graph of about 100 000 nodes.
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// The most connections a server holds by default.
+pub const MAX_CONNECTIONS: usize = 1024;
 /// How often a server sweeps by default.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The default time a client has to send its request.
@@ -179,6 +186,10 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::app::authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), track))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
@@ -256,7 +267,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
                 l,
                 router,
                 stopping,
-                opts.read_timeout,
+                (opts.read_timeout, opts.max_connections),
                 opts.tls.clone(),
             ));
             (bound, done)
@@ -266,7 +277,12 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
             let l = tokio::net::UnixListener::bind(path).map_err(|e| {
                 Error::unavailable(format!("cannot listen on {}: {e}", path.display()))
             })?;
-            let done = tokio::spawn(accept_unix(l, router, stopping, opts.read_timeout));
+            let done = tokio::spawn(accept_unix(
+                l,
+                router,
+                stopping,
+                (opts.read_timeout, opts.max_connections),
+            ));
             (None, done)
         }
     };
@@ -402,7 +418,7 @@ async fn accept_tcp(
     l: tokio::net::TcpListener,
     router: Router,
     stopping: watch::Receiver<bool>,
-    read_timeout: Duration,
+    (read_timeout, max_connections): (Duration, usize),
     tls: Option<Arc<rustls::ServerConfig>>,
 ) {
     let next = || async {
@@ -419,6 +435,7 @@ async fn accept_tcp(
                 router,
                 stopping,
                 read_timeout,
+                max_connections,
             )
             .await
         }
@@ -432,7 +449,15 @@ async fn accept_tcp(
                         .map_err(|_| std::io::Error::other("the TLS handshake took too long"))?
                 }
             };
-            accept(next, handshake, router, stopping, read_timeout).await;
+            accept(
+                next,
+                handshake,
+                router,
+                stopping,
+                read_timeout,
+                max_connections,
+            )
+            .await;
         }
     }
 }
@@ -441,7 +466,7 @@ async fn accept_unix(
     l: tokio::net::UnixListener,
     router: Router,
     stopping: watch::Receiver<bool>,
-    read_timeout: Duration,
+    (read_timeout, max_connections): (Duration, usize),
 ) {
     accept(
         || async { l.accept().await.map(|(s, _)| s) },
@@ -449,6 +474,7 @@ async fn accept_unix(
         router,
         stopping,
         read_timeout,
+        max_connections,
     )
     .await;
 }
@@ -463,6 +489,7 @@ async fn accept<S, T, F, Fut, W, WFut>(
     router: Router,
     mut stopping: watch::Receiver<bool>,
     read_timeout: Duration,
+    max_connections: usize,
 ) where
     S: Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -480,6 +507,7 @@ async fn accept<S, T, F, Fut, W, WFut>(
         .timer(TokioTimer::new())
         .header_read_timeout(read_timeout);
     let builder = Arc::new(builder);
+    let conns = Arc::new(Conns::new(max_connections, read_timeout));
     loop {
         let stream = tokio::select! {
             s = next() => s,
@@ -494,22 +522,75 @@ async fn accept<S, T, F, Fut, W, WFut>(
                 continue;
             }
         };
+        // Every connection held has a request in flight: this one is
+        // closed at once rather than queued behind them.
+        let Some(conn) = conns.admit() else {
+            tracing::debug!("connection refused: every one of {max_connections} is busy");
+            continue;
+        };
         let (wrap, builder, router) = (wrap.clone(), builder.clone(), router.clone());
+        let conns = conns.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let io = match wrap(stream).await {
-                Ok(io) => io,
-                Err(e) => {
+            let set_up = tokio::select! {
+                io = wrap(stream) => Some(io),
+                _ = conns.until_closed(&conn) => None,
+            };
+            let io = match set_up {
+                Some(Ok(io)) => io,
+                Some(Err(e)) => {
                     tracing::debug!("connection set-up failed: {e}");
+                    conns.leave(&conn);
+                    return;
+                }
+                None => {
+                    conns.leave(&conn);
                     return;
                 }
             };
-            let service = hyper_util::service::TowerToHyperService::new(router);
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!("connection ended: {e}");
+            let inner = hyper_util::service::TowerToHyperService::new(router);
+            let counted = {
+                let (conn, conns) = (conn.clone(), conns.clone());
+                hyper::service::service_fn(move |req| {
+                    let in_flight = InFlight::begin(conn.clone(), conns.clone());
+                    let answer = hyper::service::Service::call(&inner, req);
+                    async move {
+                        let answer = answer.await;
+                        drop(in_flight);
+                        answer
+                    }
+                })
+            };
+            let served = builder.serve_connection_with_upgrades(TokioIo::new(io), counted);
+            tokio::select! {
+                r = watcher.watch(served.into_owned()) => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                }
+                // Idle past its limit, or its place given to a new one:
+                // dropping the connection closes it.
+                _ = conns.until_closed(&conn) => {}
             }
+            conns.leave(&conn);
         });
     }
     graceful.shutdown().await;
+}
+
+/// A request in flight on a connection, counted until it is answered (or
+/// dropped with its connection).
+struct InFlight(Arc<Conn>, Arc<Conns>);
+
+impl InFlight {
+    fn begin(conn: Arc<Conn>, conns: Arc<Conns>) -> InFlight {
+        conn.begin();
+        InFlight(conn, conns)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.end(self.1.now_ms());
+    }
 }
