@@ -369,7 +369,13 @@ async fn run_processes(
     let mut children = Vec::new();
     let per = args.connections.max(1);
     for w in 0..workers {
-        let child = tokio::process::Command::new(&exe)
+        let mut cmd = tokio::process::Command::new(&exe);
+        // The token goes to each worker in its environment, never on a
+        // command line that `ps` shows.
+        if let Some(t) = crate::url::token() {
+            cmd.env("BATON_TOKEN", t);
+        }
+        let child = cmd
             .arg("--store")
             .arg(store)
             .args([

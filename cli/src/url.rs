@@ -205,7 +205,7 @@ pub fn use_token(token: String) {
 }
 
 /// The token an `http://` store sends: [`use_token`]'s, else `BATON_TOKEN`.
-fn token() -> Option<String> {
+pub(crate) fn token() -> Option<String> {
     TOKEN
         .get()
         .cloned()

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_baton");
 const WORKER: &str = "wwwwwwwwwwwwwwwwwwwwwwww";
+const WORKER2: &str = "vvvvvvvvvvvvvvvvvvvvvvvv";
+const WORKER3: &str = "uuuuuuuuuuuuuuuuuuuuuuuu";
 const OPERATOR: &str = "oooooooooooooooooooooooo";
 
 /// One CLI command against `url`, with `token` (or none).
@@ -80,7 +82,9 @@ fn token_file(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("tokens");
     std::fs::write(
         &p,
-        format!("# test tokens\nci worker {WORKER}\nalice operator {OPERATOR}\n"),
+        format!(
+            "# test tokens\nci worker {WORKER} owners=w,w-*\nci2 worker {WORKER2}\nbench worker {WORKER3} owners=bench-*\nalice operator {OPERATOR}\n"
+        ),
     )
     .unwrap();
     p
@@ -164,6 +168,83 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
     assert_eq!(
         (holder["live"].as_bool(), holder["fence"].as_u64()),
         (Some(true), Some(fence))
+    );
+
+    // A worker's token acts only as the owners its line names: ci2's
+    // lease cannot be completed, released, cancelled or renewed with ci's
+    // token, nor its declared task started; nor can ci take `next` as ci2.
+    let (code, g2) = baton(
+        &url,
+        Some(WORKER2),
+        &["claim", "t2", "--owner", "ci2", "--ttl", "60s"],
+    );
+    assert_eq!(code, 0, "{g2}");
+    let f2 = g2["fence"].to_string();
+    for args in [
+        &["complete", "t2", "--owner", "ci2", "--fence", &f2][..],
+        &["release", "t2", "--owner", "ci2", "--fence", &f2][..],
+        &["renew", "t2", "--owner", "ci2", "--fence", &f2][..],
+        &["cancel", "t2", "--owner", "ci2", "--fence", &f2][..],
+        &["claim", "t3", "--owner", "ci2"][..],
+        &["claim", "t3", "--owner", "ci"][..],
+        &["next", "--owner", "ci2"][..],
+        &[
+            "task",
+            "start",
+            "t2",
+            "--run",
+            "r",
+            "--executor",
+            "ci2",
+            "--fence",
+            &f2,
+        ][..],
+    ] {
+        let (code, err) = baton(&url, Some(WORKER), args);
+        assert_eq!(code, 6, "{args:?}: {err}");
+        assert_eq!(err["error"]["kind"], "not_permitted", "{args:?}");
+    }
+    let (_, h2) = baton(&url, Some(WORKER2), &["holder", "t2"]);
+    assert_eq!(
+        (h2["live"].as_bool(), h2["owner"].as_str()),
+        (Some(true), Some("ci2")),
+        "{h2}"
+    );
+    let (status, body) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/t2/complete",
+        Some(WORKER),
+        &format!(r#"{{"owner":"ci2","fence":{f2}}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 403, "{body}");
+    // Within its names it acts as it pleases (a prefix).
+    let (code, g) = baton(&url, Some(WORKER), &["claim", "t4", "--owner", "w-7"]);
+    assert_eq!(code, 0, "{g}");
+
+    // `bench --processes --token T` hands the token to its workers.
+    let out = Command::new(BIN)
+        .args([
+            "--store",
+            &url,
+            "--token",
+            WORKER3,
+            "bench",
+            "--processes",
+            "--workers",
+            "2",
+            "--tasks",
+            "20",
+        ])
+        .env_remove("BATON_TOKEN")
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 
     // An operator's token: the cancel lands, recorded as the token's name.

@@ -52,11 +52,107 @@ impl fmt::Display for Role {
     }
 }
 
-/// An authenticated caller: the name and role its token proves.
+/// An authenticated caller: the name and role its token proves, and the
+/// owners (and executors) a worker may act as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub name: Id,
     pub role: Role,
+    /// Whom a worker may act as; empty means its own name alone. An
+    /// operator may act as anyone.
+    pub owners: Vec<OwnerPattern>,
+}
+
+/// An owner a token may act as: one id, or every id with a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerPattern {
+    Exact(Id),
+    /// `ci-*` in a token file: every id that starts with `ci-`.
+    Prefix(String),
+}
+
+impl OwnerPattern {
+    /// `ID` or `PREFIX*` (a prefix of at least one character).
+    pub fn parse(text: &str) -> Result<OwnerPattern> {
+        match text.strip_suffix('*') {
+            Some("") => Err(Error::invalid(
+                "owners",
+                "a prefix needs at least one character before `*` (a token for every owner is an operator's)",
+            )),
+            Some(prefix) => {
+                Id::parse("owners", prefix)?;
+                Ok(OwnerPattern::Prefix(prefix.to_owned()))
+            }
+            None => Ok(OwnerPattern::Exact(Id::parse("owners", text)?)),
+        }
+    }
+
+    pub fn matches(&self, id: &Id) -> bool {
+        match self {
+            OwnerPattern::Exact(e) => e == id,
+            OwnerPattern::Prefix(p) => id.as_str().starts_with(p.as_str()),
+        }
+    }
+}
+
+impl Caller {
+    /// Whether this caller may act as the worker `id`.
+    pub fn may_act_as(&self, id: &Id) -> bool {
+        match self.role {
+            Role::Operator => true,
+            Role::Worker if self.owners.is_empty() => &self.name == id,
+            Role::Worker => self.owners.iter().any(|p| p.matches(id)),
+        }
+    }
+
+    /// Refuses (`NotPermitted`) acting as the worker `id` when this caller
+    /// may not; `what` names the field.
+    pub fn act_as(&self, what: &str, id: &Id) -> Result<()> {
+        if self.may_act_as(id) {
+            return Ok(());
+        }
+        Err(Error::not_permitted(format!(
+            "the token of {} may not act as {what} {id} (a token acts as the owners its line names, by default its own name)",
+            self.name
+        )))
+    }
+}
+
+/// Whom `request` acts as: the owner or executor a worker's token must be
+/// allowed, with the field's name. Run ids (register, retry) are not
+/// workers, and an operator's requests are checked by role.
+fn acting_as(request: &Request) -> Option<(&'static str, &Id)> {
+    match request {
+        Request::Claim { owner, .. }
+        | Request::Renew { owner, .. }
+        | Request::Release { owner, .. }
+        | Request::Recover { owner, .. }
+        | Request::Complete { owner, .. }
+        | Request::Fail { owner, .. } => Some(("owner", owner)),
+        Request::TaskClaim { executor, .. }
+        | Request::Start { executor, .. }
+        | Request::Heartbeat { executor, .. }
+        | Request::Succeed { executor, .. }
+        | Request::TaskFail { executor, .. } => Some(("executor", executor)),
+        Request::Declare { manifest } => Some(("executor", &manifest.executor)),
+        Request::Annotate { actor, .. } => Some(("actor", actor)),
+        Request::Cancel {
+            by: Actor::Worker(id),
+            ..
+        } => Some(("owner", id)),
+        _ => None,
+    }
+}
+
+/// Refuses a `next` whose taker `caller` may not act as.
+pub fn admit_taker(taker: &crate::graph::Taker, caller: Option<&Caller>) -> Result<()> {
+    let Some(caller) = caller else {
+        return Ok(());
+    };
+    match taker {
+        crate::graph::Taker::Owner { owner, .. } => caller.act_as("owner", owner),
+        crate::graph::Taker::Executor { executor, .. } => caller.act_as("executor", executor),
+    }
 }
 
 /// Whether `request` is an operator's to make.
@@ -89,6 +185,9 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
     let Some(caller) = caller else {
         return Ok(op);
     };
+    if let Some((what, id)) = acting_as(&op.request) {
+        caller.act_as(what, id)?;
+    }
     if !needs_operator(&op.request) {
         return Ok(op);
     }
@@ -139,6 +238,7 @@ mod tests {
         Caller {
             name: Id::parse("id", "alice").unwrap(),
             role,
+            owners: vec![OwnerPattern::Exact(Id::parse("id", "w1").unwrap())],
         }
     }
 
@@ -189,6 +289,61 @@ mod tests {
         assert!(require_operator(Some(&caller(Role::Worker)), "ack").is_err());
         assert!(require_operator(Some(&caller(Role::Operator)), "ack").is_ok());
         assert!(require_operator(None, "ack").is_ok());
+    }
+
+    #[test]
+    fn a_worker_acts_only_as_the_owners_its_token_names() {
+        let w = |owners: Vec<OwnerPattern>| Caller {
+            name: Id::parse("id", "ci").unwrap(),
+            role: Role::Worker,
+            owners,
+        };
+        let id = |s: &str| Id::parse("id", s).unwrap();
+        let claim = |owner: &str| {
+            op(Request::Claim {
+                owner: id(owner),
+                ttl_ms: None,
+                lock_delay_ms: None,
+            })
+        };
+        let complete = |owner: &str| {
+            op(Request::Complete {
+                owner: id(owner),
+                fence: 1,
+            })
+        };
+        // By default, its own name alone.
+        assert!(admit(claim("ci"), Some(&w(vec![]))).is_ok());
+        for o in [claim("ci2"), complete("ci2"), claim("c")] {
+            let e = admit(o, Some(&w(vec![]))).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::NotPermitted, "{e}");
+        }
+        let cancel = op(Request::Cancel {
+            by: Actor::Worker(id("ci2")),
+            fence: Some(1),
+        });
+        assert!(admit(cancel, Some(&w(vec![]))).is_err());
+        // A prefix and a list.
+        let scoped = w(vec![
+            OwnerPattern::parse("ci-*").unwrap(),
+            OwnerPattern::parse("builder").unwrap(),
+        ]);
+        for ok in ["ci-1", "ci-", "builder"] {
+            assert!(admit(claim(ok), Some(&scoped)).is_ok(), "{ok}");
+        }
+        for bad in ["ci", "builder2", "xci-1"] {
+            assert!(admit(claim(bad), Some(&scoped)).is_err(), "{bad}");
+        }
+        let taker = crate::graph::Taker::Owner {
+            owner: id("ci2"),
+            ttl_ms: None,
+            lock_delay_ms: None,
+        };
+        assert!(admit_taker(&taker, Some(&w(vec![]))).is_err());
+        assert!(admit_taker(&taker, None).is_ok());
+        assert!(OwnerPattern::parse("*").is_err());
+        // An operator acts as anyone.
+        assert!(admit(claim("anyone"), Some(&caller(Role::Operator))).is_ok());
     }
 
     #[test]

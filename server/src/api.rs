@@ -289,7 +289,7 @@ async fn next(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer {
-    app.caller(&headers)?;
+    let caller = app.caller(&headers)?;
     let b: NextBody = parse(&body)?;
     let taker = match (b.owner, b.executor) {
         (Some(owner), None) => Taker::Owner {
@@ -308,6 +308,7 @@ async fn next(
         }
         _ => return Err(Error::invalid("body", "give an owner or an executor, not both").into()),
     };
+    baton_core::access::admit_taker(&taker, caller.as_ref())?;
     let as_grant = true;
     let reply = match wait(&q.wait)? {
         Some(d) => {

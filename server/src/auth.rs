@@ -2,7 +2,7 @@
 //! SHA-256 digests and compared in constant time; no token is ever logged
 //! or echoed.
 
-use baton_core::access::{Caller, Role};
+use baton_core::access::{Caller, OwnerPattern, Role};
 use baton_core::{Error, Id};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -57,11 +57,24 @@ impl Tokens {
             }
             let bad = |rule: &str| Error::invalid("tokens", format!("line {}: {rule}", n + 1));
             let parts: Vec<&str> = line.split_whitespace().collect();
-            let [name, role, token] = parts[..] else {
-                return Err(bad("a line is NAME ROLE TOKEN"));
+            let (name, role, token, owners) = match parts[..] {
+                [name, role, token] => (name, role, token, None),
+                [name, role, token, owners] => (name, role, token, Some(owners)),
+                _ => return Err(bad("a line is NAME ROLE TOKEN [owners=ID,PREFIX*,...]")),
             };
             let name = Id::parse("tokens", name).map_err(|e| bad(&e.message))?;
             let role = Role::parse(role).ok_or_else(|| bad("ROLE is worker or operator"))?;
+            let owners = match owners {
+                None => Vec::new(),
+                Some(list) => {
+                    let list = list
+                        .strip_prefix("owners=")
+                        .ok_or_else(|| bad("the fourth field is owners=ID,PREFIX*,..."))?;
+                    list.split(',')
+                        .map(|p| OwnerPattern::parse(p).map_err(|e| bad(&e.message)))
+                        .collect::<Result<Vec<_>, _>>()?
+                }
+            };
             if token.len() < MIN_TOKEN_BYTES {
                 return Err(bad(&format!(
                     "a token must be at least {MIN_TOKEN_BYTES} bytes"
@@ -73,7 +86,7 @@ impl Tokens {
             }
             entries.push(Entry {
                 digest: d,
-                caller: Caller { name, role },
+                caller: Caller { name, role, owners },
             });
         }
         if entries.is_empty() {

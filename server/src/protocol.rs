@@ -84,8 +84,9 @@ async fn apply_all(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -
 }
 
 async fn next(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
-    app.caller(&headers)?;
+    let caller = app.caller(&headers)?;
     let mut q: NextQuery = parse(&body)?;
+    baton_core::access::admit_taker(&q.taker, caller.as_ref())?;
     q.now = app.now();
     let d = app
         .store
