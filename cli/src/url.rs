@@ -77,7 +77,8 @@ impl StoreUrl {
     /// Parses `sqlite:PATH[?busy_timeout=DUR]`, `sled:PATH[?busy_timeout=DUR]`,
     /// `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` or `memory:`.
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
-        let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+        let shown = Error::shown_url(url);
+        let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {shown:?})"));
         if baton_server::is_http_url(url) {
             return Ok(StoreUrl::Http {
                 url: url.to_owned(),
@@ -97,7 +98,7 @@ impl StoreUrl {
                 match pair.split_once('=') {
                     Some(("min_ttl", v)) => min_ttl = Some(param("min_ttl", v, MIN_TTL_RANGE)?),
                     Some(("timeout", v)) => timeout = Some(param("timeout", v, TIMEOUT_RANGE)?),
-                    _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+                    _ => return Err(Error::unknown_url_parameter(pair)),
                 }
             }
             if let Some(c) = prefix.chars().find(|c| c.is_control()) {
@@ -145,7 +146,7 @@ impl StoreUrl {
                 Some(("group_commit", "on")) => group_commit = true,
                 Some(("group_commit", "off")) => group_commit = false,
                 Some(("group_commit", _)) => return Err(bad("group_commit is on or off")),
-                _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+                _ => return Err(Error::unknown_url_parameter(pair)),
             }
         }
         match scheme {

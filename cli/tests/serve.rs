@@ -952,3 +952,110 @@ fn a_strangers_body_is_never_read() {
     s.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
 }
+
+#[test]
+fn one_input_contract_for_the_cli_and_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let addr = server.addr;
+    let manifest = |task: &str| {
+        serde_json::json!({
+            "task_id": task, "executor": "ci", "source_branch": "main",
+            "source_oid": "abc123", "target_version": "1.0", "steps": ["build"],
+        })
+    };
+    // A manifest the CLI takes, REST takes too.
+    let file = dir.path().join("m.json");
+    std::fs::write(&file, manifest("by-cli").to_string()).unwrap();
+    let (code, out) = baton(
+        &server.url(),
+        None,
+        &["task", "declare", file.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/tasks/by-rest/declare",
+        None,
+        &manifest("by-rest").to_string(),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    // A key given twice is refused at any depth, and nothing is declared.
+    let twice = r#"{"task_id":"dup","executor":"ci","executor":"evil","source_branch":"m","source_oid":"o","target_version":"1","steps":["s"]}"#;
+    let (status, body) = http(addr, "POST", "/v1/tasks/dup/declare", None, twice).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(http(addr, "GET", "/v1/tasks/dup", None, "").unwrap().0, 404);
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/tasks/t/claim",
+        None,
+        r#"{"owner":"a","owner":"b"}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+    // A field the request does not know is named, not ignored.
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/tasks/t/claim",
+        None,
+        r#"{"owner":"w","ttl":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (400, Some("ttl")),
+        "{body}"
+    );
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/next",
+        None,
+        r#"{"owner":"w","queue":"q"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (status, body["error"]["field"].as_str()),
+        (400, Some("queue")),
+        "{body}"
+    );
+    assert_eq!(
+        http(addr, "GET", "/v1/tasks/t", None, "").unwrap().0,
+        404,
+        "nothing was claimed"
+    );
+    // Every error is JSON, even those answered before a handler runs.
+    for (method, path) in [
+        ("GET", "/v1/tasks?limit=lots"),
+        ("PUT", "/v1/tasks/t/claim"),
+        ("GET", "/v1/tasks/t/events?after=-1"),
+    ] {
+        let (status, body) = http(addr, method, path, None, "").unwrap();
+        assert!(status >= 400, "{method} {path}: {status}");
+        assert!(
+            body["error"]["kind"].is_string(),
+            "{method} {path}: {status} {body}"
+        );
+    }
+    // A token in the URL is refused and never repeated.
+    let secret = "s3cr3t-s3cr3t-s3cr3t";
+    for url in [
+        format!("http://user:{secret}@{addr}"),
+        format!("http://{addr}?token={secret}"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["--store", &url, "holder", "t"])
+            .env_remove("BATON_STORE")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("\"field\":\"store\""), "{err}");
+        assert!(!err.contains(secret), "the secret was echoed: {err}");
+    }
+}

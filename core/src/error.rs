@@ -160,6 +160,36 @@ impl Error {
         }
     }
 
+    /// A store URL as an error may repeat it: without its query and
+    /// without credentials, either of which may hold a secret.
+    pub fn shown_url(url: &str) -> String {
+        let base = url.split('?').next().unwrap_or(url);
+        match base.split_once("://") {
+            Some((scheme, rest)) if rest.contains('@') => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+                format!("{scheme}://…@{host}")
+            }
+            _ => base.to_owned(),
+        }
+    }
+
+    /// A store URL's parameter that its backend does not take, named by
+    /// its key alone: its value is never echoed (it may be a secret a user
+    /// put in the wrong place, such as `?token=`).
+    pub fn unknown_url_parameter(pair: &str) -> Self {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        let hint = if key.eq_ignore_ascii_case("token") {
+            " (a server's token goes in --token or BATON_TOKEN, never in the URL)"
+        } else {
+            ""
+        };
+        let key: String = key.chars().take(64).collect();
+        Error::invalid(
+            "store",
+            format!("unknown store URL parameter {key:?}; its value is not shown{hint}"),
+        )
+    }
+
     /// Keeps the native error this one was made from.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(std::sync::Arc::new(source));

@@ -2,7 +2,7 @@
 //! language. Answers are the JSON the CLI prints; a refusal is 409 (404
 //! for a task that does not exist) with the refusal's reason and details.
 
-use crate::app::{Answer, MAX_WAIT, Shared, json, parse};
+use crate::app::{Answer, MAX_WAIT, Shared, from_value_strict, json, parse_strict};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -72,6 +72,28 @@ fn answer(r: Reply, as_grant: bool) -> Answer {
     }
 }
 
+/// Refuses a field of `given` that `request` did not take: every key given
+/// (but one set to null, which changes nothing) must come back when the
+/// request is written out again. A request is an internally tagged enum,
+/// which serde reads through a buffer that forgets what it ignored.
+fn refuse_unknown_fields(given: &Value, request: &Request) -> Result<(), Error> {
+    let taken = serde_json::to_value(request)
+        .map_err(|e| Error::invalid("body", format!("cannot be read back: {e}")))?;
+    let (Some(given), Some(taken)) = (given.as_object(), taken.as_object()) else {
+        return Ok(());
+    };
+    match given
+        .iter()
+        .find(|(k, v)| !v.is_null() && !taken.contains_key(*k))
+    {
+        Some((k, _)) => Err(Error::invalid(
+            k.as_str(),
+            format!("is not a field of a {:?} request", request.kind().as_str()),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether a request's answer shows the grant (as the CLI prints it).
 fn answers_with_grant(kind: RequestKind) -> bool {
     matches!(
@@ -94,26 +116,31 @@ async fn write(
     let mut fields: Value = if body.is_empty() {
         json!({})
     } else {
-        parse(&body)?
+        parse_strict(&body)?
     };
     let pre = match fields.as_object_mut() {
         Some(o) => o.remove("pre"),
         None => return Err(Error::invalid("body", "must be a JSON object").into()),
     };
     let pre: Preconditions = match pre {
-        Some(p) => serde_json::from_value(p).map_err(|e| Error::invalid("pre", format!("{e}")))?,
+        Some(p) => from_value_strict(p).map_err(|e| Error::invalid("pre", e.message))?,
         None => Preconditions::none(),
     };
-    let fields = if verb == "declare" {
-        json!({"request": "declare", "manifest": fields})
+    // A manifest is read as the CLI reads one (the same rules, the same
+    // optional fields), not as the stored form.
+    let request = if verb == "declare" {
+        Request::Declare {
+            manifest: baton_core::Manifest::from_value(&fields)?,
+        }
     } else {
         if let Some(o) = fields.as_object_mut() {
             o.insert("request".into(), Value::String(verb.clone()));
         }
-        fields
+        let request: Request = serde_json::from_value(fields.clone())
+            .map_err(|e| Error::invalid("body", format!("is not a {verb:?} request: {e}")))?;
+        refuse_unknown_fields(&fields, &request)?;
+        request
     };
-    let request: Request = serde_json::from_value(fields)
-        .map_err(|e| Error::invalid("body", format!("is not a {verb:?} request: {e}")))?;
     let kind = request.kind();
     let op = Operation {
         task,
@@ -290,7 +317,7 @@ async fn next(
     body: Bytes,
 ) -> Answer {
     let caller = app.caller(&headers)?;
-    let b: NextBody = parse(&body)?;
+    let b: NextBody = parse_strict(&body)?;
     let taker = match (b.owner, b.executor) {
         (Some(owner), None) => Taker::Owner {
             owner,
@@ -379,7 +406,7 @@ struct AckBody {
 async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
     let caller = app.caller(&headers)?;
     access::require_operator(caller.as_ref(), "an outbox acknowledgement")?;
-    let b: AckBody = parse(&body)?;
+    let b: AckBody = parse_strict(&body)?;
     // The authority checks the ids before it acknowledges anything.
     let n = app.authority.ack(&b.intent_ids).await?;
     json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))

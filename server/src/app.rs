@@ -199,6 +199,38 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(bytes).map_err(|e| Error::invalid("body", format!("{e}")))
 }
 
+/// A body of the task API, read as every front end reads JSON input: no
+/// key given twice at any depth, and no field the request does not know
+/// (`{"ttl": 600000}` is not quietly a default TTL). Errors name the field.
+pub(crate) fn parse_strict<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| Error::invalid("body", "must be UTF-8 JSON"))?;
+    let value = baton_core::json::parse_strict("body", text)?;
+    from_value_strict(value)
+}
+
+/// `value` as a `T`, refusing a field `T` does not know, by its path.
+pub(crate) fn from_value_strict<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, Error> {
+    let mut unknown: Vec<String> = Vec::new();
+    let t: T =
+        serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
+            // serde's own words for a struct that denies unknown fields.
+            let message = e.to_string();
+            let field = message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split_once('`'))
+                .map_or("body", |(f, _)| f);
+            Error::invalid(field, message.clone())
+        })?;
+    match unknown.first() {
+        Some(field) => Err(Error::invalid(
+            field.as_str(),
+            "is not a field of this request",
+        )),
+        None => Ok(t),
+    }
+}
+
 pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
     Ok(axum::Json(value).into_response())
 }
@@ -217,4 +249,47 @@ pub(crate) async fn authenticate(
         return e.into_response();
     }
     next.run(req).await
+}
+
+/// Every error the server answers is the same JSON (`{"error": {...}}`),
+/// including those answered before a handler runs (a body over the limit,
+/// a body too slow, a query string or path that does not parse, a method
+/// not allowed): a client reads one shape, whatever went wrong.
+pub(crate) async fn json_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let res = next.run(req).await;
+    let status = res.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return res;
+    }
+    let is_json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/json"));
+    if is_json {
+        return res;
+    }
+    let text = axum::body::to_bytes(res.into_body(), 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let message = String::from_utf8_lossy(&text).trim().to_owned();
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        message
+    };
+    let error = match status.as_u16() {
+        401 | 403 => Error::not_permitted(message),
+        408 | 503 | 504 => Error::unavailable(message),
+        500..=599 => Error::indeterminate(message),
+        _ => Error::invalid("request", message),
+    };
+    ApiError {
+        status,
+        body: ErrorBody::new(error),
+    }
+    .into_response()
 }

@@ -114,7 +114,8 @@ struct ServerUrl {
 /// `http://HOST:PORT[?timeout=DUR]`, `https://HOST:PORT[?timeout=DUR&ca=PATH]`
 /// or `http+unix://PATH[?timeout=DUR]`.
 fn parse_url(url: &str) -> Result<ServerUrl> {
-    let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {url:?})"));
+    let shown = Error::shown_url(url);
+    let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {shown:?})"));
     let Some((scheme, rest)) = [Scheme::Unix, Scheme::Https, Scheme::Http]
         .into_iter()
         .find_map(|s| url.strip_prefix(s.prefix()).map(|r| (s, r)))
@@ -132,6 +133,13 @@ fn parse_url(url: &str) -> Result<ServerUrl> {
     };
     if place.is_empty() {
         return Err(bad("the URL names no server"));
+    }
+    // `http://user:TOKEN@host` would be dropped without a word, and a URL
+    // ends up in logs: refused, without repeating what was given.
+    if !unix && place.contains('@') {
+        return Err(bad(
+            "credentials in the URL are not used (and would be logged); give the token with --token or BATON_TOKEN",
+        ));
     }
     if !unix && (place.contains('/') || !place.contains(':')) {
         return Err(bad("http://HOST:PORT names a server, with no path"));
@@ -159,7 +167,7 @@ fn parse_url(url: &str) -> Result<ServerUrl> {
                 out.ca = Some(PathBuf::from(v));
             }
             Some(("ca", _)) => return Err(bad("ca names a PEM file, for https:// only")),
-            _ => return Err(bad(&format!("unknown store URL parameter {pair:?}"))),
+            _ => return Err(Error::unknown_url_parameter(pair)),
         }
     }
     Ok(out)

@@ -198,6 +198,8 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         // A bug that panics in one request answers that request 500 and
         // leaves the server serving every other.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+        // Outermost: whatever answered an error, it is answered as JSON.
+        .layer(axum::middleware::from_fn(crate::app::json_errors))
         .with_state(app)
 }
 
