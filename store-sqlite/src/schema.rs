@@ -8,6 +8,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_work_graph.sql"),
     include_str!("../migrations/0004_partial_indexes.sql"),
     include_str!("../migrations/0005_fewer_pages.sql"),
+    include_str!("../migrations/0006_file_path.sql"),
 ];
 
 /// The schema version this build writes.

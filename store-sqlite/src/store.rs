@@ -121,6 +121,7 @@ impl SqliteStore {
         check_links(&path)?;
         check_wal_belongs(&mut writer, &path, main)?;
         migrate(&mut writer, &path, main)?;
+        check_log_not_left_behind(&mut writer, &path, main)?;
         let reader = open_connection(&path, &options)?;
         use_wal(&reader, &path)?;
         // Both connections have read the database, so SQLite holds its log
@@ -405,6 +406,61 @@ fn check_wal_belongs(conn: &mut Connection, path: &Path, actual: FileId) -> Resu
         .map_err(err)?;
     record_identity(&tx, actual).map_err(err)?;
     tx.commit().map_err(err)
+}
+
+/// Refuses a database file moved away from a write-ahead log that still
+/// holds its latest commits: the store records the path it was last opened
+/// at, and a process that opens it under another name, with no frames of
+/// its own beside it while the log at the old name has frames (and the old
+/// name holds no other file), would read the database without those
+/// commits and grant their fences again. Otherwise the new path is
+/// recorded, and checkpointed into the file so that a move right after
+/// finds it there.
+fn check_log_not_left_behind(conn: &mut Connection, path: &Path, actual: FileId) -> Result<()> {
+    let err = |e| map_err(path, e);
+    let here = std::fs::canonicalize(path).map_err(|e| {
+        Error::unavailable(format!("{}: cannot resolve the path: {e}", path.display()))
+    })?;
+    let here_text = here.to_string_lossy().into_owned();
+    let recorded: Option<String> = conn
+        .query_row("SELECT path FROM file_identity WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(err)?
+        .flatten();
+    if recorded.as_deref() == Some(here_text.as_str()) {
+        return Ok(());
+    }
+    if let Some(old) = recorded.as_deref().map(PathBuf::from) {
+        let old_wal = PathBuf::from(format!("{}-wal", old.display()));
+        let (own_wal, _) = sidecars(conn, path);
+        let another_file_there = file_id(&old).is_ok_and(|id| id != actual);
+        if !wal_has_frames(&own_wal) && wal_has_frames(&old_wal) && !another_file_there {
+            return Err(Error::corrupt(format!(
+                "{}: this store was last opened as {}, and its write-ahead log {} still holds commits that are not in this file (it was moved, or copied, without its log); nothing was read or written. Move it back with its log (mv {} {}), or stop every process using it, checkpoint it at its old name (sqlite3 {} \"PRAGMA wal_checkpoint(TRUNCATE)\") and move it again; see README.md, \"Backup and restore\"",
+                path.display(),
+                old.display(),
+                old_wal.display(),
+                path.display(),
+                old.display(),
+                old.display(),
+            )));
+        }
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    tx.execute(
+        "INSERT INTO file_identity (id, dev, ino, path) VALUES (1, ?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET path = excluded.path",
+        params![actual.dev as i64, actual.ino as i64, here_text],
+    )
+    .map_err(err)?;
+    tx.commit().map_err(err)?;
+    // Best effort: a checkpoint that readers hold back finishes later.
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        .map_err(err)
 }
 
 fn record_identity(tx: &rusqlite::Transaction<'_>, id: FileId) -> rusqlite::Result<()> {

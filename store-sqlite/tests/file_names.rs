@@ -343,3 +343,76 @@ fn a_backup_over_a_crashed_store_needs_its_stale_log_removed() {
             .is_some()
     );
 }
+
+/// The fence a claim in a fresh process got, panicking on anything else.
+fn fence_in_child(path: &Path, task: &str) -> u64 {
+    let line = claim_in_child(path, task, "w");
+    line.strip_prefix("granted ")
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("expected a grant: {line}"))
+}
+
+#[test]
+fn a_store_moved_away_from_its_log_is_refused_until_moved_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let a_path = dir.path().join("a.db");
+    let b_path = dir.path().join("b.db");
+    let rt = rt();
+    // Renamed while a process has it open, its latest grants only in the log.
+    let live = open(&a_path).unwrap();
+    let mut last = 0;
+    for i in 0..5 {
+        let g = rt
+            .block_on(live.claim(&id(&format!("t{i}")), &id("w"), None))
+            .unwrap();
+        last = g.grant().unwrap().fence;
+    }
+    std::fs::rename(&a_path, &b_path).unwrap();
+    let line = claim_in_child(&b_path, "t9", "w");
+    assert_error(&line, ErrorKind::Corrupt, "was last opened as");
+    assert!(line.contains("a.db-wal"), "names the log: {line}");
+    // Nothing was written at the new name: moved back, it counts on.
+    std::fs::rename(&b_path, &a_path).unwrap();
+    drop(live);
+    let f = fence_in_child(&a_path, "t9");
+    assert!(f > last, "fence {f} after {last}: a fence handed out again");
+
+    // A crashed store moved without its log.
+    let c_path = dir.path().join("c.db");
+    let mut c = child(
+        "child_entry",
+        &["claim-and-hang", a_path.to_str().unwrap(), "t10", "w"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = c.stdout.take().unwrap();
+    let mut seen = String::new();
+    while !seen.contains("@@ granted") {
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
+        assert!(n > 0, "the child exited before its grant: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    std::fs::rename(&a_path, &c_path).unwrap();
+    let e = open(&c_path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(e.message.contains("Backup and restore"), "{e}");
+    // Moved back, it opens with the crashed process's grant; checkpointed
+    // there, it may then be moved alone and opened at its new name.
+    std::fs::rename(&c_path, &a_path).unwrap();
+    let g = fence_in_child(&a_path, "t11");
+    assert!(
+        g > f + 1,
+        "fence {g}: the crashed grant's fence was handed out again"
+    );
+    let conn = rusqlite::Connection::open(&a_path).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    std::fs::rename(&a_path, &c_path).unwrap();
+    let h = fence_in_child(&c_path, "t12");
+    assert_eq!(h, g + 1, "counts on at the new name");
+}

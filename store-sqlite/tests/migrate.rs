@@ -16,6 +16,7 @@ fn spec(task: &str, after: &[&str]) -> NodeSpec {
 /// Schema version 5 undone: the fence counter back in its own row, no
 /// `fence_top` column, and the due index for every state.
 const VERSION_4: &str = "
+    ALTER TABLE file_identity DROP COLUMN path;
     UPDATE fence SET value = max(value, coalesce((SELECT max(fence_top) FROM events), 0));
     ALTER TABLE events DROP COLUMN fence_top;
     DROP INDEX tasks_by_due;
@@ -63,7 +64,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 5, "migrated to version 5");
+        assert_eq!(v, 6, "migrated to version 6");
         for name in ["tasks_ready", "tasks_held", "tasks_by_due"] {
             let sql: String = c
                 .query_row(
@@ -144,7 +145,7 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 5);
+        assert_eq!(v, 6);
         let due: String = c
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE name = 'tasks_by_due'",
