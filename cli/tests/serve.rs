@@ -224,27 +224,18 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
     assert_eq!(code, 0, "{g}");
 
     // `bench --processes --token T` hands the token to its workers.
-    let out = Command::new(BIN)
-        .args([
-            "--store",
-            &url,
+    run_bench(
+        BIN,
+        &url,
+        &[
             "--token",
             WORKER3,
-            "bench",
             "--processes",
             "--workers",
             "2",
             "--tasks",
             "20",
-        ])
-        .env_remove("BATON_TOKEN")
-        .env_remove("BATON_STORE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
 
     // An operator's token: the cancel lands, recorded as the token's name.

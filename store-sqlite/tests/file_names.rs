@@ -247,6 +247,28 @@ fn the_index_deleted_or_the_log_replaced_while_open() {
 }
 
 /// A consistent copy of a live store, the way README.md says to take one.
+/// A process claims `task` and is SIGKILLed before it closes the store:
+/// its log stays, with frames.
+fn crash_after_claim(path: &Path, task: &str) {
+    let mut c = child(
+        "child_entry",
+        &["claim-and-hang", path.to_str().unwrap(), task, "w"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = c.stdout.take().unwrap();
+    let mut seen = String::new();
+    while !seen.contains("@@ granted") {
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
+        assert!(n > 0, "the child exited before its grant: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
 fn backup(a: &Path, to: &Path) {
     let c = rusqlite::Connection::open(a).unwrap();
     c.execute("VACUUM INTO ?1", [to.to_str().unwrap()]).unwrap();
@@ -307,23 +329,7 @@ fn a_backup_over_a_crashed_store_needs_its_stale_log_removed() {
     drop(open(&path).unwrap());
     backup(&path, &saved);
     // A process commits and is killed before it closes: its log stays, with frames.
-    let mut c = child(
-        "child_entry",
-        &["claim-and-hang", path.to_str().unwrap(), "t", "w"],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut out = c.stdout.take().unwrap();
-    let mut seen = String::new();
-    while !seen.contains("@@ granted") {
-        let mut buf = [0u8; 256];
-        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
-        assert!(n > 0, "the child exited before its grant: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
-    c.kill().unwrap();
-    c.wait().unwrap();
+    crash_after_claim(&path, "t");
     let wal = sidecar(&path, "-wal");
     assert!(wal.exists(), "a log with frames remains");
     std::fs::rename(&saved, &path).unwrap();
@@ -379,23 +385,7 @@ fn a_store_moved_away_from_its_log_is_refused_until_moved_back() {
 
     // A crashed store moved without its log.
     let c_path = dir.path().join("c.db");
-    let mut c = child(
-        "child_entry",
-        &["claim-and-hang", a_path.to_str().unwrap(), "t10", "w"],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut out = c.stdout.take().unwrap();
-    let mut seen = String::new();
-    while !seen.contains("@@ granted") {
-        let mut buf = [0u8; 256];
-        let n = std::io::Read::read(&mut out, &mut buf).unwrap();
-        assert!(n > 0, "the child exited before its grant: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
-    c.kill().unwrap();
-    c.wait().unwrap();
+    crash_after_claim(&a_path, "t10");
     std::fs::rename(&a_path, &c_path).unwrap();
     let e = open(&c_path).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
