@@ -11,8 +11,8 @@ use std::path::PathBuf;
     about = "Decides who may run a piece of work: leases, fences, and the truth about each task."
 )]
 pub struct Cli {
-    /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT[,...]/PREFIX,
-    /// postgres://USER@HOST[:PORT]/DB[?schema=NAME], http://HOST:PORT (a
+    /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT\[,...\]/PREFIX,
+    /// postgres://USER@HOST\[:PORT\]/DB\[?schema=NAME\], http://HOST:PORT (a
     /// `baton serve`), http+unix://PATH or memory:.
     #[arg(long, global = true, env = "BATON_STORE")]
     pub store: Option<String>,

@@ -1,7 +1,7 @@
 //! The work graph: where a task waits (its queue and priority), what it
 //! waits on (its dependencies), and the order in which `next` offers ready
 //! tasks. Plain data and pure functions; the decision that grants reads
-//! these facts inside the granting commit (see [`crate::decide`]).
+//! these facts inside the granting commit (see [`mod@crate::decide`]).
 //!
 //! A task is **ready** when it is claimable (REGISTERED) and every
 //! dependency SUCCEEDED. SUCCEEDED is final, so a ready task never becomes
@@ -105,7 +105,7 @@ impl Lane {
 }
 
 /// A task's entry in the ready index: stores keep one per record for which
-/// [`TaskRecord::ready_entry`] is `Some`, ordered by [`ReadyEntry::cmp`].
+/// [`crate::model::TaskRecord::ready_entry`] is `Some`, ordered by [`ReadyEntry::cmp`].
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ReadyEntry {
     pub lane: Lane,

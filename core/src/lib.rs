@@ -4,7 +4,7 @@
 //! and what every request does to a task's record.
 //!
 //! * [`model`]: task records, grants, events, notifications.
-//! * [`decide`]: the one pure decision every write passes through.
+//! * [`mod@decide`]: the one pure decision every write passes through.
 //! * [`store`]: the small contract a backend implements.
 //! * [`Authority`]: the public API, generic over any store.
 //! * [`MemoryStore`]: an in-memory backend.

@@ -1,6 +1,6 @@
 //! The data baton keeps: task records, leases (grants), events and
 //! notifications. Everything here is plain data with serde; the rules that
-//! change it live in [`crate::decide`].
+//! change it live in [`mod@crate::decide`].
 
 use crate::graph::{Lane, ReadyEntry, millis_key, priority_rank};
 use crate::id::{Id, OwnerId, TaskId};
@@ -50,7 +50,7 @@ pub struct Closure {
 }
 
 /// Everything baton knows about one task. Stores keep it whole; the fields
-/// are public for reading, but only [`crate::decide`] produces new versions.
+/// are public for reading, but only [`mod@crate::decide`] produces new versions.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TaskRecord {
     pub task: TaskId,

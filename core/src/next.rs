@@ -102,7 +102,7 @@ pub trait NextSource: crate::store::Txn {
     /// Up to `limit` held tasks of `lane` and `queue` whose lease has run
     /// out at `now` (claimable again, and not in the ready index): for a
     /// store whose stored expiry is its judge, the keys of
-    /// [`held_range`] in its held index ([`TaskRecord::held_key`]).
+    /// `held_range` in its held index ([`TaskRecord::held_key`]).
     fn expired(
         &mut self,
         lane: Lane,

@@ -393,7 +393,7 @@ pub trait Txn {
 }
 
 /// Decides `op` inside `tx` and writes it, then its follow-ups: reads the
-/// task and the records [`crate::graph::upstream_ids`] names, calls
+/// task and the records [`crate::decide::upstream_ids`] names, calls
 /// [`crate::decide::decide_in`], writes, and applies each follow-up the
 /// same way. Returns the decision and whether anything was written.
 pub fn apply_in<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<(Decision, bool)> {
@@ -401,7 +401,7 @@ pub fn apply_in<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<(Decision
 }
 
 /// Decides `op` on what `tx` holds, writing nothing: reads the task and
-/// the records [`crate::graph::upstream_ids`] names and calls
+/// the records [`crate::decide::upstream_ids`] names and calls
 /// [`crate::decide::decide_in`]. On a snapshot of durable commits only, a
 /// decision that writes nothing is the answer (a store may give it
 /// without its write lock); one that writes must be decided again inside

@@ -1,6 +1,6 @@
 //! The work graph on the authority: add tasks with dependencies, take the
 //! next ready one, and read the graph. The rules (readiness, order, what
-//! blocks) are in [`crate::graph`] and [`crate::decide`]; this is the API.
+//! blocks) are in [`crate::graph`] and [`mod@crate::decide`]; this is the API.
 
 use crate::authority::{Authority, Reply, reply};
 use crate::error::{Error, Result};

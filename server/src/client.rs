@@ -33,7 +33,7 @@ const MAX_ANSWER: usize = 256 * 1024 * 1024;
 pub struct HttpOptions {
     /// Sent as `Authorization: Bearer ...` (never logged or shown).
     pub token: Option<String>,
-    /// The deadline of each request; `None` for [`DEFAULT_TIMEOUT`].
+    /// The deadline of each request; `None` for the default (10 s).
     pub timeout: Option<Duration>,
 }
 

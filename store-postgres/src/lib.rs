@@ -33,7 +33,7 @@
 //! granted. A connection lost while the commit was on its way:
 //! `Indeterminate`. A stored row that does not decode: `Corrupt`. A schema
 //! written by a newer baton: `Unsupported`. All of it in one function,
-//! [`store`]'s `classify`; the pool replaces a broken connection, so the
+//! `store`'s `classify`; the pool replaces a broken connection, so the
 //! store works again once the fault is gone.
 
 mod options;

@@ -6,7 +6,7 @@
 //!   touches (record, state index, events, outbox, fence counter).
 //! * **Durable before answering.** sled syncs by itself only every 500 ms,
 //!   so the store flushes before it answers; one flush serves every change
-//!   committed before it started ([`flush::GroupFlush`]). No answer, a
+//!   committed before it started (`GroupFlush`). No answer, a
 //!   refusal or a read included, reveals a change that is not flushed yet.
 //! * sled locks its directory. Another process waits for the lock up to a
 //!   busy timeout (default 5 s), then gets `Unavailable` naming the path and

@@ -5,7 +5,7 @@
 //! A store calls [`decide`] *inside* its atomic commit and applies what it
 //! returns: first the settlement (what time already decided: an expired
 //! lease, a passed start deadline), then the request's change, or the
-//! refusal's CONFLICT_REFUSED event. Reads call [`derive`] and write nothing.
+//! refusal's CONFLICT_REFUSED event. Reads call [`derive()`] and write nothing.
 
 use crate::error::Error;
 use crate::graph::Upstream;
@@ -320,7 +320,7 @@ pub fn decide_with(
 }
 
 /// The whole decision: `upstream` holds the states of the tasks
-/// [`crate::graph::upstream_ids`] names for this request, read by the store
+/// [`crate::decide::upstream_ids`] names for this request, read by the store
 /// in the same commit. A dependency not in it counts as not done, so a
 /// store that reads too little refuses a grant and never makes one early.
 pub fn decide_in(
