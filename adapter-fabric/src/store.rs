@@ -521,7 +521,7 @@ impl FabricStore {
     async fn refuse_earlier_layout(&self) -> Result<()> {
         let old = crate::keys::Keys::earlier_layout_tasks(&self.opts.prefix);
         let resp = self
-            .safe("open", |mut c| {
+            .call_retrying("open", |mut c| {
                 let old = old.clone();
                 async move {
                     let o = GetOptions::new()
@@ -577,9 +577,11 @@ impl FabricStore {
         })
     }
 
-    /// Runs one call with the deadline; retries calls that change nothing
-    /// (a member that died keeps receiving some requests for a while).
-    async fn safe<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    /// Runs one call with the deadline, retrying it on another member (a
+    /// member that died keeps receiving some requests for a while): for
+    /// calls whose repeat is harmless, reads and a lease grant (a lease a
+    /// lost answer left behind expires on its own).
+    async fn call_retrying<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
@@ -660,7 +662,7 @@ impl FabricStore {
             self.keys.lock_delay(task),
         ];
         let resp = self
-            .safe("read", |mut c| {
+            .call_retrying("read", |mut c| {
                 let txn = Txn::new().and_then(keys.clone().map(|k| TxnOp::get(k, None)));
                 async move { c.txn(txn).await }
             })
@@ -766,7 +768,7 @@ impl FabricStore {
         // An answer of any kind ends it (a lease already gone is fine); only
         // a member that does not answer is asked again, through the next.
         let _ = self
-            .safe("lease revoke", |mut c| async move {
+            .call_retrying("lease revoke", |mut c| async move {
                 let _ = c.lease_revoke(id).await;
                 Ok::<(), etcd_client::Error>(())
             })
@@ -855,7 +857,7 @@ impl FabricStore {
                 .unwrap_or([0, 0, 0, 0, 0, 0, 0, 1]),
         ) & i64::MAX;
         let id = id.max(1);
-        self.safe("lease grant", |mut c| async move {
+        self.call_retrying("lease grant", |mut c| async move {
             match c
                 .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
                 .await
@@ -1020,7 +1022,7 @@ impl FabricStore {
                     let key = self.keys.conflict(&task, ck);
                     let existing = {
                         let k = key.clone();
-                        self.safe("read", |mut c| {
+                        self.call_retrying("read", |mut c| {
                             let k = k.clone();
                             async move { c.get(k, None).await }
                         })
@@ -1303,7 +1305,7 @@ impl FabricStore {
         let cause = cause.unwrap_or_else(|| format!("no answer within {:?}", self.opts.timeout));
         let tk = self.keys.task(task);
         let reread = self
-            .safe("read", |mut c| {
+            .call_retrying("read", |mut c| {
                 let tk = tk.clone();
                 async move { c.get(tk, None).await }
             })
@@ -1385,7 +1387,7 @@ impl FabricStore {
             };
             let page = i64::try_from(page).unwrap_or(1);
             let resp = self
-                .safe("list", |mut c| {
+                .call_retrying("list", |mut c| {
                     let mut o = GetOptions::new().with_range(e.clone()).with_limit(page);
                     if let Some(r) = pinned {
                         o = o.with_revision(r);
@@ -1463,7 +1465,7 @@ impl FabricStore {
         let mut to = key_of(last.task.as_str()).into_bytes();
         to.push(0);
         let resp = self
-            .safe("list", |mut c| {
+            .call_retrying("list", |mut c| {
                 let mut o = GetOptions::new().with_range(to.clone()).with_keys_only();
                 if let Some(r) = pinned {
                     o = o.with_revision(r);
@@ -1499,7 +1501,7 @@ impl FabricStore {
             .unwrap_or(i64::MAX)
             .saturating_add(i64::try_from(PER_TXN).unwrap_or(0));
         let resp = self
-            .safe("read", |mut c| {
+            .call_retrying("read", |mut c| {
                 let o = GetOptions::new()
                     .with_prefix()
                     .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -1625,7 +1627,7 @@ impl Store for FabricStore {
         for id in intent_ids {
             let key = self.keys.outbox(id);
             let resp = self
-                .safe("ack", |mut c| {
+                .call_retrying("ack", |mut c| {
                     // Deleted only if it exists as an outbox entry now.
                     let txn = Txn::new()
                         .when([Compare::create_revision(key.clone(), CompareOp::Greater, 0)])

@@ -493,7 +493,7 @@ impl FabricStore {
     /// Task ids under an index range `[start, end)` of one of the indexes.
     async fn index_range(&self, start: String, end: String, limit: usize) -> Result<Vec<TaskId>> {
         let resp = self
-            .safe("read", |mut c| {
+            .call_retrying("read", |mut c| {
                 let (start, end) = (start.clone(), end.clone());
                 async move {
                     let o = GetOptions::new()

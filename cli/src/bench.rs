@@ -308,11 +308,6 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     })
 }
 
-/// How many tasks [`verify`] checks at once: each check is a read and two
-/// refused writes (each a durable commit), so one at a time took several
-/// times the storm itself; concurrently they share commits.
-pub(crate) const VERIFY_AT_ONCE: usize = 32;
-
 /// Every task granted exactly once; no write under a wrong fence accepted.
 async fn verify(
     a: &DynAuthority,
@@ -348,7 +343,7 @@ async fn verify(
             }
             Ok::<u64, Error>(stale)
         })
-        .buffer_unordered(VERIFY_AT_ONCE)
+        .buffer_unordered(crate::bench_next::VERIFY_AT_ONCE)
         .try_collect()
         .await?;
     Ok((double, stale.iter().sum(), ungranted))

@@ -18,6 +18,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How many tasks a benchmark's check (`bench::verify`, and the graph's
+/// here) takes at once: each check is a read and two refused writes (each
+/// a durable commit), so one at a time took several times the storm
+/// itself; concurrently they share commits.
+pub(crate) const VERIFY_AT_ONCE: usize = 32;
+
 /// One store's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct NextResult {
@@ -296,7 +302,7 @@ async fn round(
                 let done = a.get(t).await?.is_some_and(|r| r.state == State::Succeeded);
                 Ok::<bool, Error>(!done || !seen.contains(t.as_str()))
             })
-            .buffer_unordered(crate::bench::VERIFY_AT_ONCE)
+            .buffer_unordered(VERIFY_AT_ONCE)
             .try_collect()
             .await?;
         ungranted += missing.into_iter().filter(|m| *m).count() as u64;

@@ -86,6 +86,19 @@ pub enum Due {
     Passed,
 }
 
+impl Due {
+    /// Whether a record whose next self-change is `due_at` meets this
+    /// condition at `now` (what a store's index holds is enough).
+    pub fn admits(self, due_at: Option<Timestamp>, now: Timestamp) -> bool {
+        let passed = due_at.is_some_and(|d| d <= now);
+        match self {
+            Due::Any => true,
+            Due::NotYet => !passed,
+            Due::Passed => passed,
+        }
+    }
+}
+
 /// One stored state with a due condition. A record matches a query when it
 /// matches any of its clauses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -96,15 +109,7 @@ pub struct Clause {
 
 impl Clause {
     pub fn matches(&self, record: &TaskRecord, now: Timestamp) -> bool {
-        if record.state != self.state {
-            return false;
-        }
-        let due = record.due_at().is_some_and(|d| d <= now);
-        match self.due {
-            Due::Any => true,
-            Due::NotYet => !due,
-            Due::Passed => due,
-        }
+        record.state == self.state && self.due.admits(record.due_at(), now)
     }
 
     /// The stored states and due conditions from which a task can derive to

@@ -93,8 +93,8 @@ impl<S: Store> Authority<S> {
                 known.insert(d);
             }
         }
-        let ordered = plan(nodes, |t| known.contains(t))?;
-        let ops: Vec<Operation> = ordered
+        let in_dependency_order = plan(nodes, |t| known.contains(t))?;
+        let ops: Vec<Operation> = in_dependency_order
             .into_iter()
             .map(|n| Operation {
                 task: n.task,

@@ -269,7 +269,9 @@ fn read_u64(v: Option<sled::IVec>) -> std::result::Result<u64, Abort> {
     }
 }
 
-fn key2(a: &str, b: &[u8]) -> Vec<u8> {
+/// `a NUL b`: a key in a tree indexed by a name (a state, a task id), so
+/// that one name's keys are one contiguous range.
+fn prefixed_key(a: &str, b: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(a.len() + 1 + b.len());
     k.extend_from_slice(a.as_bytes());
     k.push(0);
@@ -766,7 +768,7 @@ impl Inner {
                 for Clause { state, due } in clauses {
                     if *due == Due::Passed {
                         // What is due is found by time, never by scanning the state.
-                        let prefix = key2(state.as_str(), b"");
+                        let prefix = prefixed_key(state.as_str(), b"");
                         let end = due_key(state.as_str(), q.now.plus_ms(1), "");
                         let mut due_tasks: Vec<Vec<u8>> = Vec::new();
                         for item in self.trees.by_due.range(prefix.clone()..end) {
@@ -782,8 +784,8 @@ impl Inner {
                         }
                         continue;
                     }
-                    let prefix = key2(state.as_str(), b"");
-                    let start = key2(state.as_str(), after.as_bytes());
+                    let prefix = prefixed_key(state.as_str(), b"");
+                    let start = prefixed_key(state.as_str(), after.as_bytes());
                     let mut taken = 0;
                     for item in self
                         .trees
@@ -794,14 +796,10 @@ impl Inner {
                         if !k.starts_with(&prefix) || taken >= q.limit {
                             break;
                         }
-                        let due_at = <[u8; 8]>::try_from(v.as_ref()).ok().map(i64::from_be_bytes);
-                        let passed = due_at.is_some_and(|d| d <= q.now.as_millis());
-                        let keep = match due {
-                            Due::Any => true,
-                            Due::NotYet => !passed,
-                            Due::Passed => passed,
-                        };
-                        if keep {
+                        let due_at = <[u8; 8]>::try_from(v.as_ref())
+                            .ok()
+                            .map(|b| Timestamp::from_millis(i64::from_be_bytes(b)));
+                        if due.admits(due_at, q.now) {
                             push(&k[prefix.len()..])?;
                             taken += 1;
                         }
@@ -833,11 +831,11 @@ impl Inner {
                 }
             }
             Some(t) => {
-                let prefix = key2(t.as_str(), b"");
+                let prefix = prefixed_key(t.as_str(), b"");
                 for item in self
                     .trees
                     .events_by_task
-                    .range(key2(t.as_str(), &be(after.saturating_add(1)))..)
+                    .range(prefixed_key(t.as_str(), &be(after.saturating_add(1)))..)
                 {
                     let (k, _) = item.map_err(|e| self.err(e))?;
                     if !k.starts_with(&prefix) || keys.len() >= limit {
@@ -1029,8 +1027,10 @@ impl SledTx<'_> {
                 None => None,
             };
             if let Some(old) = &current {
-                self.by_state
-                    .remove(key2(old.state.as_str(), old.task.as_str().as_bytes()))?;
+                self.by_state.remove(prefixed_key(
+                    old.state.as_str(),
+                    old.task.as_str().as_bytes(),
+                ))?;
                 if let Some(due) = old.due_at() {
                     self.by_due
                         .remove(due_key(old.state.as_str(), due, old.task.as_str()))?;
@@ -1060,7 +1060,8 @@ impl SledTx<'_> {
                 .due_at()
                 .map(|t| t.as_millis().to_be_bytes().to_vec())
                 .unwrap_or_default();
-            self.by_state.insert(key2(r.state.as_str(), key), due)?;
+            self.by_state
+                .insert(prefixed_key(r.state.as_str(), key), due)?;
             self.tasks.insert(key, encode(r)?)?;
         }
         for e in d.events() {
@@ -1197,7 +1198,7 @@ fn merged_ids(
 /// A `by_due` key: state NUL due time (big-endian, so keys sort by time) task id.
 fn due_key(state: &str, due: Timestamp, task: &str) -> Vec<u8> {
     let ms = u64::try_from(due.as_millis()).unwrap_or(0);
-    let mut k = key2(state, &ms.to_be_bytes());
+    let mut k = prefixed_key(state, &ms.to_be_bytes());
     k.extend_from_slice(task.as_bytes());
     k
 }
@@ -1218,7 +1219,7 @@ fn append_event(
     meta: &TransactionalTree,
 ) -> TxResult<()> {
     if let Some(key) = &e.conflict_key {
-        let ck = key2(e.task.as_str(), key.as_bytes());
+        let ck = prefixed_key(e.task.as_str(), key.as_bytes());
         if let Some(seq) = conflicts.get(&ck)?
             && let Some(b) = events.get(&seq)?
         {
@@ -1232,9 +1233,9 @@ fn append_event(
     let seq = read_u64(meta.get("event_seq")?).map_err(ConflictableTransactionError::Abort)? + 1;
     meta.insert("event_seq", &be(seq))?;
     events.insert(&be(seq), encode(&Event::from_draft(seq, e.clone()))?)?;
-    events_by_task.insert(key2(e.task.as_str(), &be(seq)), &[])?;
+    events_by_task.insert(prefixed_key(e.task.as_str(), &be(seq)), &[])?;
     if let Some(key) = &e.conflict_key {
-        conflicts.insert(key2(e.task.as_str(), key.as_bytes()), &be(seq))?;
+        conflicts.insert(prefixed_key(e.task.as_str(), key.as_bytes()), &be(seq))?;
     }
     Ok(())
 }

@@ -985,12 +985,12 @@ impl Inner {
                 Ok(())
             };
             let rows: Vec<(i64, i64, String)> = match task {
-                Some(t) => query3(
+                Some(t) => event_rows(
                     tx,
                     "SELECT seq, count, body FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                     &[&t.as_str(), &after, &limit],
                 ),
-                None => query3(
+                None => event_rows(
                     tx,
                     "SELECT seq, count, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
                     &[&after, &limit],
@@ -1189,7 +1189,8 @@ fn load(tx: &rusqlite::Transaction<'_>, task: &TaskId) -> rusqlite::Result<Optio
         .optional()
 }
 
-fn query3(
+/// Events as `(seq, count, body)` rows, for `sql` with `p`.
+fn event_rows(
     tx: &rusqlite::Transaction<'_>,
     sql: &str,
     p: &[&dyn rusqlite::ToSql],
