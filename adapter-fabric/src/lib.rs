@@ -43,4 +43,5 @@ mod store;
 pub use store::{FabricOptions, FabricStore, settle};
 
 #[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod testing;

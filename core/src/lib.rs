@@ -30,6 +30,7 @@ pub mod next;
 pub mod refusal;
 pub mod request;
 pub mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod time;
 pub mod workgraph;

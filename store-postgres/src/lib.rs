@@ -39,6 +39,7 @@
 mod options;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use options::PostgresOptions;
