@@ -140,6 +140,18 @@ pub enum Request {
 pub use crate::kinds::RequestKind;
 
 impl Request {
+    /// Whether a decision on this request can be a grant (mint a fence):
+    /// claims, recoveries and declared claims; nothing else ever does. A
+    /// store that hands fences out ahead of the decision (Postgres, one
+    /// round trip for the lock and the fence) asks for one per such
+    /// request.
+    pub fn may_grant(&self) -> bool {
+        matches!(
+            self,
+            Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
+        )
+    }
+
     pub fn kind(&self) -> RequestKind {
         match self {
             Request::Claim { .. } => RequestKind::Claim,

@@ -435,6 +435,12 @@ pub fn decide_read<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<Decisi
 
 fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
     let mut d = decide_read(tx, op)?;
+    // Stores that hand fences out ahead (Postgres) count on it.
+    debug_assert!(
+        !d.mints_fence() || op.request.may_grant(),
+        "a {:?} decision minted a fence; Request::may_grant must name it",
+        op.request.kind()
+    );
     if !d.writes() {
         return Ok((d, false));
     }

@@ -3,27 +3,29 @@
 //! A baton store on PostgreSQL, for teams with several hosts and a database
 //! they already run: `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&...]`.
 //!
-//! * **One writer at a time, store-wide.** Every transaction that writes
-//!   locks the store's one counter row first (`SELECT ... FOR UPDATE`) and
-//!   holds it to its commit. Fences, event and outbox sequence numbers are
-//!   taken from that row, so they increase in commit order across every
-//!   host: a resource that keeps the highest fence it saw never refuses a
-//!   current holder, and a reader paging events by sequence never skips one
-//!   that commits late (a `SEQUENCE` hands out numbers in the order they
-//!   are asked for, not the order they commit). Inside that lock the task
-//!   rows a decision reads are those of the last commit; core's decision
-//!   runs there and its writes commit with the counters.
+//! * **No store-wide lock.** A writing transaction locks the rows of the
+//!   tasks it decides on (`FOR UPDATE`, in id order; `next` passes over a
+//!   candidate another holds with `SKIP LOCKED`), so writers of different
+//!   tasks commit side by side, on every host, and share WAL flushes.
+//!   Fences come from a `SEQUENCE`, taken once the rows are locked: the
+//!   later grant of a task, and any grant asked for after another was
+//!   answered, has the higher fence. Events and notifications are
+//!   inserted unnumbered and numbered by their readers in commit order
+//!   (one short numbering at a time), so paging by number never skips one
+//!   that committed late. The decision and its writes take two round
+//!   trips: the locks, clock and fences; the writes and `COMMIT`.
 //! * **The server's clock.** Each transaction takes `now` from the database
-//!   server (`clock_timestamp()`, read with the lock) and decides and
+//!   server (`clock_timestamp()`, read after the row locks) and decides and
 //!   judges every lease, deadline and lock delay with it; the caller's
 //!   clock is not used. Clients on hosts whose clocks disagree see the
 //!   same expiries.
 //! * **Durable answers.** Sessions run with `synchronous_commit=on`; a
 //!   commit is visible to other sessions only once its log is flushed, so
-//!   an answer decided on a read snapshot (a refusal that writes nothing)
-//!   reveals only durable commits.
+//!   an answer that writes nothing (a refusal, rolled back) reveals only
+//!   durable commits.
 //! * **Group commit.** Callers in one process that write at the same time
-//!   share one transaction (core's committer), as on SQLite.
+//!   share one transaction (core's committer), as on SQLite; processes
+//!   share the server's WAL flushes.
 //!
 //! ## Failing closed
 //!
@@ -41,6 +43,7 @@ mod schema;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod txn;
 
 pub use options::PostgresOptions;
 pub use store::PostgresStore;

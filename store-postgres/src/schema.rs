@@ -3,7 +3,10 @@
 //! open under an advisory lock.
 
 /// Every migration, in order; `schema_version.version` counts how many were applied.
-pub const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_no_store_lock.sql"),
+];
 
 /// The schema version this build writes.
 pub const CURRENT_VERSION: i32 = MIGRATIONS.len() as i32;

@@ -10,25 +10,45 @@
 use crate::options::PostgresOptions;
 use crate::schema::{CURRENT_VERSION, MIGRATIONS, lock_key};
 use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool_in};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
+use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped};
+use baton_core::graph::NextQuery;
 use baton_core::model::{EventDraft, NotificationDraft};
-use baton_core::next::{NextSource, has_candidates, take_next};
-use baton_core::store::{Clause, Due, Txn, apply_group, apply_in, decide_read};
+use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, Id, ListQuery, Notification, Result, Snapshot,
+    Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Result, Snapshot,
     Store, TaskId, Timestamp,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
-use futures_util::future::{BoxFuture, FutureExt, try_join_all};
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, NoTls};
+
+/// How many rows of a table one numbering transaction numbers at most.
+const NUMBER_BATCH: i64 = 10_000;
+
+/// The statement that numbers `table`'s rows without a sequence number,
+/// from `counter` on (`$1`: how many at most); answers how many.
+fn number_sql(table: &str, counter: &str) -> String {
+    format!(
+        "WITH todo AS (
+             SELECT id, row_number() OVER (ORDER BY id) AS n FROM {table}
+              WHERE seq IS NULL ORDER BY id LIMIT $1
+         ), base AS (
+             SELECT {counter} AS last FROM counters WHERE id = 1
+         ), done AS (
+             UPDATE {table} t SET seq = base.last + todo.n FROM todo, base
+              WHERE t.id = todo.id RETURNING t.seq
+         ), moved AS (
+             UPDATE counters SET {counter} = (SELECT max(seq) FROM done)
+              WHERE id = 1 AND EXISTS (SELECT 1 FROM done) RETURNING 1
+         )
+         SELECT count(*) FROM done"
+    )
+}
 
 /// The database server's clock, in milliseconds since the epoch.
 const SERVER_NOW: &str = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint";
@@ -64,20 +84,24 @@ impl Drop for OwnRuntime {
     }
 }
 
-struct Inner {
-    name: String,
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    /// The store's Postgres schema.
+    pub(crate) schema: String,
     pool: Pool,
     handle: tokio::runtime::Handle,
-    min_ttl_ms: u64,
-    commits: AtomicU64,
-    write_transactions: AtomicU64,
+    pub(crate) min_ttl_ms: u64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) write_transactions: AtomicU64,
+    /// The advisory lock the sequencer of events and notifications holds.
+    sequencer_key: i64,
     // Last: dropped after the pool, whose connections run on it.
     _rt: OwnRuntime,
 }
 
 /// Where a failure happened, which decides what it means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum At {
+pub(crate) enum At {
     /// Before the commit was sent: nothing was applied.
     Before,
     /// While the commit was on its way: it may have been applied.
@@ -85,13 +109,13 @@ enum At {
 }
 
 /// What failed.
-enum Cause<'a> {
+pub(crate) enum Cause<'a> {
     Db(&'a tokio_postgres::Error),
     Pool(&'a PoolError),
 }
 
 /// The one place Postgres's failures become baton's errors.
-fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
+pub(crate) fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
     let e = match cause {
         Cause::Pool(PoolError::Backend(e)) => e,
         Cause::Pool(PoolError::Timeout(_)) => {
@@ -207,6 +231,8 @@ impl PostgresStore {
             .map_err(|e| Error::unavailable(format!("{name}: cannot build the pool: {e}")))?;
         let inner = Arc::new(Inner {
             name: name.clone(),
+            schema: options.schema.clone(),
+            sequencer_key: lock_key(&format!("{}.sequencer", options.schema)),
             pool,
             handle,
             min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -222,7 +248,7 @@ impl PostgresStore {
             Some(Arc::new(GroupCommitter::start(
                 name,
                 "baton-postgres-commit",
-                move |jobs: &[Job]| i.commit_jobs(jobs),
+                move |jobs: &[Job]| crate::txn::commit_jobs(&i, jobs),
             )?))
         } else {
             None
@@ -249,7 +275,7 @@ impl PostgresStore {
             || self.inner.name.clone(),
             self.inner.clone(),
             job,
-            Inner::commit_jobs,
+            |i: &Inner, jobs: &[Job]| crate::txn::commit_jobs(i, jobs),
         )
         .await
     }
@@ -270,28 +296,28 @@ impl Inner {
 
     /// Waits for `f` on the store's runtime from a thread outside it (the
     /// committer, a blocking thread).
-    fn wait<T>(&self, f: impl Future<Output = T>) -> T {
+    pub(crate) fn wait<T>(&self, f: impl Future<Output = T>) -> T {
         self.handle.block_on(f)
     }
 
-    fn db(&self, e: &tokio_postgres::Error) -> Error {
+    pub(crate) fn db(&self, e: &tokio_postgres::Error) -> Error {
         classify(&self.name, Cause::Db(e), At::Before)
     }
 
-    async fn client(&self) -> Result<Object> {
+    pub(crate) async fn client(&self) -> Result<Object> {
         self.pool
             .get()
             .await
             .map_err(|e| classify(&self.name, Cause::Pool(&e), At::Before))
     }
 
-    fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
+    pub(crate) fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
         baton_core::json::decode_stored(json.as_bytes()).map_err(|e| {
             Error::corrupt(format!("{}: a stored row does not decode: {e}", self.name))
         })
     }
 
-    fn stored_u64(&self, what: &str, n: i64) -> Result<u64> {
+    pub(crate) fn stored_u64(&self, what: &str, n: i64) -> Result<u64> {
         u64::try_from(n)
             .map_err(|_| Error::corrupt(format!("{}: {what} is negative ({n})", self.name)))
     }
@@ -345,146 +371,6 @@ impl Inner {
             .map_err(err)?;
         }
         tx.commit().await.map_err(err)
-    }
-
-    /// Decides `jobs` in order inside one transaction under the counter
-    /// lock and commits once; returns after the commit is durable. If
-    /// anything fails, nothing is applied.
-    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
-        let mut client = self.wait(self.client())?;
-        // A batch a snapshot answers whole writes nothing: no lock taken.
-        let answered = self.answer_on_snapshot(&mut client, jobs)?;
-        if answered.len() == jobs.len() {
-            return Ok(answered);
-        }
-        self.write_transactions.fetch_add(1, Ordering::Relaxed);
-        let err = |e: tokio_postgres::Error| self.db(&e);
-        let tx = self.wait(client.transaction()).map_err(err)?;
-        // The lock, then the named records, sent together: the server runs
-        // them in order, so the records are read under the lock.
-        let tasks = named_tasks(jobs);
-        let (row, rows) = self
-            .wait(async {
-                let lock = tx
-                    .prepare_cached(&format!(
-                        "SELECT fence, event_seq, outbox_seq, {SERVER_NOW} FROM counters WHERE id = 1 FOR UPDATE"
-                    ))
-                    .await?;
-                let pre = tx.prepare_cached(PREFETCH).await?;
-                futures_util::future::try_join(tx.query_one(&lock, &[]), tx.query(&pre, &[&tasks]))
-                    .await
-            })
-            .map_err(err)?;
-        let now = Timestamp(row.get(3));
-        let mut t = PgTx {
-            inner: self,
-            tx: &tx,
-            fence: row.get(0),
-            event_seq: row.get(1),
-            outbox_seq: row.get(2),
-            wrote: false,
-            prefetched: prefetched(tasks, rows),
-        };
-        let mut answers = Vec::with_capacity(jobs.len());
-        let mut keep = true;
-        for job in jobs {
-            answers.push(match at(job, now) {
-                Job::One(op) => Answer::One(apply_in(&mut t, &op)?.0),
-                Job::Next(q) => Answer::Next(take_next(&q, &mut t)?),
-                Job::All(ops) => {
-                    let (ds, ok) = apply_group(&mut t, &ops)?;
-                    keep &= ok;
-                    Answer::All(ds)
-                }
-            });
-        }
-        // Each write brought the counters up to date in its own round trip.
-        if t.wrote && keep {
-            self.wait(tx.commit())
-                .map_err(|e| classify(&self.name, Cause::Db(&e), At::Commit))?;
-            self.commits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            // Nothing to keep: roll back, which also frees the lock.
-            self.wait(tx.rollback()).map_err(err)?;
-        }
-        Ok(answers)
-    }
-
-    /// The answers a read snapshot gives for the leading jobs of a batch
-    /// whose decisions write nothing (a refusal with nothing to record, an
-    /// acknowledgement, bad input), decided at the server's time. Sound
-    /// because a commit becomes visible only after its log is flushed
-    /// (`synchronous_commit=on`), and the snapshot is taken after the
-    /// request arrived.
-    fn answer_on_snapshot(&self, client: &mut Object, jobs: &[Job]) -> Result<Vec<Answer>> {
-        if !matches!(jobs.first(), Some(Job::One(_))) {
-            return Ok(Vec::new());
-        }
-        self.on_snapshot(client, named_tasks(jobs), |t, now| {
-            let mut answered = Vec::new();
-            for job in jobs {
-                let Job::One(op) = at(job, now) else {
-                    break;
-                };
-                let d = decide_read(t, &op)?;
-                if d.writes() {
-                    break;
-                }
-                answered.push(Answer::One(d));
-            }
-            Ok(answered)
-        })
-    }
-
-    /// Whether `next` has any candidate, on a read snapshot at the
-    /// server's time.
-    fn has_candidates(&self, mut q: NextQuery) -> Result<bool> {
-        let mut client = self.wait(self.client())?;
-        self.on_snapshot(&mut client, Vec::new(), |t, now| {
-            q.now = now;
-            has_candidates(&q, t)
-        })
-    }
-
-    /// Runs `f` in a read-only `REPEATABLE READ` transaction at the
-    /// server's time, with the records of `tasks` read in the same round
-    /// trip as the clock.
-    fn on_snapshot<T>(
-        &self,
-        client: &mut Object,
-        tasks: Vec<String>,
-        f: impl FnOnce(&mut PgTx<'_>, Timestamp) -> Result<T>,
-    ) -> Result<T> {
-        let err = |e: tokio_postgres::Error| self.db(&e);
-        let tx = self
-            .wait(
-                client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start(),
-            )
-            .map_err(err)?;
-        let (row, rows) = self
-            .wait(async {
-                let clock = tx.prepare_cached(&format!("SELECT {SERVER_NOW}")).await?;
-                let pre = tx.prepare_cached(PREFETCH).await?;
-                futures_util::future::try_join(tx.query_one(&clock, &[]), tx.query(&pre, &[&tasks]))
-                    .await
-            })
-            .map_err(err)?;
-        let mut t = PgTx {
-            inner: self,
-            tx: &tx,
-            fence: 0,
-            event_seq: 0,
-            outbox_seq: 0,
-            wrote: false,
-            prefetched: prefetched(tasks, rows),
-        };
-        let out = f(&mut t, Timestamp(row.get(0)))?;
-        self.wait(tx.commit()).map_err(err)?;
-        Ok(out)
     }
 
     async fn server_now(&self, client: &Object) -> Result<Timestamp> {
@@ -565,8 +451,59 @@ impl Inner {
             .collect()
     }
 
+    /// The sequencer: gives every committed event and notification that
+    /// has none its sequence number, in insertion order, one numbering at
+    /// a time store-wide (an advisory lock, taken before the statement
+    /// that reads what to number). Writes, and so waits for a flush, only
+    /// when there is something to number. A row a reader sees numbered
+    /// was committed before the numbering, and every row committed later
+    /// is numbered later, higher: paging by sequence never skips one nor
+    /// sees one twice, and two events of one task are numbered in the
+    /// order their transactions held the task.
+    async fn number(&self, client: &Object) -> Result<()> {
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let (lock, events, outbox) = futures_util::future::try_join3(
+            client.prepare_cached("SELECT pg_advisory_xact_lock($1)"),
+            client.prepare_cached(&number_sql("events", "event_seq")),
+            client.prepare_cached(&number_sql("outbox", "outbox_seq")),
+        )
+        .await
+        .map_err(err)?;
+        let key = self.sequencer_key;
+        let mut conflicts = 0;
+        loop {
+            let (key_p, batch_p): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+                ([&key], [&NUMBER_BATCH]);
+            // Prepared above, so the five go out in this order at once.
+            let (begun, locked, e, o, committed) = futures_util::join!(
+                client.batch_execute("BEGIN"),
+                client.execute(&lock, &key_p),
+                client.query_one(&events, &batch_p),
+                client.query_one(&outbox, &batch_p),
+                client.batch_execute("COMMIT"),
+            );
+            let numbered = begun
+                .and(locked)
+                .and_then(|_| Ok((e?.get::<_, i64>(0), o?.get::<_, i64>(0))))
+                .and_then(|n| committed.map(|()| n));
+            match numbered {
+                Ok((e, o)) if e < NUMBER_BATCH && o < NUMBER_BATCH => return Ok(()),
+                Ok(_) => {}
+                Err(e) if conflicts < 3 && e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
+                    conflicts += 1;
+                }
+                Err(e) => {
+                    // Leave no transaction open on a pooled connection.
+                    let _ = client.batch_execute("ROLLBACK").await;
+                    return Err(classify(&self.name, Cause::Db(&e), At::Commit));
+                }
+            }
+        }
+    }
+
     async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
         let client = self.client().await?;
+        self.number(&client).await?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let err = |e: tokio_postgres::Error| self.db(&e);
@@ -601,6 +538,7 @@ impl Inner {
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         let client = self.client().await?;
+        self.number(&client).await?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let err = |e: tokio_postgres::Error| self.db(&e);
@@ -636,7 +574,7 @@ impl Inner {
 }
 
 /// `job` as decided at `now` (the server's time).
-fn at(job: &Job, now: Timestamp) -> Job {
+pub(crate) fn at(job: &Job, now: Timestamp) -> Job {
     match job.clone() {
         Job::One(mut op) => {
             op.now = now;
@@ -655,232 +593,7 @@ fn at(job: &Job, now: Timestamp) -> Job {
     }
 }
 
-/// One open transaction, as core's commit helpers see it. The counters
-/// are read with the lock and written back once before the commit.
-struct PgTx<'a> {
-    inner: &'a Inner,
-    tx: &'a deadpool_postgres::Transaction<'a>,
-    fence: i64,
-    event_seq: i64,
-    outbox_seq: i64,
-    wrote: bool,
-    /// Records read in the same round trip as the transaction's first
-    /// statement (task id to record, `None` for no record), each used by
-    /// the first `load` of its task unless this transaction wrote it first.
-    prefetched: HashMap<String, Option<String>>,
-}
-
-/// The records of the tasks a batch names, read in one statement.
-const PREFETCH: &str = "SELECT task_id, record FROM tasks WHERE task_id = ANY($1)";
-
-/// The tasks the jobs name directly (`next` finds its own).
-fn named_tasks(jobs: &[Job]) -> Vec<String> {
-    let mut tasks: Vec<String> = Vec::new();
-    for job in jobs {
-        match job {
-            Job::One(op) => tasks.push(op.task.as_str().to_owned()),
-            Job::All(ops) => tasks.extend(ops.iter().map(|op| op.task.as_str().to_owned())),
-            Job::Next(_) => {}
-        }
-    }
-    tasks.sort();
-    tasks.dedup();
-    tasks
-}
-
-/// The prefetch's rows as a map, with `None` for each task that has no row.
-fn prefetched(
-    tasks: Vec<String>,
-    rows: Vec<tokio_postgres::Row>,
-) -> HashMap<String, Option<String>> {
-    let mut map: HashMap<String, Option<String>> = tasks.into_iter().map(|t| (t, None)).collect();
-    for row in rows {
-        map.insert(row.get(0), Some(row.get(1)));
-    }
-    map
-}
-
-impl PgTx<'_> {
-    fn records(
-        &self,
-        sql: &str,
-        p: &[&(dyn ToSql + Sync)],
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let inner = self.inner;
-        let rows = inner
-            .wait(async {
-                let st = self.tx.prepare_cached(sql).await?;
-                self.tx.query(&st, p).await
-            })
-            .map_err(|e| inner.db(&e))?;
-        rows.into_iter()
-            .map(|r| Ok(Snapshot::at(inner.decode(r.get(0))?, now)))
-            .collect()
-    }
-}
-
-impl Txn for PgTx<'_> {
-    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        if let Some(record) = self.prefetched.remove(task.as_str()) {
-            return record
-                .map(|json| Ok(Snapshot::at(self.inner.decode(&json)?, now)))
-                .transpose();
-        }
-        let mut found = self.records(
-            "SELECT record FROM tasks WHERE task_id = $1",
-            &[&task.as_str()],
-            now,
-        )?;
-        Ok(found.pop())
-    }
-
-    fn rules(&self) -> baton_core::LeaseRules {
-        baton_core::LeaseRules {
-            granularity_ms: 1,
-            min_ms: self.inner.min_ttl_ms,
-        }
-    }
-
-    /// Sends every statement of `d` at once (pipelined) and waits for all.
-    fn write(&mut self, d: &mut Decision) -> Result<()> {
-        self.wrote = true;
-        if d.mints_fence() {
-            self.fence += 1;
-            let fence = self.inner.stored_u64("the fence counter", self.fence)?;
-            d.assign_fence(fence);
-        }
-        let record = match d.record_to_write() {
-            Some(r) => Some((
-                {
-                    // What this transaction writes, a later load reads back.
-                    self.prefetched.remove(r.task.as_str());
-                    r.task.as_str().to_owned()
-                },
-                r.state.as_str(),
-                r.due_at().map(|t| t.as_millis()),
-                i64::try_from(r.revision).unwrap_or(i64::MAX),
-                encode(r)?,
-                r.ready_entry().map(|e| e.key()),
-                r.held_key(),
-            )),
-            None => None,
-        };
-        let mut events = Vec::new();
-        for e in d.events() {
-            self.event_seq += 1;
-            events.push((
-                self.event_seq,
-                e.task.as_str().to_owned(),
-                e.kind.as_str(),
-                e.conflict_key.clone(),
-                encode(e)?,
-            ));
-        }
-        let mut notes = Vec::new();
-        for n in d.notifications() {
-            self.outbox_seq += 1;
-            notes.push((
-                self.outbox_seq,
-                n.intent_id.clone(),
-                n.task.as_str().to_owned(),
-                encode(n)?,
-            ));
-        }
-        let counters = (self.fence, self.event_seq, self.outbox_seq);
-        let tx = self.tx;
-        let inner = self.inner;
-        inner
-            .wait(async {
-                let upsert = tx
-                    .prepare_cached(
-                        "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7)
-                         ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, due_at = excluded.due_at,
-                         revision = excluded.revision, record = excluded.record,
-                         ready_key = excluded.ready_key, held_key = excluded.held_key",
-                    )
-                    .await?;
-                // A repeated conflict (same task and key) counts on the first event.
-                let event = tx
-                    .prepare_cached(
-                        "INSERT INTO events (seq, task_id, kind, conflict_key, body) VALUES ($1, $2, $3, $4, $5)
-                         ON CONFLICT (task_id, conflict_key) WHERE conflict_key IS NOT NULL
-                         DO UPDATE SET count = events.count + 1",
-                    )
-                    .await?;
-                let note = tx
-                    .prepare_cached(
-                        "INSERT INTO outbox (seq, intent_id, task_id, body) VALUES ($1, $2, $3, $4)",
-                    )
-                    .await?;
-                let count = tx
-                    .prepare_cached(
-                        "UPDATE counters SET fence = $1, event_seq = $2, outbox_seq = $3 WHERE id = 1",
-                    )
-                    .await?;
-                let mut sent: Vec<BoxFuture<'_, std::result::Result<u64, tokio_postgres::Error>>> =
-                    Vec::new();
-                if let Some((task, state, due, rev, json, ready, held)) = &record {
-                    let p: Vec<&(dyn ToSql + Sync)> = vec![task, state, due, rev, json, ready, held];
-                    sent.push(tx.execute_raw(&upsert, p).boxed());
-                }
-                for (seq, task, kind, key, body) in &events {
-                    let p: Vec<&(dyn ToSql + Sync)> = vec![seq, task, kind, key, body];
-                    sent.push(tx.execute_raw(&event, p).boxed());
-                }
-                for (seq, intent, task, body) in &notes {
-                    let p: Vec<&(dyn ToSql + Sync)> = vec![seq, intent, task, body];
-                    sent.push(tx.execute_raw(&note, p).boxed());
-                }
-                // The counters as of this decision, in the same round trip:
-                // the last write of the transaction leaves them final.
-                let (fence, event_seq, outbox_seq) = &counters;
-                let p: Vec<&(dyn ToSql + Sync)> = vec![fence, event_seq, outbox_seq];
-                sent.push(tx.execute_raw(&count, p).boxed());
-                try_join_all(sent).await
-            })
-            .map_err(|e| inner.db(&e))?;
-        Ok(())
-    }
-}
-
-impl NextSource for PgTx<'_> {
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (from, end) = ready_range(lane, queue, after);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.records(
-            "SELECT record FROM tasks WHERE ready_key > $1 AND ready_key < $2 ORDER BY ready_key LIMIT $3",
-            &[&from, &end, &limit],
-            now,
-        )
-    }
-
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (start, end) = held_range(lane, queue, now);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.records(
-            "SELECT record FROM tasks WHERE held_key > $1 AND held_key < $2 ORDER BY held_key LIMIT $3",
-            &[&start, &end, &limit],
-            now,
-        )
-    }
-}
-
-fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
+pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))
 }
 
@@ -911,19 +624,7 @@ impl Store for PostgresStore {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
-        // Nothing to offer on a snapshot (durable commits only): that is
-        // the answer, without the lock.
-        let q = query.clone();
-        let any = on_blocking_pool_in(
-            Some(&self.inner.handle),
-            self.inner.name.clone(),
-            self.inner.clone(),
-            move |i| i.has_candidates(q),
-        )
-        .await?;
-        if !any {
-            return Ok(None);
-        }
+        // Nothing to offer costs a scan that locks nothing and a rollback.
         self.job(Job::Next(query.clone())).await?.into_next()
     }
 

@@ -28,8 +28,9 @@ fn open(rt: &tokio::runtime::Runtime, url: &str) -> Authority<PostgresStore> {
     Authority::new(s, Arc::new(SystemClock))
 }
 
-/// Another session takes the store's counter lock and holds it for
-/// `seconds`; the thread answers psql's output once it committed.
+/// Another session locks the store's task table against every writer
+/// (an operator's `LOCK TABLE`, a migration) and holds it for `seconds`;
+/// the thread answers psql's output once it committed.
 fn hold_the_lock(port: u16, seconds: u32) -> std::thread::JoinHandle<std::process::Output> {
     std::thread::spawn(move || {
         std::process::Command::new("psql")
@@ -37,7 +38,7 @@ fn hold_the_lock(port: u16, seconds: u32) -> std::thread::JoinHandle<std::proces
             .args([
                 "-c",
                 &format!(
-                    "BEGIN; SELECT * FROM f.counters FOR UPDATE; SELECT pg_sleep({seconds}); COMMIT;"
+                    "BEGIN; LOCK TABLE f.tasks IN EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
                 ),
             ])
             .output()
@@ -128,7 +129,7 @@ fn faults_answer_unavailable_grant_nothing_and_heal() {
     claim_eventually(&rt, &a, "ro");
 
     // A statement past statement_timeout: another session holds the
-    // store's lock for longer than the timeout.
+    // task table locked for longer than the timeout.
     let holder = hold_the_lock(pg.port, 2);
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
@@ -251,7 +252,7 @@ fn processes_opening_a_fresh_database_at_once_do_not_race() {
     let mut fences: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     fences.sort_unstable();
     assert_eq!(fences, (1..=8).collect::<Vec<_>>());
-    assert_eq!(pg.sql("SELECT version FROM fresh.schema_version"), "1");
+    assert_eq!(pg.sql("SELECT version FROM fresh.schema_version"), "2");
     assert_eq!(pg.sql("SELECT count(*) FROM fresh.counters"), "1");
     // A store is reopened without migrating again.
     let rt = rt();

@@ -314,7 +314,7 @@ fn a_server_crash_mid_storm_loses_no_answered_grant_and_reuses_no_fence() {
     let answered = finish(&mut children, readers, false);
     check(&url, tasks, &answered);
     let before: u64 = pg
-        .sql("SELECT fence FROM crashed.counters")
+        .sql("SELECT last_value FROM crashed.fence_seq")
         .parse()
         .unwrap();
     assert!(answered.iter().all(|(_, f)| *f <= before));
