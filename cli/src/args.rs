@@ -258,6 +258,10 @@ pub enum Order {
     Same,
     /// Each worker gets its own share of the tasks: a queue without contention.
     Disjoint,
+    /// The tasks are added first, all ready, in a queue of the run's own;
+    /// each worker takes the next one (`next`) and completes it until
+    /// none is left: a job queue's fetch.
+    Next,
 }
 
 impl Order {
@@ -266,6 +270,7 @@ impl Order {
             Order::Shuffled => "shuffled",
             Order::Same => "same",
             Order::Disjoint => "disjoint",
+            Order::Next => "next",
         }
     }
 }

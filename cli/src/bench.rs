@@ -7,7 +7,8 @@
 use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
 use crate::output::{Out, Status, View};
 use crate::{DynAuthority, authority_for};
-use baton_core::{Error, Id, Reply};
+use baton_core::graph::{NewNode, NodeSpec};
+use baton_core::{Error, Id, Refusal, Reply};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -108,6 +109,8 @@ pub fn order_for(order: Order, w: usize, workers: usize, tasks: usize) -> Vec<us
     match order {
         Order::Same => (0..tasks).collect(),
         Order::Disjoint => (w..tasks).step_by(workers.max(1)).collect(),
+        // Whatever `next` hands out.
+        Order::Next => Vec::new(),
         Order::Shuffled => {
             let mut v: Vec<usize> = (0..tasks).collect();
             let mut x: u64 =
@@ -137,6 +140,10 @@ async fn worker(
     let Ok(owner) = id(&format!("bench-worker-{w}")) else {
         return rep;
     };
+    if order == Order::Next {
+        take_next(&a, &owner, &prefix, &bar, &mut rep).await;
+        return rep;
+    }
     for i in order_for(order, w, workers, tasks) {
         let Ok(task) = id(&task_name(&prefix, i)) else {
             continue;
@@ -165,6 +172,96 @@ async fn worker(
         }
     }
     rep
+}
+
+/// The queue `--order next` adds its tasks to.
+fn queue_name(prefix: &str) -> Result<Id, Error> {
+    Id::parse("queue", &format!("{prefix}-q"))
+}
+
+/// Adds the run's tasks, all ready, for `--order next`.
+async fn add_ready(a: &DynAuthority, prefix: &str, tasks: usize) -> Result<(), Error> {
+    let queue = queue_name(prefix)?;
+    let nodes = (0..tasks)
+        .map(|i| {
+            let task = id(&task_name(prefix, i))?;
+            let spec = NodeSpec::new(&task, Some(queue.clone()), 0, Vec::new())?;
+            Ok(NewNode { task, spec })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    for chunk in nodes.chunks(2_000) {
+        if let Err((task, r)) = a.add_graph(chunk.to_vec()).await? {
+            return Err(Error::unavailable(format!(
+                "bench: adding {task} was refused: {r}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `--order next`: `next` and complete until the queue is drained.
+async fn take_next(
+    a: &DynAuthority,
+    owner: &Id,
+    prefix: &str,
+    bar: &ProgressBar,
+    rep: &mut WorkerReport,
+) {
+    let Ok(queue) = queue_name(prefix) else {
+        return;
+    };
+    loop {
+        let t0 = Instant::now();
+        let r = a
+            .next(owner, std::slice::from_ref(&queue), Some(600_000), None)
+            .await;
+        rep.latencies_us
+            .push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
+        rep.attempts += 1;
+        bar.inc(1);
+        match r {
+            Ok(Reply::Committed(rec)) => {
+                let fence = rec.current_fence().unwrap_or(0);
+                let Some(i) = rec
+                    .task
+                    .as_str()
+                    .rsplit('-')
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                else {
+                    note(
+                        rep,
+                        format!("next granted a task not of this run: {}", rec.task),
+                    );
+                    continue;
+                };
+                rep.grants.push((i, fence));
+                match a.complete(&rec.task, owner, fence).await {
+                    Ok(Reply::Committed(_)) => {}
+                    Ok(other) => note(
+                        rep,
+                        format!("the winner could not complete {}: {other:?}", rec.task),
+                    ),
+                    Err(e) => note(rep, e.to_string()),
+                }
+            }
+            Ok(Reply::Refused(Refusal::Drained { .. })) => return,
+            // Another worker holds what is left: it will end soon.
+            Ok(Reply::Refused(Refusal::NoneReady { .. })) => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok(other) => {
+                note(rep, format!("next answered {other:?}"));
+                return;
+            }
+            Err(e) => {
+                note(rep, e.to_string());
+                if rep.errors > 100 {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 fn note(rep: &mut WorkerReport, e: String) {
@@ -197,7 +294,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         .map_or(0, |d| d.as_nanos());
     let prefix = format!("bench-{}-{nanos}-w{workers}", std::process::id());
     let expected = match args.order {
-        Order::Disjoint => args.tasks as u64,
+        Order::Disjoint | Order::Next => args.tasks as u64,
         _ => (args.tasks * workers * args.connections) as u64,
     };
     let progress = bar(expected, format!("{store} x{workers}"));
@@ -216,6 +313,9 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         })
     };
     let ceiling_before = ceiling().await.ok().flatten();
+    if args.order == Order::Next {
+        add_ready(&a, &prefix, args.tasks).await?;
+    }
     let (reports, seconds) = if args.processes {
         run_processes(store, args, workers, &prefix, &progress).await?
     } else {

@@ -122,6 +122,22 @@ fn as_separate_processes() {
     );
     check(&rows[0], 3, 30);
     assert_eq!(rows[0]["processes"].as_bool(), Some(true));
+    // A job queue's fetch: every process takes `next` until none is left,
+    // and each task is granted once.
+    let rows = bench(
+        &a,
+        &[
+            "--workers",
+            "3",
+            "--tasks",
+            "30",
+            "--processes",
+            "--order",
+            "next",
+        ],
+    );
+    check(&rows[0], 3, 30);
+    assert_eq!(rows[0]["order"].as_str(), Some("next"));
     let out = Command::new(BIN)
         .args([
             "--store",

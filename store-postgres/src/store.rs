@@ -19,6 +19,7 @@ use baton_core::{
     Store, TaskId, Timestamp,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -88,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) name: String,
     /// The store's Postgres schema.
     pub(crate) schema: String,
+    /// How to connect (the committer's own connection).
+    pub(crate) config: tokio_postgres::Config,
     pool: Pool,
     handle: tokio::runtime::Handle,
     pub(crate) min_ttl_ms: u64,
@@ -95,8 +98,19 @@ pub(crate) struct Inner {
     pub(crate) write_transactions: AtomicU64,
     /// The advisory lock the sequencer of events and notifications holds.
     sequencer_key: i64,
+    watch: Watch,
     // Last: dropped after the pool, whose connections run on it.
     _rt: OwnRuntime,
+}
+
+/// `watch_ready`'s side: a connection of its own that `LISTEN`s on the
+/// ready channel (made on the first watch, again after it broke), and a
+/// waiting point per lane and queue that each notification wakes one
+/// waiter of per task that became ready: no herd.
+#[derive(Default)]
+struct Watch {
+    listener: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+    waiting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 /// Where a failure happened, which decides what it means.
@@ -210,12 +224,13 @@ impl PostgresStore {
         let timeout_ms = options.statement_timeout.as_millis();
         config.options(format!(
             "-c search_path={schema} -c synchronous_commit=on -c statement_timeout={timeout_ms} \
-             -c idle_in_transaction_session_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed",
+             -c idle_in_transaction_session_timeout={timeout_ms} -c default_transaction_isolation=read\\ committed \
+             -c plan_cache_mode=force_generic_plan -c enable_seqscan=off",
             schema = options.schema
         ));
         config.connect_timeout(options.connect_timeout);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -233,6 +248,8 @@ impl PostgresStore {
             name: name.clone(),
             schema: options.schema.clone(),
             sequencer_key: lock_key(&format!("{}.sequencer", options.schema)),
+            config,
+            watch: Watch::default(),
             pool,
             handle,
             min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -245,10 +262,17 @@ impl PostgresStore {
         inner.spawn(async move { i.migrate(&schema).await }).await?;
         let committer = if options.group_commit {
             let i = inner.clone();
+            // Made on the committer thread, and dropped there.
+            let mut own: Option<crate::txn::OwnConnection> = None;
             Some(Arc::new(GroupCommitter::start(
                 name,
                 "baton-postgres-commit",
-                move |jobs: &[Job]| crate::txn::commit_jobs(&i, jobs),
+                move |jobs: &[Job]| {
+                    if own.is_none() {
+                        own = Some(crate::txn::OwnConnection::new(&i.name)?);
+                    }
+                    crate::txn::commit_jobs(&i, jobs, own.as_mut())
+                },
             )?))
         } else {
             None
@@ -275,7 +299,7 @@ impl PostgresStore {
             || self.inner.name.clone(),
             self.inner.clone(),
             job,
-            |i: &Inner, jobs: &[Job]| crate::txn::commit_jobs(i, jobs),
+            |i: &Inner, jobs: &[Job]| crate::txn::commit_jobs(i, jobs, None),
         )
         .await
     }
@@ -292,6 +316,76 @@ impl Inner {
             .spawn(f)
             .await
             .map_err(|e| Error::unavailable(format!("{}: a store task failed: {e}", self.name)))?
+    }
+
+    /// Whether this store is listening for ready tasks (connecting and
+    /// `LISTEN`ing first if it is not).
+    async fn listen(self: &Arc<Self>) -> bool {
+        let mut listener = self.watch.listener.lock().await;
+        if listener.as_ref().is_some_and(|c| !c.is_closed()) {
+            return true;
+        }
+        *listener = None;
+        let Ok((client, mut connection)) = self.config.connect(NoTls).await else {
+            return false;
+        };
+        let inner = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                match futures_util::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                        let Some(inner) = inner.upgrade() else { break };
+                        inner.wake(n.payload());
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => break,
+                }
+            }
+        });
+        let channel = crate::txn::ready_channel(&self.schema);
+        if client
+            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        *listener = Some(client);
+        true
+    }
+
+    /// The waiting point of one lane and queue.
+    fn waiting_for(&self, key: &str) -> Arc<tokio::sync::Notify> {
+        let mut waiting = self
+            .watch
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiting.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// A notification `COUNT KEY`: wakes up to COUNT waiters of KEY.
+    fn wake(&self, payload: &str) {
+        let Some((n, key)) = payload.split_once(' ') else {
+            return;
+        };
+        let n = n.parse::<u64>().unwrap_or(1).min(1024);
+        let found = self
+            .watch
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned();
+        if let Some(notify) = found {
+            for _ in 0..n {
+                notify.notify_one();
+            }
+        }
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
     }
 
     /// Waits for `f` on the store's runtime from a thread outside it (the
@@ -626,6 +720,32 @@ impl Store for PostgresStore {
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         // Nothing to offer costs a scan that locks nothing and a rollback.
         self.job(Job::Next(query.clone())).await?.into_next()
+    }
+
+    /// Waits on `LISTEN`: a write that puts a task in one of the query's
+    /// ready indexes wakes one waiter per task. `false` (poll instead)
+    /// while the listening connection cannot be made.
+    async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {
+        let i = self.inner.clone();
+        let lane = query.lane();
+        let keys: Vec<String> = query
+            .queues
+            .iter()
+            .map(|q| crate::txn::wake_key(lane, q))
+            .collect();
+        self.inner
+            .spawn(async move {
+                if keys.is_empty() || !i.listen().await {
+                    return Ok(false);
+                }
+                let points: Vec<_> = keys.iter().map(|k| i.waiting_for(k)).collect();
+                let waits = points.iter().map(|p| Box::pin(p.notified()));
+                let woken = futures_util::future::select_all(waits);
+                // Woken, or out of time: either way, ask `next` again.
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(max_ms), woken).await;
+                Ok(true)
+            })
+            .await
     }
 
     fn commits(&self) -> Option<u64> {

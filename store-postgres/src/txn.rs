@@ -24,7 +24,7 @@
 use crate::store::{At, Cause, Inner, at, classify, encode};
 use baton_core::commit::{Answer, Job};
 use baton_core::graph::{Lane, ReadyEntry, held_range, ready_range};
-use baton_core::next::{NextSource, take_next};
+use baton_core::next::{NEXT_FIRST_PAGE, NextSource, take_next};
 use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{Decision, Error, Id, Result, Snapshot, TaskId, Timestamp};
 use deadpool_postgres::Object;
@@ -41,14 +41,42 @@ use tokio_postgres::types::ToSql;
 const TRIES: usize = 8;
 
 /// The channel a write that puts a task in a ready index notifies, and
-/// `watch_ready` listens on (one per store schema).
+/// `watch_ready` listens on (one per store schema). Each notification's
+/// payload is `COUNT KEY`: how many tasks entered the ready index of
+/// [`wake_key`].
 pub(crate) fn ready_channel(schema: &str) -> String {
     format!("baton_ready.{schema}")
 }
 
-/// The statements of a write transaction, prepared once per connection
-/// (the pool's statement cache) before anything is sent, so that
-/// pipelined statements run in the order they are written here.
+/// A lane and queue, as a notification names them.
+pub(crate) fn wake_key(lane: Lane, queue: &Id) -> String {
+    format!("{}/{}", lane.letter(), queue.as_str())
+}
+
+/// How a transaction waits for the server: a pooled connection, driven
+/// by the store's runtime, waited for from this thread; or the committer
+/// thread's own connection, driven by a runtime on that thread (no
+/// thread hand-off per round trip).
+#[derive(Clone, Copy)]
+enum Driver<'a> {
+    Shared(&'a tokio::runtime::Handle),
+    Own(&'a tokio::runtime::Runtime),
+}
+
+impl Driver<'_> {
+    fn wait<F: std::future::Future>(self, f: F) -> F::Output {
+        match self {
+            Driver::Shared(h) => h.block_on(f),
+            Driver::Own(rt) => rt.block_on(f),
+        }
+    }
+}
+
+/// The statements of a write transaction, prepared before anything is
+/// sent, so that pipelined statements run in the order they are sent.
+/// Plain statements, each sent only when there is something for it: the
+/// server runs them for much less than one statement doing it all with
+/// data-modifying CTEs (benches/README.md, "baton's own transactions").
 struct Stmts {
     lock: Statement,
     clock: Statement,
@@ -57,16 +85,18 @@ struct Stmts {
     insert: Statement,
     update: Statement,
     event: Statement,
+    conflict: Statement,
     note: Statement,
     notify: Statement,
     ready: Statement,
     held: Statement,
 }
 
-const SQL: [&str; 11] = [
+const SQL: [&str; 12] = [
     // lock: the named tasks' rows, in id order (no deadlock between batches).
     "SELECT task_id, record FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE",
-    // clock: after the locks, the server's now and the fences this batch may grant.
+    // clock: sent after `lock`, so it runs once the locks are held: the
+    // server's now and the fences this batch may grant.
     "SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint,
             ARRAY(SELECT nextval('fence_seq') FROM generate_series(1, $1::int))",
     // load
@@ -74,20 +104,22 @@ const SQL: [&str; 11] = [
     // fence
     "SELECT nextval('fence_seq')",
     // insert: a task this transaction found no row for. Another creating
-    // it meanwhile fails the commit (unique violation), and the batch is
-    // decided again with that row.
+    // it meanwhile fails the statement (unique violation), and the batch
+    // is decided again with that row.
     "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
      VALUES ($1, $2, $3, $4, $5, $6, $7)",
     // update: a row this transaction holds locked.
     "UPDATE tasks SET state = $2, due_at = $3, revision = $4, record = $5, ready_key = $6, held_key = $7
      WHERE task_id = $1",
-    // event: a repeated conflict (same task and key) counts on the first one.
-    "INSERT INTO events (task_id, kind, conflict_key, body) VALUES ($1, $2, $3, $4)
+    // event
+    "INSERT INTO events (task_id, kind, body) VALUES ($1, $2, $3)",
+    // conflict: a repeated one (same task and key) counts on the first.
+    "INSERT INTO events (task_id, kind, conflict_key, count, body) VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (task_id, conflict_key) WHERE conflict_key IS NOT NULL
-     DO UPDATE SET count = events.count + 1",
+     DO UPDATE SET count = events.count + excluded.count",
     // note
     "INSERT INTO outbox (intent_id, task_id, body) VALUES ($1, $2, $3)",
-    // notify: a task entered a ready index (a hint to waiters, sent at commit).
+    // notify: tasks entered a ready index (a hint to waiters, delivered at commit).
     "SELECT pg_notify($1, $2)",
     // ready: `next`'s candidates, each locked or passed over.
     "SELECT task_id, record FROM tasks WHERE ready_key > $1 AND ready_key < $2
@@ -98,12 +130,6 @@ const SQL: [&str; 11] = [
 ];
 
 impl Stmts {
-    async fn prepare(
-        client: &Object,
-    ) -> std::result::Result<Vec<Statement>, tokio_postgres::Error> {
-        futures_util::future::try_join_all(SQL.iter().map(|s| client.prepare_cached(s))).await
-    }
-
     fn of(prepared: Vec<Statement>) -> Result<Stmts> {
         let Ok(
             [
@@ -114,12 +140,13 @@ impl Stmts {
                 insert,
                 update,
                 event,
+                conflict,
                 note,
                 notify,
                 ready,
                 held,
             ],
-        ) = <[Statement; 11]>::try_from(prepared)
+        ) = <[Statement; 12]>::try_from(prepared)
         else {
             return Err(Error::unavailable(
                 "a statement was not prepared".to_owned(),
@@ -133,17 +160,63 @@ impl Stmts {
             insert,
             update,
             event,
+            conflict,
             note,
             notify,
             ready,
             held,
         })
     }
+
+    /// On a pooled connection, through the pool's statement cache.
+    async fn cached(client: &Object) -> std::result::Result<Vec<Statement>, tokio_postgres::Error> {
+        futures_util::future::try_join_all(SQL.iter().map(|s| client.prepare_cached(s))).await
+    }
+
+    async fn prepare(
+        client: &tokio_postgres::Client,
+    ) -> std::result::Result<Vec<Statement>, tokio_postgres::Error> {
+        futures_util::future::try_join_all(SQL.iter().map(|s| client.prepare(s))).await
+    }
+}
+
+/// The committer thread's own connection and the runtime on that thread
+/// that drives it, made on first use and again after a failure.
+pub(crate) struct OwnConnection {
+    rt: tokio::runtime::Runtime,
+    open: Option<(tokio_postgres::Client, Stmts)>,
+}
+
+impl OwnConnection {
+    pub(crate) fn new(name: &str) -> Result<OwnConnection> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::unavailable(format!("{name}: cannot start a runtime: {e}")))?;
+        Ok(OwnConnection { rt, open: None })
+    }
+
+    fn connect(&mut self, inner: &Inner) -> Result<()> {
+        if self.open.as_ref().is_some_and(|(c, _)| !c.is_closed()) {
+            return Ok(());
+        }
+        self.open = None;
+        let config = inner.config.clone();
+        let opened = self.rt.block_on(async {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+            // Runs whenever this thread waits on the runtime: every round trip.
+            tokio::spawn(connection);
+            let st = Stmts::prepare(&client).await?;
+            Ok::<_, tokio_postgres::Error>((client, st))
+        });
+        let (client, st) = opened.map_err(|e| classify(&inner.name, Cause::Db(&e), At::Before))?;
+        self.open = Some((client, Stmts::of(st)?));
+        Ok(())
+    }
 }
 
 /// A task row as written.
 struct TaskRow {
-    task: String,
     state: &'static str,
     due: Option<i64>,
     revision: i64,
@@ -152,60 +225,84 @@ struct TaskRow {
     held: Option<Vec<u8>>,
 }
 
-/// One statement a decision writes, kept until the next round trip.
-enum Write {
-    Insert(TaskRow),
-    Update(TaskRow),
-    Event {
-        task: String,
-        kind: &'static str,
-        key: Option<String>,
-        body: String,
-    },
-    Note {
-        intent: String,
-        task: String,
-        body: String,
-    },
-    Notify {
-        channel: String,
-        queue: String,
-    },
+/// What the decisions wrote since the last round trip, as the one write
+/// statement's columns.
+#[derive(Default)]
+struct Pending {
+    /// Each task's latest row, and whether it is inserted (no row yet).
+    tasks: Vec<(String, TaskRow, bool)>,
+    task_at: HashMap<String, usize>,
+    /// Events in order; a conflict repeated in this batch counts on its
+    /// first occurrence.
+    events: Vec<(String, &'static str, Option<String>, i64, String)>,
+    conflict_at: HashMap<(String, String), usize>,
+    notes: Vec<(String, String, String)>,
+    /// Each lane and queue a task entered the ready index of
+    /// ([`wake_key`]), and how many did.
+    queues: Vec<(String, i64)>,
 }
 
-impl Write {
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+            && self.events.is_empty()
+            && self.notes.is_empty()
+            && self.queues.is_empty()
+    }
+
+    /// Every pending statement, sent in order when first polled; the
+    /// first error, if any.
     fn send<'a>(
         &'a self,
-        client: &'a Object,
+        client: &'a tokio_postgres::Client,
         st: &'a Stmts,
-    ) -> BoxFuture<'a, std::result::Result<u64, tokio_postgres::Error>> {
-        let (stmt, p): (&Statement, Vec<&(dyn ToSql + Sync)>) = match self {
-            Write::Insert(r) | Write::Update(r) => (
-                if matches!(self, Write::Insert(_)) {
-                    &st.insert
-                } else {
-                    &st.update
-                },
-                vec![
-                    &r.task,
-                    &r.state,
-                    &r.due,
-                    &r.revision,
-                    &r.record,
-                    &r.ready,
-                    &r.held,
-                ],
-            ),
-            Write::Event {
+        channel: &'a str,
+    ) -> impl std::future::Future<Output = std::result::Result<(), tokio_postgres::Error>> + 'a
+    {
+        type Sent<'a> = BoxFuture<'a, std::result::Result<u64, tokio_postgres::Error>>;
+        let mut sent: Vec<Sent<'a>> = Vec::new();
+        for (task, r, insert) in &self.tasks {
+            let stmt = if *insert { &st.insert } else { &st.update };
+            let p: Vec<&(dyn ToSql + Sync)> = vec![
                 task,
-                kind,
-                key,
-                body,
-            } => (&st.event, vec![task, kind, key, body]),
-            Write::Note { intent, task, body } => (&st.note, vec![intent, task, body]),
-            Write::Notify { channel, queue } => (&st.notify, vec![channel, queue]),
-        };
-        client.execute_raw(stmt, p).boxed()
+                &r.state,
+                &r.due,
+                &r.revision,
+                &r.record,
+                &r.ready,
+                &r.held,
+            ];
+            sent.push(client.execute_raw(stmt, p).boxed());
+        }
+        for (task, kind, key, count, body) in &self.events {
+            let p: Vec<&(dyn ToSql + Sync)> = match key {
+                None => vec![task, kind, body],
+                Some(key) => vec![task, kind, key, count, body],
+            };
+            let stmt = if key.is_some() {
+                &st.conflict
+            } else {
+                &st.event
+            };
+            sent.push(client.execute_raw(stmt, p).boxed());
+        }
+        for (intent, task, body) in &self.notes {
+            let p: Vec<&(dyn ToSql + Sync)> = vec![intent, task, body];
+            sent.push(client.execute_raw(&st.note, p).boxed());
+        }
+        for (key, n) in &self.queues {
+            sent.push(
+                client
+                    .execute_raw(&st.notify, [channel.to_owned(), format!("{n} {key}")])
+                    .boxed(),
+            );
+        }
+        async move {
+            for r in join_all(sent).await {
+                r?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -228,20 +325,23 @@ fn conflict(e: &tokio_postgres::Error) -> Option<&'static str> {
 /// One open write transaction, as core's commit helpers see it.
 struct PgTx<'a> {
     inner: &'a Inner,
-    client: &'a Object,
+    driver: Driver<'a>,
+    client: &'a tokio_postgres::Client,
     st: &'a Stmts,
     /// The latest version of each task this transaction has read or
     /// written (`None`: no row), every one of them locked.
     known: HashMap<String, Option<String>>,
-    /// The tasks that have a row (read under a lock, or inserted here):
-    /// written with `UPDATE`, the others with `INSERT`.
+    /// The tasks that have a row (read under a lock, or written by an
+    /// earlier round trip of this transaction): written with `UPDATE`, the
+    /// others with `INSERT`.
     in_table: HashSet<String>,
     /// Fences taken after the locks, handed out in increasing order.
     fences: VecDeque<i64>,
-    /// Writes not sent yet.
-    pending: Vec<Write>,
-    /// Queues already notified in this transaction.
-    notified: HashSet<String>,
+    pending: Pending,
+    /// The first page of a queue's ready index, read in the round trip of
+    /// its expired leases (core reads the two one after the other), kept
+    /// until this transaction writes.
+    ready_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
     channel: String,
     wrote: bool,
     /// Set when the server aborted the transaction for a conflict a new
@@ -258,30 +358,43 @@ impl PgTx<'_> {
         self.inner.db(e)
     }
 
-    /// Sends every pending write, then `then`, in one round trip.
+    /// Sends the pending writes, then `then`, in one round trip.
     fn send_then<T>(
         &mut self,
         then: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
-        let writes = std::mem::take(&mut self.pending);
-        let (client, st) = (self.client, self.st);
-        let (sent, out) = self.inner.wait(async {
-            // join! polls in order, and each request goes out when first
+        let pending = std::mem::take(&mut self.pending);
+        for (task, _, _) in &pending.tasks {
+            self.in_table.insert(task.clone());
+        }
+        let (client, st, channel) = (self.client, self.st, self.channel.as_str());
+        let (sent, out) = self.driver.wait(async {
+            // join! polls in order, and a request goes out when first
             // polled: the writes reach the server before `then`.
-            futures_util::join!(join_all(writes.iter().map(|w| w.send(client, st))), then)
+            let write = async {
+                if pending.is_empty() {
+                    Ok(())
+                } else {
+                    pending.send(client, st, channel).await
+                }
+            };
+            futures_util::join!(write, then)
         });
-        if let Some(e) = sent.into_iter().find_map(|r| r.err()) {
+        if let Err(e) = sent {
             return Err(self.fail(&e));
         }
         out.map_err(|e| self.fail(&e))
     }
 
     /// Remembers rows this transaction read locked.
-    fn hold(&mut self, rows: &[tokio_postgres::Row], now: Timestamp) -> Result<Vec<Snapshot>> {
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let task: String = r.get(0);
-            let record: String = r.get(1);
+    fn hold(
+        &mut self,
+        ids: Vec<String>,
+        records: Vec<String>,
+        now: Timestamp,
+    ) -> Result<Vec<Snapshot>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for (task, record) in ids.into_iter().zip(records) {
             out.push(Snapshot::at(self.inner.decode(&record)?, now));
             self.in_table.insert(task.clone());
             self.known.insert(task, Some(record));
@@ -289,33 +402,35 @@ impl PgTx<'_> {
         Ok(out)
     }
 
-    fn scan(
+    fn hold_rows(
         &mut self,
-        held: bool,
-        (from, end): (Vec<u8>, Vec<u8>),
-        limit: usize,
+        rows: Vec<tokio_postgres::Row>,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let st = if held { &self.st.held } else { &self.st.ready };
-        let client = self.client;
-        let rows = self.send_then(client.query(st, &[&from, &end, &limit]))?;
-        self.hold(&rows, now)
+        let (ids, records) = rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .unzip();
+        self.hold(ids, records, now)
     }
 
     /// Every pending write and `COMMIT`, in one round trip. A write the
     /// server refused rolled the transaction back (`COMMIT` then ends it
     /// as a rollback): nothing was applied.
     fn commit(&mut self) -> Result<()> {
-        let writes = std::mem::take(&mut self.pending);
-        let (client, st) = (self.client, self.st);
-        let (sent, committed) = self.inner.wait(async {
-            futures_util::join!(
-                join_all(writes.iter().map(|w| w.send(client, st))),
-                client.batch_execute("COMMIT")
-            )
+        let pending = std::mem::take(&mut self.pending);
+        let (client, st, channel) = (self.client, self.st, self.channel.as_str());
+        let (sent, committed) = self.driver.wait(async {
+            let write = async {
+                if pending.is_empty() {
+                    Ok(())
+                } else {
+                    pending.send(client, st, channel).await
+                }
+            };
+            futures_util::join!(write, client.batch_execute("COMMIT"))
         });
-        if let Some(e) = sent.into_iter().find_map(|r| r.err()) {
+        if let Err(e) = sent {
             if e.as_db_error().is_some() {
                 return Err(self.fail(&e));
             }
@@ -333,7 +448,7 @@ impl Txn for PgTx<'_> {
             Some(known) => known.clone(),
             None => {
                 let (client, st) = (self.client, self.st);
-                let found = self.inner.wait(client.query(&st.load, &[&key]));
+                let found = self.driver.wait(client.query(&st.load, &[&key]));
                 let rows = found.map_err(|e| self.fail(&e))?;
                 let json: Option<String> = rows.first().map(|r| r.get(0));
                 if json.is_some() {
@@ -359,6 +474,7 @@ impl Txn for PgTx<'_> {
     /// sequence now: the locks are held either way).
     fn write(&mut self, d: &mut Decision) -> Result<()> {
         self.wrote = true;
+        self.ready_ahead = None;
         if d.mints_fence() {
             let fence = match self.fences.pop_front() {
                 Some(f) => f,
@@ -370,10 +486,10 @@ impl Txn for PgTx<'_> {
             };
             d.assign_fence(self.inner.stored_u64("a fence", fence)?);
         }
+        let p = &mut self.pending;
         if let Some(r) = d.record_to_write() {
             let task = r.task.as_str().to_owned();
             let row = TaskRow {
-                task: task.clone(),
                 state: r.state.as_str(),
                 due: r.due_at().map(|t| t.as_millis()),
                 revision: i64::try_from(r.revision).unwrap_or(i64::MAX),
@@ -381,35 +497,39 @@ impl Txn for PgTx<'_> {
                 ready: r.ready_entry().map(|e| e.key()),
                 held: r.held_key(),
             };
-            if let Some(entry) = r.ready_entry()
-                && self.notified.insert(entry.queue.as_str().to_owned())
-            {
-                self.pending.push(Write::Notify {
-                    channel: self.channel.clone(),
-                    queue: entry.queue.as_str().to_owned(),
-                });
+            if let Some(entry) = r.ready_entry() {
+                let key = wake_key(entry.lane, &entry.queue);
+                match p.queues.iter_mut().find(|q| q.0 == key) {
+                    Some(q) => q.1 += 1,
+                    None => p.queues.push((key, 1)),
+                }
             }
             self.known.insert(task.clone(), Some(row.record.clone()));
-            if self.in_table.insert(task) {
-                self.pending.push(Write::Insert(row));
-            } else {
-                self.pending.push(Write::Update(row));
+            match p.task_at.get(&task) {
+                Some(&i) => p.tasks[i].1 = row,
+                None => {
+                    let insert = !self.in_table.contains(&task);
+                    p.task_at.insert(task.clone(), p.tasks.len());
+                    p.tasks.push((task, row, insert));
+                }
             }
         }
         for e in d.events() {
-            self.pending.push(Write::Event {
-                task: e.task.as_str().to_owned(),
-                kind: e.kind.as_str(),
-                key: e.conflict_key.clone(),
-                body: encode(e)?,
-            });
+            let task = e.task.as_str().to_owned();
+            if let Some(key) = &e.conflict_key {
+                if let Some(&i) = p.conflict_at.get(&(task.clone(), key.clone())) {
+                    p.events[i].3 += 1;
+                    continue;
+                }
+                p.conflict_at
+                    .insert((task.clone(), key.clone()), p.events.len());
+            }
+            p.events
+                .push((task, e.kind.as_str(), e.conflict_key.clone(), 1, encode(e)?));
         }
         for n in d.notifications() {
-            self.pending.push(Write::Note {
-                intent: n.intent_id.clone(),
-                task: n.task.as_str().to_owned(),
-                body: encode(n)?,
-            });
+            p.notes
+                .push((n.intent_id.clone(), n.task.as_str().to_owned(), encode(n)?));
         }
         Ok(())
     }
@@ -424,9 +544,23 @@ impl NextSource for PgTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        self.scan(false, ready_range(lane, queue, after), limit, now)
+        if after.is_none()
+            && limit == NEXT_FIRST_PAGE
+            && let Some((l, q, page)) = self.ready_ahead.take()
+            && l == lane
+            && &q == queue
+        {
+            return Ok(page);
+        }
+        let (from, end) = ready_range(lane, queue, after);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (client, st) = (self.client, self.st);
+        let rows = self.send_then(client.query(&st.ready, &[&from, &end, &limit]))?;
+        self.hold_rows(rows, now)
     }
 
+    /// Reads the first page of the queue's ready index in the same round
+    /// trip, for the `ready` call that follows.
     fn expired(
         &mut self,
         lane: Lane,
@@ -434,7 +568,23 @@ impl NextSource for PgTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        self.scan(true, held_range(lane, queue, now), limit, now)
+        let (start, end) = held_range(lane, queue, now);
+        let (from, to) = ready_range(lane, queue, None);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let first = i64::try_from(NEXT_FIRST_PAGE).unwrap_or(i64::MAX);
+        let (client, st) = (self.client, self.st);
+        let held_p: [&(dyn ToSql + Sync); 3] = [&start, &end, &limit];
+        let ready_p: [&(dyn ToSql + Sync); 3] = [&from, &to, &first];
+        let (expired, ready) = self.send_then(async {
+            futures_util::try_join!(
+                client.query(&st.held, &held_p),
+                client.query(&st.ready, &ready_p)
+            )
+        })?;
+        let expired = self.hold_rows(expired, now)?;
+        let ready = self.hold_rows(ready, now)?;
+        self.ready_ahead = Some((lane, queue.clone(), ready));
+        Ok(expired)
     }
 }
 
@@ -470,17 +620,46 @@ fn grants(jobs: &[Job]) -> i32 {
 /// Decides `jobs` in order inside one transaction and commits once;
 /// returns after the commit is durable. If anything fails, nothing is
 /// applied. A batch the server aborted for a conflict is decided again.
-pub(crate) fn commit_jobs(inner: &Inner, jobs: &[Job]) -> Result<Vec<Answer>> {
+/// `own`: the committer thread's own connection; without it, one from
+/// the pool.
+pub(crate) fn commit_jobs(
+    inner: &Inner,
+    jobs: &[Job],
+    mut own: Option<&mut OwnConnection>,
+) -> Result<Vec<Answer>> {
     let mut why = "";
     for _ in 0..TRIES {
-        let client = inner.wait(inner.client())?;
         let mut retry = None;
         let mut clean = true;
-        let out = attempt(inner, &client, jobs, &mut retry, &mut clean);
-        if !clean {
-            // In a state we cannot vouch for: never back to the pool.
-            drop(Object::take(client));
-        }
+        let out = match own.as_deref_mut() {
+            Some(conn) => {
+                conn.connect(inner)?;
+                let Some((client, st)) = conn.open.as_ref() else {
+                    return Err(Error::unavailable(format!("{}: no connection", inner.name)));
+                };
+                let driver = Driver::Own(&conn.rt);
+                let out = attempt(inner, driver, client, st, jobs, &mut retry, &mut clean);
+                if !clean {
+                    conn.open = None;
+                }
+                out
+            }
+            None => {
+                let client = inner.wait(inner.client())?;
+                let driver = Driver::Shared(inner.handle());
+                let st = Stmts::of(
+                    driver
+                        .wait(Stmts::cached(&client))
+                        .map_err(|e| inner.db(&e))?,
+                )?;
+                let out = attempt(inner, driver, &client, &st, jobs, &mut retry, &mut clean);
+                if !clean {
+                    // In a state we cannot vouch for: never back to the pool.
+                    drop(Object::take(client));
+                }
+                out
+            }
+        };
         match (out, retry) {
             (Ok(answers), _) => return Ok(answers),
             (Err(_), Some(w)) => why = w,
@@ -495,43 +674,43 @@ pub(crate) fn commit_jobs(inner: &Inner, jobs: &[Job]) -> Result<Vec<Answer>> {
 
 fn attempt(
     inner: &Inner,
-    client: &Object,
+    driver: Driver<'_>,
+    client: &tokio_postgres::Client,
+    st: &Stmts,
     jobs: &[Job],
     retry: &mut Option<&'static str>,
     clean: &mut bool,
 ) -> Result<Vec<Answer>> {
-    let st = Stmts::of(
-        inner
-            .wait(Stmts::prepare(client))
-            .map_err(|e| inner.db(&e))?,
-    )?;
     inner.write_transactions.fetch_add(1, Ordering::Relaxed);
     let tasks = named_tasks(jobs);
     let wanted = grants(jobs);
-    let wanted: [&(dyn ToSql + Sync); 1] = [&wanted];
-    let (begun, locked, clock) = inner.wait(async {
+    let (lock_p, clock_p): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+        ([&tasks], [&wanted]);
+    let (begun, locked, clock) = driver.wait(async {
         let lock = async {
             if tasks.is_empty() {
                 Ok(Vec::new())
             } else {
-                client.query(&st.lock, &[&tasks]).await
+                client.query(&st.lock, &lock_p).await
             }
         };
+        // In this order on the wire: the clock and fences after the locks.
         futures_util::join!(
             client.batch_execute("BEGIN"),
             lock,
-            client.query_one(&st.clock, &wanted)
+            client.query_one(&st.clock, &clock_p)
         )
     });
     let mut t = PgTx {
         inner,
+        driver,
         client,
-        st: &st,
+        st,
         known: tasks.iter().map(|t| (t.clone(), None)).collect(),
         in_table: HashSet::new(),
         fences: VecDeque::new(),
-        pending: Vec::new(),
-        notified: HashSet::new(),
+        pending: Pending::default(),
+        ready_ahead: None,
         channel: ready_channel(&inner.schema),
         wrote: false,
         retry: None,
@@ -542,7 +721,7 @@ fn attempt(
         let clock = clock.map_err(|e| t.fail(&e))?;
         let now = Timestamp(clock.get(0));
         t.fences = clock.get::<_, Vec<i64>>(1).into();
-        t.hold(&locked, now)?;
+        t.hold_rows(locked, now)?;
         let mut answers = Vec::with_capacity(jobs.len());
         let mut keep = true;
         for job in jobs {
@@ -563,10 +742,10 @@ fn attempt(
             inner.commits.fetch_add(1, Ordering::Relaxed);
             answers
         }),
-        Ok((answers, _)) => rollback(inner, client, clean).map(|()| answers),
+        Ok((answers, _)) => rollback(inner, driver, client, clean).map(|()| answers),
         Err(e) => {
             // Best effort: the error is the answer either way.
-            let _ = rollback(inner, client, clean);
+            let _ = rollback(inner, driver, client, clean);
             Err(e)
         }
     };
@@ -581,8 +760,13 @@ fn attempt(
 
 /// Ends the transaction without keeping anything (which also frees its
 /// locks); a connection that cannot is not reused.
-fn rollback(inner: &Inner, client: &Object, clean: &mut bool) -> Result<()> {
-    inner.wait(client.batch_execute("ROLLBACK")).map_err(|e| {
+fn rollback(
+    inner: &Inner,
+    driver: Driver<'_>,
+    client: &tokio_postgres::Client,
+    clean: &mut bool,
+) -> Result<()> {
+    driver.wait(client.batch_execute("ROLLBACK")).map_err(|e| {
         *clean = false;
         inner.db(&e)
     })
