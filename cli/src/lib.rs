@@ -74,8 +74,19 @@ where
     };
     // A bench worker is one sequential client (or a few): on one thread
     // its requests and their connections never wake each other across
-    // threads. Everything else gets two.
-    let built = if matches!(cli.command, Command::BenchWorker(_)) {
+    // threads. Postgres's commit waits on a runtime of its own, which it
+    // can do on the caller's thread only from a multi-thread runtime (one
+    // worker, then). Everything else gets two.
+    let postgres = cli
+        .store
+        .as_deref()
+        .is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"));
+    let built = if matches!(cli.command, Command::BenchWorker(_)) && postgres {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+    } else if matches!(cli.command, Command::BenchWorker(_)) {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -101,6 +101,9 @@ pub struct GroupCommitter {
     observer: Observer,
     /// The commit function, when callers may run it on their own thread.
     inline: Option<SharedCommit>,
+    /// The inline commit waits on a runtime of its own (`block_on`), which
+    /// a caller on a current-thread runtime cannot do: such a caller queues.
+    inline_blocks_on: bool,
     /// Jobs submitted and not yet answered (inline or queued).
     in_flight: AtomicUsize,
 }
@@ -131,7 +134,7 @@ impl GroupCommitter {
     where
         F: FnMut(&[Job]) -> Result<Vec<Answer>> + Send + 'static,
     {
-        Self::start_with(name.into(), thread_name, commit, None)
+        Self::start_with(name.into(), thread_name, commit, None, false)
     }
 
     /// Like [`GroupCommitter::start`], and a caller who finds the committer
@@ -154,6 +157,31 @@ impl GroupCommitter {
             thread_name,
             move |jobs: &[Job]| on_thread(jobs),
             Some(shared),
+            false,
+        )
+    }
+
+    /// Like [`GroupCommitter::start_shared`], for a `commit` that waits on
+    /// a runtime of its own (`Runtime::block_on`: an async driver). It is
+    /// called inline only from outside tokio or from a multi-thread
+    /// runtime's worker (inside `block_in_place`); a caller on a
+    /// current-thread runtime queues for the committer thread.
+    pub fn start_shared_blocking_on<F>(
+        name: impl Into<String>,
+        thread_name: &str,
+        commit: F,
+    ) -> Result<GroupCommitter>
+    where
+        F: Fn(&[Job]) -> Result<Vec<Answer>> + Send + Sync + 'static,
+    {
+        let shared: SharedCommit = Arc::new(commit);
+        let on_thread = shared.clone();
+        Self::start_with(
+            name.into(),
+            thread_name,
+            move |jobs: &[Job]| on_thread(jobs),
+            Some(shared),
+            true,
         )
     }
 
@@ -162,6 +190,7 @@ impl GroupCommitter {
         thread_name: &str,
         commit: F,
         inline: Option<SharedCommit>,
+        inline_blocks_on: bool,
     ) -> Result<GroupCommitter>
     where
         F: FnMut(&[Job]) -> Result<Vec<Answer>> + Send + 'static,
@@ -182,6 +211,7 @@ impl GroupCommitter {
             thread: Mutex::new(Some(thread)),
             observer,
             inline,
+            inline_blocks_on,
             in_flight: AtomicUsize::new(0),
         })
     }
@@ -203,6 +233,7 @@ impl GroupCommitter {
     /// idle and allows it, commits it on this thread).
     pub async fn submit_job(&self, job: Job) -> Result<Answer> {
         if let Some(commit) = &self.inline
+            && !(self.inline_blocks_on && on_current_thread_runtime())
             && self
                 .in_flight
                 .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
@@ -268,6 +299,12 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Whether this thread runs a tokio current-thread runtime's tasks.
+fn on_current_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 /// Runs `f`, which blocks, on this thread: in a tokio multi-thread runtime

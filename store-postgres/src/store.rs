@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) write_transactions: AtomicU64,
     /// The advisory lock the sequencer of events and notifications holds.
     sequencer_key: i64,
+    /// The committers' own connections not in use.
+    own: std::sync::Mutex<Vec<crate::txn::OwnConnection>>,
     watch: Watch,
     // Last: dropped after the pool, whose connections run on it.
     _rt: OwnRuntime,
@@ -250,6 +252,7 @@ impl PostgresStore {
             sequencer_key: lock_key(&format!("{}.sequencer", options.schema)),
             config,
             watch: Watch::default(),
+            own: std::sync::Mutex::new(Vec::new()),
             pool,
             handle,
             min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -262,16 +265,20 @@ impl PostgresStore {
         inner.spawn(async move { i.migrate(&schema).await }).await?;
         let committer = if options.group_commit {
             let i = inner.clone();
-            // Made on the committer thread, and dropped there.
-            let mut own: Option<crate::txn::OwnConnection> = None;
-            Some(Arc::new(GroupCommitter::start(
+            // A caller finding the committer idle commits on its own
+            // thread: a process making one request at a time pays no
+            // hand-off to the committer thread and back.
+            Some(Arc::new(GroupCommitter::start_shared_blocking_on(
                 name,
                 "baton-postgres-commit",
                 move |jobs: &[Job]| {
-                    if own.is_none() {
-                        own = Some(crate::txn::OwnConnection::new(&i.name)?);
-                    }
-                    crate::txn::commit_jobs(&i, jobs, own.as_mut())
+                    let mut conn = match i.take_own() {
+                        Some(c) => c,
+                        None => crate::txn::OwnConnection::new(&i.name)?,
+                    };
+                    let out = crate::txn::commit_jobs(&i, jobs, Some(&mut conn));
+                    i.put_own(conn);
+                    out
                 },
             )?))
         } else {
@@ -382,6 +389,20 @@ impl Inner {
                 notify.notify_one();
             }
         }
+    }
+
+    fn take_own(&self) -> Option<crate::txn::OwnConnection> {
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    }
+
+    fn put_own(&self, conn: crate::txn::OwnConnection) {
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn);
     }
 
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {

@@ -180,11 +180,23 @@ impl Stmts {
     }
 }
 
-/// The committer thread's own connection and the runtime on that thread
-/// that drives it, made on first use and again after a failure.
+/// A connection of the committer's own and a current-thread runtime that
+/// drives it on whichever thread commits (the committer thread, or a
+/// caller committing inline), made on first use and again after a
+/// failure. The store keeps a few, one per thread committing at once.
 pub(crate) struct OwnConnection {
-    rt: tokio::runtime::Runtime,
+    rt: Option<tokio::runtime::Runtime>,
     open: Option<(tokio_postgres::Client, Stmts)>,
+}
+
+impl Drop for OwnConnection {
+    fn drop(&mut self) {
+        self.open = None;
+        // Without blocking: the store may be dropped inside an async task.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl OwnConnection {
@@ -193,7 +205,16 @@ impl OwnConnection {
             .enable_all()
             .build()
             .map_err(|e| Error::unavailable(format!("{name}: cannot start a runtime: {e}")))?;
-        Ok(OwnConnection { rt, open: None })
+        Ok(OwnConnection {
+            rt: Some(rt),
+            open: None,
+        })
+    }
+
+    fn runtime(&self, inner: &Inner) -> Result<&tokio::runtime::Runtime> {
+        self.rt
+            .as_ref()
+            .ok_or_else(|| Error::unavailable(format!("{}: the runtime is gone", inner.name)))
     }
 
     fn connect(&mut self, inner: &Inner) -> Result<()> {
@@ -202,7 +223,7 @@ impl OwnConnection {
         }
         self.open = None;
         let config = inner.config.clone();
-        let opened = self.rt.block_on(async {
+        let opened = self.runtime(inner)?.block_on(async {
             let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
             // Runs whenever this thread waits on the runtime: every round trip.
             tokio::spawn(connection);
@@ -634,10 +655,11 @@ pub(crate) fn commit_jobs(
         let out = match own.as_deref_mut() {
             Some(conn) => {
                 conn.connect(inner)?;
+                let rt = conn.runtime(inner)?;
                 let Some((client, st)) = conn.open.as_ref() else {
                     return Err(Error::unavailable(format!("{}: no connection", inner.name)));
                 };
-                let driver = Driver::Own(&conn.rt);
+                let driver = Driver::Own(rt);
                 let out = attempt(inner, driver, client, st, jobs, &mut retry, &mut clean);
                 if !clean {
                     conn.open = None;

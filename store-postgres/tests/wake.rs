@@ -116,3 +116,40 @@ fn refusals_repeated_in_one_group_commit_count_on_one_event() {
     assert_eq!(conflicts.len(), 1, "{events:?}");
     assert_eq!(conflicts[0].count, 64);
 }
+
+/// A caller on a current-thread runtime cannot wait on the store's own
+/// runtime in place, so its commits go through the committer thread; one
+/// on a multi-thread runtime commits in place when the committer is idle.
+/// Both answer.
+#[test]
+fn callers_on_either_kind_of_runtime_are_answered() {
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let url = pg.url("flavours");
+    for rt in [
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+    ] {
+        let store = rt.block_on(PostgresStore::open_url(&url)).unwrap();
+        let a = Authority::new(store.clone(), Arc::new(SystemClock));
+        let before = store.write_transactions();
+        for i in 0..20 {
+            let task = id("task", &format!("{:?}-{i}", rt.handle().runtime_flavor()));
+            let g = rt
+                .block_on(a.claim(&task, &id("owner", "w"), Some(60_000)))
+                .unwrap();
+            let fence = g.grant().unwrap().fence;
+            rt.block_on(a.complete(&task, &id("owner", "w"), fence))
+                .unwrap();
+        }
+        assert_eq!(store.write_transactions() - before, 40);
+    }
+}
