@@ -100,7 +100,7 @@ fn open(backend: &str, path: PathBuf) -> Bench {
         other => panic!("unknown backend {other}"),
     };
     let store = opener()
-        .block_on(baton_cli::store_for(&url))
+        .block_on(baton_open::store_for(&url))
         .unwrap_or_else(|e| panic!("{url}: {e}"));
     Authority::new(store, clock())
 }

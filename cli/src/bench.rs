@@ -467,7 +467,7 @@ async fn run_processes(
         let mut cmd = tokio::process::Command::new(&exe);
         // The token goes to each worker in its environment, never on a
         // command line that `ps` shows.
-        if let Some(t) = crate::url::token() {
+        if let Some(t) = baton_open::token() {
             cmd.env("BATON_TOKEN", t);
         }
         let child = cmd

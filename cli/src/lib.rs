@@ -18,11 +18,10 @@ mod demo;
 mod output;
 mod supervise;
 mod tree;
-mod url;
 
-pub use url::{
-    DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, authority_with_token, store_for,
-    use_token,
+pub use baton_open::{
+    DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, authority_with_token, settle_stores,
+    store_for, use_token,
 };
 
 use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
@@ -124,15 +123,6 @@ where
 
 fn settle(runtime: &tokio::runtime::Runtime) {
     runtime.block_on(settle_stores());
-}
-
-/// Lets the work stores do after answering finish (at most 3 s): on etcd,
-/// revoking the leases that ended grants left holding nothing and those a
-/// dropped store kept for reuse. A process calls it before it exits, after
-/// its stores are dropped.
-pub async fn settle_stores() {
-    #[cfg(feature = "fabric")]
-    baton_adapter_fabric::settle(std::time::Duration::from_secs(3)).await;
 }
 
 /// The supervised run a command line asks for, checked, if it asks for one.
@@ -497,12 +487,28 @@ fn refused(r: Refusal) -> Out {
 /// `baton serve`: checks everything, opens the store, serves until
 /// SIGTERM or SIGINT.
 /// `serve`'s limits, as given on its command line.
+// Read only by the server, which a build without `serve` leaves out.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 struct ServeLimits<'a> {
     sweep_every: &'a str,
     max_connections: usize,
     read_timeout: &'a str,
 }
 
+#[cfg(not(feature = "serve"))]
+async fn serve(
+    _cli: &Cli,
+    _listen: &str,
+    _tokens: Option<&std::path::Path>,
+    _tls: Option<(&std::path::Path, &std::path::Path)>,
+    _limits: ServeLimits<'_>,
+) -> Result<Out, Error> {
+    Err(Error::unsupported(
+        "`baton serve` needs baton built with the `serve` feature (cargo build -p baton-cli --features serve)",
+    ))
+}
+
+#[cfg(feature = "serve")]
 async fn serve(
     cli: &Cli,
     listen: &str,
@@ -525,7 +531,7 @@ async fn serve(
     };
     let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
     let tls = tls
-        .map(|(cert, key)| baton_server::tls::server_config(cert, key))
+        .map(|(cert, key)| baton_store_http::tls::server_config(cert, key))
         .transpose()?;
     let url = cli
         .store

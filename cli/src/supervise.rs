@@ -11,11 +11,11 @@
 use crate::args::RunOptions;
 use crate::output;
 use crate::tree::{Stopper, Tree, Watchdog};
-use crate::url::authority_for;
 use crate::{exit, exit_code_for, parse_ttl, report_error};
 use baton_core::{
     Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
 };
+use baton_open::authority_for;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};

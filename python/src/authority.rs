@@ -2,9 +2,9 @@
 
 use crate::convert::{self, id, json_text, millis, to_json};
 use crate::{ProcessBound, errors, runtime};
-use baton_cli::DynAuthority;
 use baton_core::graph::{NodeSpec, Taker};
 use baton_core::{Actor, Id, Manifest, State};
+use baton_open::DynAuthority;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ pub fn authority_for(py: Python<'_>, url: &str, token: Option<String>) -> PyResu
     let rt = runtime()?;
     let owned = url.to_owned();
     let auth = py
-        .detach(move || rt.block_on(baton_cli::authority_with_token(&owned, token)))
+        .detach(move || rt.block_on(baton_open::authority_with_token(&owned, token)))
         .map_err(errors::to_py)?;
     Ok(Authority {
         url: url.to_owned(),
@@ -165,7 +165,7 @@ impl Authority {
             py.detach(move || {
                 rt.block_on(async move {
                     drop(a);
-                    baton_cli::settle_stores().await;
+                    baton_open::settle_stores().await;
                 })
             });
         }

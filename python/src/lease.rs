@@ -2,9 +2,9 @@
 
 use crate::convert;
 use crate::{ProcessBound, errors, runtime};
-use baton_cli::DynAuthority;
 use baton_core::keeper::{KeepOptions, Keeper, Outcome};
 use baton_core::{Grant, Id, Reply, Store};
+use baton_open::DynAuthority;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use std::collections::BTreeMap;

@@ -93,6 +93,6 @@ fn baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     convert::register(m)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("DEFAULT_STORE", baton_cli::DEFAULT_STORE)?;
+    m.add("DEFAULT_STORE", baton_open::DEFAULT_STORE)?;
     Ok(())
 }

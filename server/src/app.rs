@@ -4,12 +4,12 @@
 
 use crate::auth::Tokens;
 use crate::metrics::Metrics;
-use crate::wire::{self, ErrorBody};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_core::access::{self, Caller};
 use baton_core::decide::Decision;
 use baton_core::{Authority, Clock, Error, Operation, Store};
+use baton_store_http::wire::{self, ErrorBody};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::VecDeque;

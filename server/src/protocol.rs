@@ -2,7 +2,6 @@
 //! what an `http://` store speaks. Bodies are core's own types as JSON.
 
 use crate::app::{Answer, Shared, json, parse};
-use crate::wire::{self, AckBody, EventsBody, PendingBody, ReadBody, WatchBody};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -13,6 +12,7 @@ use baton_core::access;
 use baton_core::decide::Decision;
 use baton_core::graph::NextQuery;
 use baton_core::store::{ClockKind, ListQuery};
+use baton_store_http::wire::{self, AckBody, EventsBody, PendingBody, ReadBody, WatchBody};
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()

@@ -54,7 +54,7 @@ pub struct ServeOptions {
     /// How long a client may take to send a request's headers or body
     /// (and to finish a TLS handshake).
     pub read_timeout: Duration,
-    /// Serve HTTPS with this configuration ([`crate::tls::server_config`]).
+    /// Serve HTTPS with this configuration ([`baton_store_http::tls::server_config`]).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The most connections held at once; past it a new connection takes
     /// the place of the one idle longest (see `conns`).

@@ -6,7 +6,8 @@
 use async_trait::async_trait;
 use baton_core::Store;
 use baton_core::conformance::Harness;
-use baton_server::{HttpOptions, HttpStore, Listen, ServeOptions, Served};
+use baton_server::{Listen, ServeOptions, Served};
+use baton_store_http::{HttpOptions, HttpStore};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use baton_core::{Authority, ErrorKind, Id, MemoryStore, Store, SystemClock};
-use baton_server::{HttpOptions, HttpStore, Listen, ServeOptions};
+use baton_server::{Listen, ServeOptions};
+use baton_store_http::{HttpOptions, HttpStore};
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -18,7 +19,7 @@ async fn an_https_store_is_answered_only_when_it_trusts_the_server() {
 
     let backing = MemoryStore::new();
     let mut opts = ServeOptions::new(Listen::Tcp("127.0.0.1:0".parse().unwrap()));
-    opts.tls = Some(baton_server::tls::server_config(&cert_pem, &key_pem).unwrap());
+    opts.tls = Some(baton_store_http::tls::server_config(&cert_pem, &key_pem).unwrap());
     let served = baton_server::spawn(Arc::new(backing.clone()), opts)
         .await
         .unwrap();
@@ -51,7 +52,7 @@ async fn an_https_store_is_answered_only_when_it_trusts_the_server() {
         .unwrap_err();
     assert!(e.kind.is_temporary(), "{e}");
     // A bad certificate file is refused naming the field.
-    let e = baton_server::tls::server_config(&key_pem, &key_pem).unwrap_err();
+    let e = baton_store_http::tls::server_config(&key_pem, &key_pem).unwrap_err();
     assert_eq!(e.field.as_deref(), Some("tls-cert"), "{e}");
 
     let snap = backing

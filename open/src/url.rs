@@ -79,7 +79,7 @@ impl StoreUrl {
     pub fn parse(url: &str) -> Result<StoreUrl, Error> {
         let shown = Error::shown_url(url);
         let bad = |rule: &str| Error::invalid("store", format!("{rule} (got {shown:?})"));
-        if baton_server::is_http_url(url) {
+        if baton_store_http::is_http_url(url) {
             return Ok(StoreUrl::Http {
                 url: url.to_owned(),
             });
@@ -189,7 +189,7 @@ fn backend_feature(url: &StoreUrl) -> Option<(&'static str, &'static str)> {
 fn compiled_out(url: &StoreUrl) -> Error {
     match backend_feature(url) {
         Some((feature, scheme)) => Error::unsupported(format!(
-            "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature})"
+            "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature}; for a library, the `{feature}` feature of baton-open)"
         )),
         None => Error::unsupported("this build has no store for that URL"),
     }
@@ -206,7 +206,7 @@ pub fn use_token(token: String) {
 }
 
 /// The token an `http://` store sends: [`use_token`]'s, else `BATON_TOKEN`.
-pub(crate) fn token() -> Option<String> {
+pub fn token() -> Option<String> {
     TOKEN
         .get()
         .cloned()
@@ -303,12 +303,12 @@ async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, 
             baton_store_postgres::PostgresStore::open_url(&url).await?,
         )),
         StoreUrl::Http { url } => {
-            let opts = baton_server::HttpOptions {
+            let opts = baton_store_http::HttpOptions {
                 token: token_given.filter(|t| !t.is_empty()).or_else(token),
                 timeout: None,
             };
             Ok(Arc::new(
-                baton_server::HttpStore::connect(&url, opts).await?,
+                baton_store_http::HttpStore::connect(&url, opts).await?,
             ))
         }
         // A backend this build left out: refused before anything is
@@ -398,7 +398,7 @@ mod tests {
         }
     }
 
-    /// In a build without sled (`cargo test -p baton-cli --lib`, the
+    /// In a build without sled (`cargo test -p baton-open --lib`, the
     /// default features), opening a sled URL is refused before anything
     /// is created.
     #[cfg(not(feature = "sled"))]
