@@ -150,15 +150,7 @@ impl GroupCommitter {
     where
         F: Fn(&[Job]) -> Result<Vec<Answer>> + Send + Sync + 'static,
     {
-        let shared: SharedCommit = Arc::new(commit);
-        let on_thread = shared.clone();
-        Self::start_with(
-            name.into(),
-            thread_name,
-            move |jobs: &[Job]| on_thread(jobs),
-            Some(shared),
-            false,
-        )
+        Self::start_inline(name.into(), thread_name, Arc::new(commit), false)
     }
 
     /// Like [`GroupCommitter::start_shared`], for a `commit` that waits on
@@ -174,14 +166,22 @@ impl GroupCommitter {
     where
         F: Fn(&[Job]) -> Result<Vec<Answer>> + Send + Sync + 'static,
     {
-        let shared: SharedCommit = Arc::new(commit);
+        Self::start_inline(name.into(), thread_name, Arc::new(commit), true)
+    }
+
+    fn start_inline(
+        name: String,
+        thread_name: &str,
+        shared: SharedCommit,
+        blocks_on: bool,
+    ) -> Result<GroupCommitter> {
         let on_thread = shared.clone();
         Self::start_with(
-            name.into(),
+            name,
             thread_name,
             move |jobs: &[Job]| on_thread(jobs),
             Some(shared),
-            true,
+            blocks_on,
         )
     }
 

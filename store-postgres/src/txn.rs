@@ -130,41 +130,27 @@ const SQL: [&str; 12] = [
 ];
 
 impl Stmts {
+    /// The statements in [`SQL`]'s order.
     fn of(prepared: Vec<Statement>) -> Result<Stmts> {
-        let Ok(
-            [
-                lock,
-                clock,
-                load,
-                fence,
-                insert,
-                update,
-                event,
-                conflict,
-                note,
-                notify,
-                ready,
-                held,
-            ],
-        ) = <[Statement; 12]>::try_from(prepared)
-        else {
-            return Err(Error::unavailable(
-                "a statement was not prepared".to_owned(),
-            ));
+        let mut prepared = prepared.into_iter();
+        let mut next = || {
+            prepared
+                .next()
+                .ok_or_else(|| Error::unavailable("a statement was not prepared".to_owned()))
         };
         Ok(Stmts {
-            lock,
-            clock,
-            load,
-            fence,
-            insert,
-            update,
-            event,
-            conflict,
-            note,
-            notify,
-            ready,
-            held,
+            lock: next()?,
+            clock: next()?,
+            load: next()?,
+            fence: next()?,
+            insert: next()?,
+            update: next()?,
+            event: next()?,
+            conflict: next()?,
+            note: next()?,
+            notify: next()?,
+            ready: next()?,
+            held: next()?,
         })
     }
 

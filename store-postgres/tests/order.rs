@@ -38,6 +38,33 @@ fn env(name: &str) -> usize {
     std::env::var(name).unwrap().parse().unwrap()
 }
 
+/// What a child process is given: its number, its rounds, a store.
+struct Worker {
+    me: usize,
+    rounds: usize,
+    rt: tokio::runtime::Runtime,
+    a: Authority<PostgresStore>,
+    owner: Id,
+}
+
+/// `None` unless run as a child (`BATON_ORDER_URL` set).
+fn child() -> Option<Worker> {
+    let url = std::env::var("BATON_ORDER_URL").ok()?;
+    let me = env("BATON_ORDER_ME");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = Authority::new(
+        rt.block_on(PostgresStore::open_url(&url)).unwrap(),
+        Arc::new(SystemClock),
+    );
+    Some(Worker {
+        me,
+        rounds: env("BATON_ORDER_ROUNDS"),
+        rt,
+        a,
+        owner: id("owner", &format!("p{me}")),
+    })
+}
+
 /// A child: `BATON_ORDER_ROUNDS` rounds over the tasks `c0`, `c1`, all
 /// processes at once: claim (printing `G task fence asked answered` for a
 /// grant, times in µs on this host's clock), claim again as the holder
@@ -45,17 +72,8 @@ fn env(name: &str) -> usize {
 #[test]
 #[ignore = "a child process entry point, run by the tests below"]
 fn contended_grants() {
-    let Ok(url) = std::env::var("BATON_ORDER_URL") else {
-        return;
-    };
-    let me = env("BATON_ORDER_ME");
-    let rounds = env("BATON_ORDER_ROUNDS");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let a = Authority::new(
-        rt.block_on(PostgresStore::open_url(&url)).unwrap(),
-        Arc::new(SystemClock),
-    );
-    let owner = id("owner", &format!("p{me}"));
+    let Some(w) = child() else { return };
+    let (me, rounds, rt, a, owner) = (w.me, w.rounds, w.rt, w.a, w.owner);
     let mut out = std::io::stdout().lock();
     for i in 0..rounds {
         let task = id("task", &format!("c{}", (i + me) % CONTENDED));
@@ -83,17 +101,8 @@ fn contended_grants() {
 #[test]
 #[ignore = "a child process entry point, run by the tests below"]
 fn disjoint_writer() {
-    let Ok(url) = std::env::var("BATON_ORDER_URL") else {
-        return;
-    };
-    let me = env("BATON_ORDER_ME");
-    let rounds = env("BATON_ORDER_ROUNDS");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let a = Authority::new(
-        rt.block_on(PostgresStore::open_url(&url)).unwrap(),
-        Arc::new(SystemClock),
-    );
-    let owner = id("owner", &format!("p{me}"));
+    let Some(w) = child() else { return };
+    let (me, rounds, rt, a, owner) = (w.me, w.rounds, w.rt, w.a, w.owner);
     for i in 0..rounds {
         let task = id("task", &format!("w{me}-{i}"));
         let g = rt
