@@ -38,6 +38,7 @@
 //! `store`'s `classify`; the pool replaces a broken connection, so the
 //! store works again once the fault is gone.
 
+mod conn;
 mod options;
 mod schema;
 mod store;

@@ -1,12 +1,8 @@
-//! The Postgres store: a pool of connections on a runtime of the store's
-//! own, transactions that decide under the store-wide counter lock, and the
-//! one function that maps Postgres's errors to baton's.
-//!
-//! Core's in-commit helpers (`apply_in`, `apply_group`, `take_next`) are
-//! synchronous; they run on the committer thread (or a blocking thread),
-//! and every statement they need is sent from there and waited for on the
-//! store's runtime.
+//! The Postgres store: opening and migrating, the group committer in
+//! front of `txn`'s write transactions, reads, the sequencer that numbers
+//! events and notifications, and `LISTEN` for waiting workers.
 
+use crate::conn::{At, Cause, Inner, OwnRuntime, Watch, classify};
 use crate::options::PostgresOptions;
 use crate::schema::{CURRENT_VERSION, MIGRATIONS, lock_key};
 use async_trait::async_trait;
@@ -18,10 +14,8 @@ use baton_core::{
     Capabilities, ClockKind, Decision, Error, Event, ListQuery, Notification, Result, Snapshot,
     Store, TaskId, Timestamp,
 };
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
-use std::collections::HashMap;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_postgres::NoTls;
@@ -71,144 +65,6 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-/// The store's own runtime, for the driver's connections: it lives as
-/// long as the store, whatever runtime (or none) its callers use, and is
-/// shut down without blocking, so dropping the store inside an async task
-/// is fine.
-struct OwnRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-pub(crate) struct Inner {
-    pub(crate) name: String,
-    /// The store's Postgres schema.
-    pub(crate) schema: String,
-    /// How to connect (the committer's own connection).
-    pub(crate) config: tokio_postgres::Config,
-    pool: Pool,
-    handle: tokio::runtime::Handle,
-    pub(crate) min_ttl_ms: u64,
-    pub(crate) commits: AtomicU64,
-    pub(crate) write_transactions: AtomicU64,
-    /// The advisory lock the sequencer of events and notifications holds.
-    sequencer_key: i64,
-    /// The committers' own connections not in use.
-    own: std::sync::Mutex<Vec<crate::txn::OwnConnection>>,
-    watch: Watch,
-    // Last: dropped after the pool, whose connections run on it.
-    _rt: OwnRuntime,
-}
-
-/// `watch_ready`'s side: a connection of its own that `LISTEN`s on the
-/// ready channel (made on the first watch, again after it broke), and a
-/// waiting point per lane and queue that each notification wakes one
-/// waiter of per task that became ready: no herd.
-#[derive(Default)]
-struct Watch {
-    listener: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
-    waiting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
-}
-
-/// Where a failure happened, which decides what it means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum At {
-    /// Before the commit was sent: nothing was applied.
-    Before,
-    /// While the commit was on its way: it may have been applied.
-    Commit,
-}
-
-/// What failed.
-pub(crate) enum Cause<'a> {
-    Db(&'a tokio_postgres::Error),
-    Pool(&'a PoolError),
-}
-
-/// The one place Postgres's failures become baton's errors.
-pub(crate) fn classify(name: &str, cause: Cause<'_>, at: At) -> Error {
-    let e = match cause {
-        Cause::Pool(PoolError::Backend(e)) => e,
-        Cause::Pool(PoolError::Timeout(_)) => {
-            return Error::unavailable(format!(
-                "{name}: no connection to the database server within the connect timeout (is it running and reachable?)"
-            ));
-        }
-        Cause::Pool(other) => {
-            return Error::unavailable(format!("{name}: no connection: {other}"));
-        }
-        Cause::Db(e) => e,
-    };
-    let Some(db) = e.as_db_error() else {
-        // No answer from the server: the connection broke or never came up.
-        return if at == At::Commit {
-            Error::indeterminate(format!(
-                "{name}: the connection was lost while the commit was on its way; it may or may not have been applied: read the task before anything else ({e})"
-            ))
-        } else {
-            Error::unavailable(format!(
-                "{name}: cannot reach the database server ({e}); nothing was applied"
-            ))
-        };
-    };
-    let code = db.code();
-    let msg = db.message();
-    // A session ended (FATAL: an operator's kill, a shutdown) while COMMIT
-    // was on its way: the server may have committed before it ended the
-    // session, so the answer is unknown. An ERROR at COMMIT rolled back.
-    let session_ended = matches!(db.severity(), "FATAL" | "PANIC")
-        || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN].contains(code)
-        || code.code().starts_with("08");
-    if at == At::Commit && session_ended {
-        return Error::indeterminate(format!(
-            "{name}: the session ended while the commit was on its way ({msg}); it may or may not have been applied: read the task before anything else"
-        ));
-    }
-    let detail = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-        format!("the server is read-only (a replica, or default_transaction_read_only) ({msg})")
-    } else if *code == SqlState::QUERY_CANCELED {
-        format!(
-            "a statement ran past statement_timeout (another writer holds the store's lock, or the server is slow) ({msg})"
-        )
-    } else if *code == SqlState::LOCK_NOT_AVAILABLE {
-        format!("a lock wait ran past its timeout ({msg})")
-    } else if [
-        SqlState::ADMIN_SHUTDOWN,
-        SqlState::CRASH_SHUTDOWN,
-        SqlState::CANNOT_CONNECT_NOW,
-    ]
-    .contains(code)
-    {
-        format!("the server is shutting down or starting up ({msg})")
-    } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
-        || *code == SqlState::T_R_DEADLOCK_DETECTED
-    {
-        format!("the transaction was aborted by the server; retry ({msg})")
-    } else if *code == SqlState::INVALID_PASSWORD
-        || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-    {
-        format!("the server refused the login ({msg})")
-    } else if *code == SqlState::INVALID_CATALOG_NAME {
-        format!("the database does not exist ({msg})")
-    } else if *code == SqlState::DISK_FULL {
-        format!("the server's disk is full ({msg})")
-    } else if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_COLUMN {
-        return Error::corrupt(format!(
-            "{name}: the schema is not the one baton wrote ({msg})"
-        ));
-    } else {
-        format!("{msg} (SQLSTATE {})", code.code())
-    };
-    // The server answered with an error before COMMIT, or COMMIT itself
-    // failed with an ERROR: either way the transaction did not commit.
-    Error::unavailable(format!("{name}: {detail}; nothing was applied"))
-}
-
 impl PostgresStore {
     /// Connects, creates the schema or migrates it forward (under an
     /// advisory lock), and checks that it is one this build can use.
@@ -252,7 +108,6 @@ impl PostgresStore {
             sequencer_key: lock_key(&format!("{}.sequencer", options.schema)),
             config,
             watch: Watch::default(),
-            own: std::sync::Mutex::new(Vec::new()),
             pool,
             handle,
             min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -265,6 +120,9 @@ impl PostgresStore {
         inner.spawn(async move { i.migrate(&schema).await }).await?;
         let committer = if options.group_commit {
             let i = inner.clone();
+            // The committers' own connections not in use (one per thread
+            // committing at once).
+            let own: std::sync::Mutex<Vec<crate::txn::OwnConnection>> = Default::default();
             // A caller finding the committer idle commits on its own
             // thread: a process making one request at a time pays no
             // hand-off to the committer thread and back.
@@ -272,12 +130,18 @@ impl PostgresStore {
                 name,
                 "baton-postgres-commit",
                 move |jobs: &[Job]| {
-                    let mut conn = match i.take_own() {
+                    let taken = own
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .pop();
+                    let mut conn = match taken {
                         Some(c) => c,
                         None => crate::txn::OwnConnection::new(&i.name)?,
                     };
                     let out = crate::txn::commit_jobs(&i, jobs, Some(&mut conn));
-                    i.put_own(conn);
+                    own.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(conn);
                     out
                 },
             )?))
@@ -313,18 +177,6 @@ impl PostgresStore {
 }
 
 impl Inner {
-    /// Runs `f` on the store's runtime and waits for it from any runtime.
-    async fn spawn<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: Future<Output = Result<T>> + Send + 'static,
-    {
-        self.handle
-            .spawn(f)
-            .await
-            .map_err(|e| Error::unavailable(format!("{}: a store task failed: {e}", self.name)))?
-    }
-
     /// Whether this store is listening for ready tasks (connecting and
     /// `LISTEN`ing first if it is not).
     async fn listen(self: &Arc<Self>) -> bool {
@@ -389,52 +241,6 @@ impl Inner {
                 notify.notify_one();
             }
         }
-    }
-
-    fn take_own(&self) -> Option<crate::txn::OwnConnection> {
-        self.own
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-    }
-
-    fn put_own(&self, conn: crate::txn::OwnConnection) {
-        self.own
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(conn);
-    }
-
-    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        &self.handle
-    }
-
-    /// Waits for `f` on the store's runtime from a thread outside it (the
-    /// committer, a blocking thread).
-    pub(crate) fn wait<T>(&self, f: impl Future<Output = T>) -> T {
-        self.handle.block_on(f)
-    }
-
-    pub(crate) fn db(&self, e: &tokio_postgres::Error) -> Error {
-        classify(&self.name, Cause::Db(e), At::Before)
-    }
-
-    pub(crate) async fn client(&self) -> Result<Object> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| classify(&self.name, Cause::Pool(&e), At::Before))
-    }
-
-    pub(crate) fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
-        baton_core::json::decode_stored(json.as_bytes()).map_err(|e| {
-            Error::corrupt(format!("{}: a stored row does not decode: {e}", self.name))
-        })
-    }
-
-    pub(crate) fn stored_u64(&self, what: &str, n: i64) -> Result<u64> {
-        u64::try_from(n)
-            .map_err(|_| Error::corrupt(format!("{}: {what} is negative ({n})", self.name)))
     }
 
     async fn migrate(&self, schema: &str) -> Result<()> {
@@ -686,30 +492,6 @@ impl Inner {
             .map_err(|e| classify(&self.name, Cause::Db(&e), At::Commit))?;
         Ok(n)
     }
-}
-
-/// `job` as decided at `now` (the server's time).
-pub(crate) fn at(job: &Job, now: Timestamp) -> Job {
-    match job.clone() {
-        Job::One(mut op) => {
-            op.now = now;
-            Job::One(op)
-        }
-        Job::All(mut ops) => {
-            for op in &mut ops {
-                op.now = now;
-            }
-            Job::All(ops)
-        }
-        Job::Next(mut q) => {
-            q.now = now;
-            Job::Next(q)
-        }
-    }
-}
-
-pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Result<String> {
-    serde_json::to_string(v).map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))
 }
 
 #[async_trait]

@@ -21,7 +21,7 @@
 //! readers number them (`store`'s sequencer). Why this keeps every
 //! promise the store-wide lock kept is in ARCHITECTURE.md.
 
-use crate::store::{At, Cause, Inner, at, classify, encode};
+use crate::conn::{At, Cause, Inner, at, classify, encode};
 use baton_core::commit::{Answer, Job};
 use baton_core::graph::{Lane, ReadyEntry, held_range, ready_range};
 use baton_core::next::{NEXT_FIRST_PAGE, NextSource, take_next};
