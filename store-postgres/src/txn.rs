@@ -393,32 +393,26 @@ impl PgTx<'_> {
         out.map_err(|e| self.fail(&e))
     }
 
-    /// Remembers rows this transaction read locked.
-    fn hold(
-        &mut self,
-        ids: Vec<String>,
-        records: Vec<String>,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for (task, record) in ids.into_iter().zip(records) {
-            out.push(Snapshot::at(self.inner.decode(&record)?, now));
+    /// Remembers rows this transaction read locked (`load` decodes one
+    /// when a decision asks for it).
+    fn remember(&mut self, rows: &[tokio_postgres::Row]) {
+        for r in rows {
+            let task: String = r.get(0);
             self.in_table.insert(task.clone());
-            self.known.insert(task, Some(record));
+            self.known.insert(task, Some(r.get(1)));
         }
-        Ok(out)
     }
 
+    /// Remembers rows a scan read locked, and answers them decoded.
     fn hold_rows(
         &mut self,
         rows: Vec<tokio_postgres::Row>,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
-        let (ids, records) = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .unzip();
-        self.hold(ids, records, now)
+        self.remember(&rows);
+        rows.iter()
+            .map(|r| Ok(Snapshot::at(self.inner.decode(r.get(1))?, now)))
+            .collect()
     }
 
     /// Every pending write and `COMMIT`, in one round trip. A write the
@@ -729,7 +723,7 @@ fn attempt(
         let clock = clock.map_err(|e| t.fail(&e))?;
         let now = Timestamp(clock.get(0));
         t.fences = clock.get::<_, Vec<i64>>(1).into();
-        t.hold_rows(locked, now)?;
+        t.remember(&locked);
         let mut answers = Vec::with_capacity(jobs.len());
         let mut keep = true;
         for job in jobs {
