@@ -416,7 +416,10 @@ impl Inner {
                 Err(e) => {
                     // Leave no transaction open on a pooled connection.
                     let _ = client.batch_execute("ROLLBACK").await;
-                    return Err(classify(&self.name, Cause::Db(&e), At::Commit));
+                    // The caller asked for a read: whatever became of the
+                    // numbering, nothing it asked for was applied, and asking
+                    // again is safe (never `Indeterminate`).
+                    return Err(classify(&self.name, Cause::Db(&e), At::Before));
                 }
             }
         }
