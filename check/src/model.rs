@@ -40,13 +40,27 @@ pub struct Limits {
 }
 
 impl Limits {
-    fn ttl_us(&self, ttl_ms: u64) -> u64 {
+    /// The TTL the store gives a request for `ttl_ms` (as
+    /// `baton_core::decide::LeaseRules::effective`).
+    pub fn effective_ttl_ms(&self, ttl_ms: u64) -> u64 {
         let g = self.granularity_ms.max(1);
-        ttl_ms
-            .div_ceil(g)
-            .saturating_mul(g)
-            .max(self.min_ttl_ms)
-            .saturating_mul(1000)
+        ttl_ms.div_ceil(g).saturating_mul(g).max(self.min_ttl_ms)
+    }
+
+    fn ttl_us(&self, ttl_ms: u64) -> u64 {
+        self.effective_ttl_ms(ttl_ms).saturating_mul(1000)
+    }
+}
+
+impl From<baton_core::Capabilities> for Limits {
+    /// A store's TTL rules, with no skew or overstay allowed.
+    fn from(c: baton_core::Capabilities) -> Limits {
+        Limits {
+            skew_us: 0,
+            overstay_us: 0,
+            granularity_ms: c.ttl_granularity_ms,
+            min_ttl_ms: c.min_ttl_ms,
+        }
     }
 }
 
@@ -338,7 +352,8 @@ impl Step {
         delay_ms: u64,
     ) -> Option<TaskState> {
         let lim = &self.limits;
-        let live_regrant = s.may_live(self.invoked, lim) && s.lease.is_some_and(|l| l.owner == self.owner);
+        let live_regrant =
+            s.may_live(self.invoked, lim) && s.lease.is_some_and(|l| l.owner == self.owner);
         // The earliest time a grant to anyone can be made once the lease
         // ended, lock delay included; `None` when the window rules it out.
         let grant_at = |ret: u64| -> Option<u64> {

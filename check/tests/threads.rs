@@ -19,6 +19,14 @@ fn limits(store: &dyn Store) -> Limits {
     }
 }
 
+/// How long a run records: `BATON_HISTORY_SECS` (the long run), else `short`.
+fn secs(short: f64) -> f64 {
+    std::env::var("BATON_HISTORY_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(short)
+}
+
 fn record(store: Arc<dyn Store>, clients: u32, secs: f64) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let plans: Vec<Plan> = (0..clients).map(|c| Plan::new(c, "t", secs)).collect();
@@ -49,7 +57,7 @@ fn assert_exercised(r: &Report) {
 
 #[test]
 fn memory_store_histories_are_linearizable() {
-    let r = record(Arc::new(MemoryStore::new()), 8, 6.0);
+    let r = record(Arc::new(MemoryStore::new()), 8, secs(6.0));
     assert!(r.ok(), "{r}");
     assert_exercised(&r);
 }
@@ -59,7 +67,7 @@ fn sled_store_histories_are_linearizable() {
     let dir = tempfile::tempdir().unwrap();
     let store =
         baton_store_sled::SledStore::open(dir.path().join("db"), Default::default()).unwrap();
-    let r = record(Arc::new(store), 6, 5.0);
+    let r = record(Arc::new(store), 6, secs(5.0));
     assert!(r.ok(), "{r}");
     assert_exercised(&r);
 }
