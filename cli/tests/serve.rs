@@ -265,6 +265,86 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
     assert_eq!(baton(&url, Some(OPERATOR), &["sweep"]).0, 0);
 }
 
+/// `/metrics` as the text it is, with `token`.
+fn scrape(a: SocketAddr, token: &str) -> String {
+    let mut s = TcpStream::connect(a).unwrap();
+    let req = format!(
+        "GET /metrics HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut t = String::new();
+    s.read_to_string(&mut t).unwrap();
+    t
+}
+
+/// `next`, a graph's add and a sweep take the path every write takes
+/// (the server's layers): admitted for the token's caller, and counted.
+#[test]
+fn next_graph_and_sweep_are_admitted_and_counted_like_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(&store, &["--tokens", &tokens, "--sweep-every", "off"]);
+    let a = server.addr;
+    let graph = r#"[{"task": "fetch", "queue": "etl"}, {"task": "load", "queue": "etl", "after": ["fetch"]}]"#;
+    let (s, r) = http(a, "POST", "/v1/graph", Some(WORKER), graph).unwrap();
+    assert_eq!(s, 200, "{r}");
+    // The same task in another queue is refused, and the refusal counted.
+    let other = r#"[{"task": "fetch", "queue": "other"}]"#;
+    let (s, r) = http(a, "POST", "/v1/graph", Some(WORKER), other).unwrap();
+    assert_eq!(s, 409, "{r}");
+    let reason = r["refused"].as_str().unwrap().to_owned();
+    // `next` as an owner the token does not name is not admitted.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "ci2", "queues": ["etl"]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["kind"].as_str()),
+        (403, Some("not_permitted")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "w", "queues": ["etl"], "ttl_ms": 300}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["task"].as_str()), (200, Some("fetch")), "{r}");
+    std::thread::sleep(Duration::from_millis(400));
+    // A worker may not sweep; an operator's sweep records the expiry.
+    let (s, r) = http(a, "POST", "/v1/sweep", Some(WORKER), "").unwrap();
+    assert_eq!(
+        (s, r["error"]["kind"].as_str()),
+        (403, Some("not_permitted")),
+        "{r}"
+    );
+    let (s, r) = http(a, "POST", "/v1/sweep", Some(OPERATOR), "").unwrap();
+    assert_eq!(
+        (s, r["items"][0]["task"].as_str()),
+        (200, Some("fetch")),
+        "{r}"
+    );
+    let metrics = scrape(a, OPERATOR);
+    for name in [
+        // The grant `next` made.
+        "baton_grants_total 1",
+        // The expiry the sweep wrote.
+        "baton_lease_expirations_total 1",
+    ] {
+        assert!(metrics.contains(name), "{name} not in {metrics}");
+    }
+    // The graph's refused add.
+    let refused = format!(r#"baton_refusals_total{{reason="{reason}"}} 1"#);
+    assert!(metrics.contains(&refused), "{refused} not in {metrics}");
+}
+
 #[test]
 fn a_server_without_tokens_listens_only_on_loopback() {
     let dir = tempfile::tempdir().unwrap();

@@ -197,11 +197,19 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
             &format!("{} of {}", op.request.kind(), op.task),
         ));
     }
+    // An operator's token records its own name, whichever operator (or
+    // the system) the request claims to be. A request it makes as a worker
+    // stays the worker's (an operator may act as anyone): the decision
+    // then refuses what a worker may not do, as it would for the worker.
     let by = Actor::Operator(caller.name.clone());
     match &mut op.request {
         Request::Redispatch { by: b, .. }
         | Request::Finalize { by: b, .. }
-        | Request::Cancel { by: b, .. } => *b = by,
+        | Request::Cancel { by: b, .. }
+            if !matches!(b, Actor::Worker(_)) =>
+        {
+            *b = by
+        }
         _ => {}
     }
     Ok(op)
@@ -258,6 +266,23 @@ mod tests {
         );
         // Unauthenticated: the declared actor stands.
         assert_eq!(admit(redispatch, None).unwrap().request.actor(), claimed);
+        // An operator's token asking as a worker is that worker (whom the
+        // decision refuses), never promoted to an operator.
+        let as_worker = op(Request::Redispatch {
+            by: Actor::Worker(Id::parse("id", "w9").unwrap()),
+            iteration: 2,
+        });
+        let kept = admit(as_worker.clone(), Some(&caller(Role::Operator))).unwrap();
+        assert_eq!(kept, as_worker);
+        let system = op(Request::Finalize {
+            by: Actor::System,
+            error: None,
+        });
+        let ok = admit(system, Some(&caller(Role::Operator))).unwrap();
+        assert_eq!(
+            ok.request.actor(),
+            Actor::Operator(Id::parse("id", "alice").unwrap())
+        );
         for r in [
             Request::Settle,
             Request::Cancel {

@@ -3,10 +3,11 @@
 //! for a task that does not exist) with the refusal's reason and details.
 
 use crate::app::{Answer, MAX_WAIT, Shared, from_value_strict, json, parse_strict};
+use crate::gate::Gate;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use baton_core::access;
@@ -15,7 +16,7 @@ use baton_core::graph::Taker;
 use baton_core::workgraph::GraphState;
 use baton_core::{
     Error, Id, Operation, Preconditions, Refusal, Reply, Request, RequestKind, State as TaskState,
-    TaskId,
+    Store, TaskId,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -105,13 +106,7 @@ fn answers_with_grant(kind: RequestKind) -> bool {
 /// `POST /v1/tasks/{id}/{verb}`: the body is the request's fields as
 /// JSON (`{"owner": "w1", "ttl_ms": 30000}`; for `declare`, the
 /// manifest), with an optional `"pre"` of preconditions.
-async fn write(
-    State(app): State<Shared>,
-    Path((id, verb)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let caller = app.caller(&headers)?;
+async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: Bytes) -> Answer {
     let task = task(&id)?;
     let mut fields: Value = if body.is_empty() {
         json!({})
@@ -146,24 +141,22 @@ async fn write(
         task,
         request,
         pre,
-        now: app.now(),
+        now: a.now(),
     };
-    let d = app.apply(op, caller.as_ref()).await?;
+    let d = a.store().apply(op).await?;
     answer(reply(d)?, answers_with_grant(kind))
 }
 
-async fn show(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
-    match app.authority.get(&task(&id)?).await? {
+async fn show(Gate(a): Gate, Path(id): Path<String>) -> Answer {
+    match a.get(&task(&id)?).await? {
         Some(r) => json(&r),
         None => refused(&Refusal::NotFound),
     }
 }
 
-async fn holder(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
+async fn holder(Gate(a): Gate, Path(id): Path<String>) -> Answer {
     let t = task(&id)?;
-    match app.authority.holder(&t).await? {
+    match a.holder(&t).await? {
         Err(r) => refused(&r),
         Ok(None) => json(&json!({"task": t, "holder": null, "live": false})),
         Ok(Some(h)) => json(&h),
@@ -175,22 +168,15 @@ struct FenceQuery {
     fence: u64,
 }
 
-async fn verify(
-    State(app): State<Shared>,
-    Path(id): Path<String>,
-    Query(q): Query<FenceQuery>,
-    headers: HeaderMap,
-) -> Answer {
-    app.caller(&headers)?;
-    match app.authority.verify(&task(&id)?, q.fence).await? {
+async fn verify(Gate(a): Gate, Path(id): Path<String>, Query(q): Query<FenceQuery>) -> Answer {
+    match a.verify(&task(&id)?, q.fence).await? {
         Err(r) => refused(&r),
         Ok(v) => ok_or_conflict(v.current, json!(v)),
     }
 }
 
-async fn gate(State(app): State<Shared>, Path(id): Path<String>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
-    match app.authority.gate(&task(&id)?).await? {
+async fn gate(Gate(a): Gate, Path(id): Path<String>) -> Answer {
+    match a.gate(&task(&id)?).await? {
         Err(r) => refused(&r),
         Ok(g) => ok_or_conflict(g.passed, json!(g)),
     }
@@ -239,18 +225,17 @@ fn page<T: serde::Serialize>(p: &baton_core::Page<T>) -> Answer {
 
 async fn events(
     State(app): State<Shared>,
+    Gate(a): Gate,
     Path(id): Path<String>,
     Query(q): Query<PageQuery>,
-    headers: HeaderMap,
 ) -> Answer {
-    app.caller(&headers)?;
     let t = task(&id)?;
     let limit = limit(&q)?;
     let wait = wait(&q.wait)?;
     if q.after.is_some() {
         baton_core::authority::parse_cursor(q.after.as_deref())?;
     }
-    if app.authority.get(&t).await?.is_none() {
+    if a.get(&t).await?.is_none() {
         return refused(&Refusal::NotFound);
     }
     let until = Instant::now() + wait.unwrap_or_default();
@@ -269,8 +254,7 @@ async fn events(
     }
 }
 
-async fn list(State(app): State<Shared>, Query(q): Query<PageQuery>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
+async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
     let queue = q
         .queue
@@ -284,7 +268,7 @@ async fn list(State(app): State<Shared>, Query(q): Query<PageQuery>, headers: He
         _ => None,
     };
     if let Some(s) = graph_state {
-        let nodes = app.authority.list_graph(s, queue.as_ref(), limit).await?;
+        let nodes = a.list_graph(s, queue.as_ref(), limit).await?;
         return json(&json!({"items": nodes, "next": null}));
     }
     if queue.is_some() {
@@ -294,7 +278,7 @@ async fn list(State(app): State<Shared>, Query(q): Query<PageQuery>, headers: He
         None => None,
         Some(s) => Some(TaskState::parse("state", s)?),
     };
-    page(&app.authority.list(state, q.after.as_deref(), limit).await?)
+    page(&a.list(state, q.after.as_deref(), limit).await?)
 }
 
 #[derive(Deserialize)]
@@ -310,13 +294,7 @@ struct NextBody {
 
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
 /// `{"executor": ...}` for a declared one; `queues` (default `["default"]`).
-async fn next(
-    State(app): State<Shared>,
-    Query(q): Query<PageQuery>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Answer {
-    let caller = app.caller(&headers)?;
+async fn next(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
     let b: NextBody = parse_strict(&body)?;
     let taker = match (b.owner, b.executor) {
         (Some(owner), None) => Taker::Owner {
@@ -335,34 +313,28 @@ async fn next(
         }
         _ => return Err(Error::invalid("body", "give an owner or an executor, not both").into()),
     };
-    baton_core::access::admit_taker(&taker, caller.as_ref())?;
     let as_grant = true;
     let reply = match wait(&q.wait)? {
         Some(d) => {
             let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-            app.authority.next_waiting(taker, &b.queues, ms).await?
+            a.next_waiting(taker, &b.queues, ms).await?
         }
-        None => app.authority.next_for(taker, &b.queues).await?,
+        None => a.next_for(taker, &b.queues).await?,
     };
-    if matches!(reply, Reply::Committed(_)) {
-        app.metrics.granted();
-    }
     answer(reply, as_grant)
 }
 
-async fn graph(State(app): State<Shared>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
-    let nodes = app.authority.graph().await?;
+async fn graph(Gate(a): Gate) -> Answer {
+    let nodes = a.graph().await?;
     json(&json!({"items": nodes, "next": null}))
 }
 
 /// `POST /v1/graph`: a graph file's text (as `baton add --file`).
-async fn add_graph(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
-    app.caller(&headers)?;
+async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
     let text = std::str::from_utf8(&body)
         .map_err(|_| Error::invalid("body", "a graph file is UTF-8 text"))?;
     let nodes = baton_core::workgraph::parse_graph(text)?;
-    match app.authority.add_graph(nodes).await? {
+    match a.add_graph(nodes).await? {
         Ok(added) => json(&added),
         Err((task, r)) => {
             let mut v = refusal_json(&r);
@@ -376,25 +348,14 @@ async fn add_graph(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-async fn sweep(
-    State(app): State<Shared>,
-    Query(q): Query<PageQuery>,
-    headers: HeaderMap,
-) -> Answer {
-    let caller = app.caller(&headers)?;
-    access::require_operator(caller.as_ref(), "a sweep")?;
-    let swept = app.authority.sweep(q.dry_run.unwrap_or(false)).await?;
+async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
+    let swept = a.sweep(q.dry_run.unwrap_or(false)).await?;
     json(&json!({"items": swept, "next": null}))
 }
 
-async fn pending(
-    State(app): State<Shared>,
-    Query(q): Query<PageQuery>,
-    headers: HeaderMap,
-) -> Answer {
-    app.caller(&headers)?;
+async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
-    page(&app.authority.pending(q.after.as_deref(), limit).await?)
+    page(&a.pending(q.after.as_deref(), limit).await?)
 }
 
 #[derive(Deserialize)]
@@ -403,11 +364,11 @@ struct AckBody {
     intent_ids: Vec<String>,
 }
 
-async fn ack(State(app): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
-    let caller = app.caller(&headers)?;
-    access::require_operator(caller.as_ref(), "an outbox acknowledgement")?;
+async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
+    // The operator's check comes before the body is read.
+    access::require_operator(a.store().caller(), "an outbox acknowledgement")?;
     let b: AckBody = parse_strict(&body)?;
     // The authority checks the ids before it acknowledges anything.
-    let n = app.authority.ack(&b.intent_ids).await?;
+    let n = a.ack(&b.intent_ids).await?;
     json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))
 }

@@ -1,14 +1,14 @@
 //! What every endpoint shares: the server's state, the caller a token
-//! proves, the one path a write takes (admitted, re-timed, validated,
-//! applied, counted), and how an error is answered.
+//! proves (the path a request then takes, admitted, re-timed, validated,
+//! applied and counted, is `gate.rs`'s), and how an error is answered.
 
 use crate::auth::Tokens;
 use crate::metrics::Metrics;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use baton_core::access::{self, Caller};
+use baton_core::access::Caller;
 use baton_core::decide::Decision;
-use baton_core::{Authority, Clock, Error, Operation, Store};
+use baton_core::{Authority, Clock, Error, Store};
 use baton_store_http::wire::{self, ErrorBody};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -85,34 +85,6 @@ impl App {
             Some(c) => Ok(Some(c)),
             None => Err(ApiError::unauthorized(token.is_some())),
         }
-    }
-
-    /// `op` as the store may apply it for `caller`: admitted by core's
-    /// access rule, timed `now` by the server's clock, validated.
-    pub fn admit(
-        &self,
-        op: Operation,
-        caller: Option<&Caller>,
-        now: baton_core::Timestamp,
-    ) -> Result<Operation, Error> {
-        let mut op = access::admit(op, caller)?;
-        op.now = now;
-        op.request.validate()?;
-        Ok(op)
-    }
-
-    /// Decides and applies `op` for `caller`: admitted, applied, counted.
-    pub async fn apply(&self, op: Operation, caller: Option<&Caller>) -> Result<Decision, Error> {
-        let op = self.admit(op, caller, self.now())?;
-        let kind = op.request.kind();
-        let task = op.task.clone();
-        let d = self
-            .store
-            .apply(op)
-            .await
-            .inspect_err(|e| self.metrics.store_error(e))?;
-        self.decided(&d, kind, &task);
-        Ok(d)
     }
 
     /// Counts a decision, and keeps it for the page if it refused.
@@ -238,15 +210,21 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
 /// Checks the bearer token before anything else of the request is read:
 /// a request without a valid token is answered 401 and its body is never
 /// read (a stranger's 31 MB body costs nothing). The page, `/healthz` and
-/// `/readyz` are public. Handlers ask [`App::caller`] again for who it is.
+/// `/readyz` are public. The caller it proved is left in the request for
+/// the [`crate::gate::Gate`] a handler asks for.
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let public = matches!(req.uri().path(), "/" | "/healthz" | "/readyz");
-    if !public && let Err(e) = app.caller(req.headers()) {
-        return e.into_response();
+    if !public {
+        match app.caller(req.headers()) {
+            Ok(caller) => {
+                req.extensions_mut().insert(crate::gate::Who(caller));
+            }
+            Err(e) => return e.into_response(),
+        }
     }
     next.run(req).await
 }

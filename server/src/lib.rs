@@ -17,6 +17,7 @@ mod api;
 mod app;
 pub mod auth;
 mod conns;
+mod gate;
 pub mod metrics;
 mod page;
 mod protocol;

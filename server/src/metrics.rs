@@ -161,11 +161,6 @@ impl Metrics {
         }
     }
 
-    /// A grant made by a `next` (decided inside the store).
-    pub fn granted(&self) {
-        self.grants.inc();
-    }
-
     pub fn store_error(&self, e: &Error) {
         self.store_errors
             .get_or_create(&ByKind {

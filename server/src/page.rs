@@ -5,7 +5,7 @@
 use crate::app::{Answer, Shared, json};
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use baton_core::{Error, State as TaskState};
@@ -145,9 +145,9 @@ struct StatusQuery {
 async fn status(
     State(app): State<Shared>,
     Query(q): Query<StatusQuery>,
-    headers: HeaderMap,
+    // Authenticated like every route but the page itself.
+    _caller: crate::gate::Gate,
 ) -> Answer {
-    app.caller(&headers)?;
     let n = q.events.unwrap_or(30).clamp(1, SHOWN);
     let census = census(&app).await?;
     let newest = newest_seq(&app).await?;

@@ -7,7 +7,7 @@ use crate::conns::{Conn, Conns};
 use crate::metrics::Metrics;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use baton_core::{Authority, Clock, Error, Store, SystemClock};
@@ -131,8 +131,7 @@ async fn readyz(State(app): State<Shared>) -> Response {
     }
 }
 
-async fn metrics(State(app): State<Shared>, headers: HeaderMap) -> Answer {
-    app.caller(&headers)?;
+async fn metrics(State(app): State<Shared>, _caller: crate::gate::Gate) -> Answer {
     if let Ok(census) = crate::page::census(&app).await {
         app.metrics.census(&census.counts);
     }

@@ -1,0 +1,192 @@
+//! Auth and metering as layers. The `authenticate` middleware proves the
+//! caller once per request, from its bearer token, and leaves it in the
+//! request ([`Who`]); a handler asks for a [`Gate`]: the store as that
+//! caller may use it ([`Gated`]). Every write through it, whichever
+//! endpoint asked (the store protocol, the task API's verbs, `next`, a
+//! graph's add, a sweep), is admitted by core's access rule for the
+//! caller, re-timed to the server's clock, validated, applied, and counted
+//! in the metrics; the operator's acts (`ack`, a sweep's `permit`) need an
+//! operator. No handler checks a token or counts a decision itself.
+
+use crate::app::{ApiError, Shared};
+use async_trait::async_trait;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use baton_core::access::{self, Caller};
+use baton_core::decide::Decision;
+use baton_core::graph::NextQuery;
+use baton_core::store::{Act, BatchObserver};
+use baton_core::{
+    Authority, Capabilities, Event, ListQuery, Notification, Operation, RequestKind, Result,
+    Snapshot, Store, TaskId, Timestamp,
+};
+use std::fmt;
+
+/// The caller the request's bearer token proved (`None`: the server has
+/// no tokens, or the route is public).
+#[derive(Debug, Clone)]
+pub(crate) struct Who(pub Option<Caller>);
+
+/// The server's store as one caller may use it.
+pub(crate) struct Gated {
+    app: Shared,
+    caller: Option<Caller>,
+}
+
+impl fmt::Debug for Gated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gated")
+            .field("caller", &self.caller.as_ref().map(|c| &c.name))
+            .finish()
+    }
+}
+
+impl Gated {
+    pub(crate) fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
+    }
+
+    /// `op` as the store may apply it: admitted by core's access rule,
+    /// timed by the server's clock, validated.
+    fn admit(&self, op: Operation, now: Timestamp) -> Result<Operation> {
+        let mut op = access::admit(op, self.caller.as_ref())?;
+        op.now = now;
+        op.request.validate()?;
+        Ok(op)
+    }
+
+    /// A store error, counted.
+    fn counted<T>(&self, r: Result<T>) -> Result<T> {
+        r.inspect_err(|e| self.app.metrics.store_error(e))
+    }
+}
+
+#[async_trait]
+impl Store for Gated {
+    fn capabilities(&self) -> Capabilities {
+        self.app.store.capabilities()
+    }
+
+    fn commits(&self) -> Option<u64> {
+        self.app.store.commits()
+    }
+
+    async fn permit(&self, act: Act) -> Result<()> {
+        access::require_operator(self.caller.as_ref(), act.as_str())?;
+        self.app.store.permit(act).await
+    }
+
+    async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
+        let r = self.app.store.read(task, self.app.now()).await;
+        self.counted(r)
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        let op = self.admit(op, self.app.now())?;
+        let kind = op.request.kind();
+        let task = op.task.clone();
+        let d = self.counted(self.app.store.apply(op).await)?;
+        self.app.decided(&d, kind, &task);
+        Ok(d)
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let now = self.app.now();
+        let admitted = ops
+            .into_iter()
+            .map(|op| self.admit(op, now))
+            .collect::<Result<Vec<_>>>()?;
+        let kinds: Vec<_> = admitted
+            .iter()
+            .map(|o| (o.request.kind(), o.task.clone()))
+            .collect();
+        let ds = self.counted(self.app.store.apply_all(admitted).await)?;
+        for (d, (kind, task)) in ds.iter().zip(&kinds) {
+            self.app.decided(d, *kind, task);
+        }
+        Ok(ds)
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        access::admit_taker(&query.taker, self.caller.as_ref())?;
+        let mut q = query.clone();
+        q.now = self.app.now();
+        let d = self.counted(self.app.store.next(&q).await)?;
+        if let Some(d) = &d
+            && let Some(r) = d.current.as_ref().or(d.record_to_write())
+        {
+            self.app.decided(d, RequestKind::Claim, &r.task);
+        }
+        Ok(d)
+    }
+
+    async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {
+        let mut q = query.clone();
+        q.now = self.app.now();
+        let max_ms = max_ms.min(baton_store_http::wire::MAX_WATCH_MS);
+        let mut stopping = self.app.stopping.clone();
+        tokio::select! {
+            w = self.app.store.watch_ready(&q, max_ms) => self.counted(w),
+            _ = stopping.wait_for(|s| *s) => Ok(true),
+        }
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        let mut q = query.clone();
+        q.now = self.app.now();
+        q.limit = q.limit.clamp(1, baton_core::authority::MAX_PAGE);
+        let r = self.app.store.list(&q).await;
+        self.counted(r)
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let limit = limit.clamp(1, baton_core::authority::MAX_PAGE);
+        let r = self.app.store.events(task, after, limit).await;
+        self.counted(r)
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        let limit = limit.clamp(1, baton_core::authority::MAX_PAGE);
+        let r = self.app.store.pending(after, limit).await;
+        self.counted(r)
+    }
+
+    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
+        access::require_operator(self.caller.as_ref(), "an outbox acknowledgement")?;
+        baton_core::model::validate_intent_ids(intent_ids)?;
+        let r = self.app.store.ack(intent_ids, self.app.now()).await;
+        self.counted(r)
+    }
+
+    fn observe_batches(&self, observer: BatchObserver) -> bool {
+        self.app.store.observe_batches(observer)
+    }
+}
+
+/// What a handler asks for: the authority over the store as this
+/// request's caller may use it.
+pub(crate) struct Gate(pub Authority<Gated>);
+
+impl Gate {
+    pub(crate) fn store(&self) -> &Gated {
+        self.0.store()
+    }
+}
+
+impl FromRequestParts<Shared> for Gate {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, ApiError> {
+        // Put there by `authenticate`; a public route has none, and is
+        // asked again (it answers only when no token is needed).
+        let caller = match parts.extensions.get::<Who>() {
+            Some(Who(c)) => c.clone(),
+            None => app.caller(&parts.headers)?,
+        };
+        let gated = Gated {
+            app: app.clone(),
+            caller,
+        };
+        Ok(Gate(Authority::new(gated, app.clock.clone())))
+    }
+}
