@@ -13,7 +13,7 @@ import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, final
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
 
 __all__ = [
     "Authority",
@@ -392,6 +392,11 @@ class Authority:
         renew_every: Optional[_Seconds] = None,
         grace: Optional[_Seconds] = None,
     ) -> Lease: ...
+
+def operations() -> List[Dict[str, Any]]:
+    """The operations every front end offers (core's catalogue): name,
+    summary, write, operator, cli, http, python (the Authority method) and
+    inputs (name, wire, required, rule)."""
 
 def authority_for(url: str, *, token: Optional[str] = None) -> Authority:
     """Opens the store a URL names, as the CLI does: sqlite:PATH, sled:PATH,

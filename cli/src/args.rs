@@ -171,7 +171,7 @@ pub enum Command {
         ttl: Option<String>,
         #[arg(long, allow_hyphen_values = true)]
         lock_delay: Option<String>,
-        /// Keep trying while nothing is ready, for up to DUR (backoff to 1s, jittered).
+        /// Keep trying while nothing is ready, for up to DUR (at most 1h; backoff to 1s, jittered).
         #[arg(long, allow_hyphen_values = true)]
         wait: Option<String>,
     },
@@ -337,7 +337,7 @@ pub struct BenchWorkerArgs {
 /// What `run` and `task run` share.
 #[derive(Debug, Args, Clone)]
 pub struct RunOptions {
-    /// Retry a refused claim (held by another) with jittered backoff for up to DUR.
+    /// Retry a refused claim (held by another) with jittered backoff for up to DUR (at most 1h).
     #[arg(long, allow_hyphen_values = true)]
     pub wait: Option<String>,
     /// Between SIGTERM and SIGKILL (default 5s; at most a third of the TTL).

@@ -25,6 +25,7 @@ pub use baton_open::{
 };
 
 use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
+use baton_core::catalogue::{self, Kind};
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::workgraph::GraphState;
 use baton_core::{
@@ -378,27 +379,19 @@ fn id(field: &str, value: &str) -> Result<Id, Error> {
     Id::parse(field, value)
 }
 
-/// Parses `--lock-delay DUR`: `0` (none) or a DUR.
+/// Parses `--lock-delay DUR`: `0` (none) or a DUR (the catalogue's rule).
 pub(crate) fn parse_lock_delay(value: Option<&str>) -> Result<Option<u64>, Error> {
-    match value.map(str::trim) {
-        None => Ok(None),
-        Some("0") => Ok(Some(0)),
-        Some(v) => parse_ttl(Some(v)).map_err(|e| Error::invalid("lock_delay", e.message)),
-    }
+    value
+        .map(|v| catalogue::duration_ms(Kind::LockDelay, "lock_delay", v))
+        .transpose()
 }
 
-/// Parses a DUR: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms to 7 days.
+/// Parses a TTL: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms
+/// to 7 days (the catalogue's rule, as every front end reads it).
 pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
-    let Some(v) = value else { return Ok(None) };
-    let d = humantime::parse_duration(v.trim()).map_err(|e| {
-        Error::invalid(
-            "ttl",
-            format!("must be a number with a unit such as 750ms, 30s, 5m or 2h ({e})"),
-        )
-    })?;
-    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    baton_core::request::validate_ttl(ms)?;
-    Ok(Some(ms))
+    value
+        .map(|v| catalogue::duration_ms(Kind::Ttl, "ttl", v))
+        .transpose()
 }
 
 fn parse_error_json(value: &str) -> Result<Value, Error> {
@@ -966,7 +959,9 @@ fn queues(names: &[String]) -> Result<Vec<Id>, Error> {
 }
 
 fn parse_wait(value: Option<&str>) -> Result<Option<u64>, Error> {
-    parse_ttl(value).map_err(|e| Error::invalid("wait", e.message))
+    value
+        .map(|v| catalogue::duration_ms(Kind::Wait, "wait", v))
+        .transpose()
 }
 
 /// The largest graph file read, in bytes.
@@ -1173,6 +1168,57 @@ mod tests {
             exit_code_for(&Error::indeterminate("x")),
             exit::INDETERMINATE
         );
+    }
+
+    /// The CLI maps onto core's catalogue: every operation with a command
+    /// has it, and every command is an operation or one of the few that
+    /// are not (they run things, rather than ask the store one thing).
+    #[test]
+    fn every_command_is_an_operation_of_the_catalogue() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let find = |path: &str| {
+            let mut c = &cli;
+            for word in path.split(' ') {
+                c = c.find_subcommand(word)?;
+            }
+            Some(c.clone())
+        };
+        let ops: Vec<&str> = catalogue::OPERATIONS.iter().filter_map(|o| o.cli).collect();
+        for cmd in &ops {
+            assert!(
+                find(cmd).is_some(),
+                "the catalogue's `{cmd}` is not a command"
+            );
+        }
+        let not_operations = [
+            "run",
+            "task run",
+            "demo",
+            "serve",
+            "bench",
+            "bench-worker",
+            "completions",
+            "help",
+        ];
+        fn leaves(c: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+            for sub in c.get_subcommands() {
+                let path = format!("{prefix}{}", sub.get_name());
+                if sub.has_subcommands() {
+                    leaves(sub, &format!("{path} "), out);
+                } else {
+                    out.push(path);
+                }
+            }
+        }
+        let mut all = Vec::new();
+        leaves(&cli, "", &mut all);
+        for cmd in all {
+            assert!(
+                ops.contains(&cmd.as_str()) || not_operations.contains(&cmd.as_str()),
+                "`{cmd}` is neither an operation of the catalogue nor a command that runs things"
+            );
+        }
     }
 
     #[test]

@@ -93,7 +93,13 @@ impl Spec {
         opts: &RunOptions,
     ) -> Result<Spec, Error> {
         let field = |name: &str, e: Error| Error::invalid(name, e.message);
-        let wait_ms = parse_ttl(opts.wait.as_deref()).map_err(|e| field("wait", e))?;
+        let wait_ms = opts
+            .wait
+            .as_deref()
+            .map(|w| {
+                baton_core::catalogue::duration_ms(baton_core::catalogue::Kind::Wait, "wait", w)
+            })
+            .transpose()?;
         let grace_ms = parse_ttl(Some(&opts.grace))
             .map_err(|e| field("grace", e))?
             .unwrap_or(0);

@@ -8,10 +8,12 @@
 //! * [`store`]: the small contract a backend implements.
 //! * [`Authority`]: the public API, generic over any store.
 //! * [`MemoryStore`]: an in-memory backend.
+//! * [`catalogue`]: every operation the front ends offer, with its inputs and their rules.
 //! * `conformance` (feature): the suite every backend must pass.
 
 pub mod access;
 pub mod authority;
+pub mod catalogue;
 #[cfg(feature = "committer")]
 pub mod commit;
 pub mod decide;

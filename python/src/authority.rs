@@ -1,7 +1,8 @@
 //! `baton.Authority`: the Rust API's calls, one for one.
 
-use crate::convert::{self, id, json_text, millis, to_json};
+use crate::convert::{self, duration, id, json_text, millis, to_json};
 use crate::{ProcessBound, errors, runtime};
+use baton_core::catalogue::Kind;
 use baton_core::graph::{NodeSpec, Taker};
 use baton_core::{Actor, Id, Manifest, State};
 use baton_open::DynAuthority;
@@ -197,8 +198,8 @@ impl Authority {
         lock_delay: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let (t, o) = (id("task", task)?, id("owner", owner)?);
-        let ttl = millis("ttl", ttl)?;
-        match millis("lock_delay", lock_delay)? {
+        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
+        match duration(Kind::LockDelay, "lock_delay", lock_delay)? {
             None => self.write(py, true, move |a| async move { a.claim(&t, &o, ttl).await }),
             Some(d) => self.write(py, true, move |a| async move {
                 a.claim_with_lock_delay(&t, &o, ttl, d).await
@@ -216,7 +217,11 @@ impl Authority {
         fence: u64,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o, ttl) = (id("task", task)?, id("owner", owner)?, millis("ttl", ttl)?);
+        let (t, o, ttl) = (
+            id("task", task)?,
+            id("owner", owner)?,
+            duration(Kind::Ttl, "ttl", ttl)?,
+        );
         self.write(py, true, move |a| async move {
             a.renew(&t, &o, fence, ttl).await
         })
@@ -241,7 +246,11 @@ impl Authority {
         owner: &str,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o, ttl) = (id("task", task)?, id("owner", owner)?, millis("ttl", ttl)?);
+        let (t, o, ttl) = (
+            id("task", task)?,
+            id("owner", owner)?,
+            duration(Kind::Ttl, "ttl", ttl)?,
+        );
         self.write(
             py,
             true,
@@ -354,7 +363,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let (t, r, e) = run_ids(task, run_id, executor)?;
-        let ttl = millis("ttl", ttl)?;
+        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
         self.write(py, true, move |a| async move {
             a.task_claim(&t, &r, &e, ttl).await
         })
@@ -389,7 +398,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let (t, r, e) = run_ids(task, run_id, executor)?;
-        let ttl = millis("ttl", ttl)?;
+        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
         self.write(py, false, move |a| async move {
             a.heartbeat(&t, &r, &e, fence, step, ttl).await
         })
@@ -630,10 +639,10 @@ impl Authority {
     ) -> PyResult<Py<PyAny>> {
         let taker = Taker::Owner {
             owner: id("owner", owner)?,
-            ttl_ms: millis("ttl", ttl)?,
-            lock_delay_ms: millis("lock_delay", lock_delay)?,
+            ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
+            lock_delay_ms: duration(Kind::LockDelay, "lock_delay", lock_delay)?,
         };
-        self.take_next(py, taker, queues, millis("wait", wait)?)
+        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?)
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
@@ -648,9 +657,9 @@ impl Authority {
     ) -> PyResult<Py<PyAny>> {
         let taker = Taker::Executor {
             executor: id("executor", executor)?,
-            ttl_ms: millis("ttl", ttl)?,
+            ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
         };
-        self.take_next(py, taker, queues, millis("wait", wait)?)
+        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?)
     }
 
     /// Every task with a place in the work graph, as dicts.
@@ -679,7 +688,7 @@ impl Authority {
         let opts = crate::lease::Options {
             task: id("task", task)?,
             owner: id("owner", owner)?,
-            ttl_ms: millis("ttl", ttl)?,
+            ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
             renew_every_ms: millis("renew_every", renew_every)?,
             grace_ms: millis("grace", grace)?.unwrap_or(0),
         };

@@ -114,6 +114,19 @@ pub(crate) fn millis(field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
     Ok(Some(ms as u64))
 }
 
+/// A duration argument of the catalogue's `kind` (a TTL, a lock delay, a
+/// wait): seconds as [`millis`] reads them, within the bounds every front
+/// end applies to the kind (`baton_core::catalogue`).
+pub(crate) fn duration(
+    kind: baton_core::catalogue::Kind,
+    field: &str,
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<u64>> {
+    millis(field, v)?
+        .map(|ms| baton_core::catalogue::check_ms(kind, field, ms).map_err(errors::to_py))
+        .transpose()
+}
+
 /// `None` or the value, as Python writes them.
 fn py_opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or("None".to_owned(), ToString::to_string)

@@ -85,9 +85,39 @@ impl<T> Drop for ProcessBound<T> {
 /// `Record`, or a falsy `Refusal`); only what could not be answered raises
 /// (`Unavailable`, `Indeterminate`, `Corrupt`, `InvalidInput`,
 /// `NotPermitted`).
+/// The operations every front end offers (core's catalogue), as dicts:
+/// `name`, `summary`, `write`, `operator`, `cli`, `http` (`"GET /path"`),
+/// `python` (the `Authority` method) and `inputs` (each `name`, `wire`,
+/// `required` and `rule`).
+#[pyfunction]
+fn operations(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let ops: Vec<serde_json::Value> = baton_core::catalogue::OPERATIONS
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "name": o.name,
+                "summary": o.summary,
+                "write": o.write,
+                "operator": o.operator,
+                "cli": o.cli,
+                "http": o.http.map(|r| format!("{} {}", r.method, r.path)),
+                "python": o.python,
+                "inputs": o.inputs.iter().map(|i| serde_json::json!({
+                    "name": i.name,
+                    "wire": i.wire,
+                    "required": i.required,
+                    "rule": i.kind.rule(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    convert::json_of(py, &ops)
+}
+
 #[pymodule]
 fn baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(authority::authority_for, m)?)?;
+    m.add_function(wrap_pyfunction!(operations, m)?)?;
     m.add_class::<authority::Authority>()?;
     m.add_class::<lease::Lease>()?;
     convert::register(m)?;

@@ -93,3 +93,20 @@ def test_the_readme_example_type_checks(tmp_path):
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_package_maps_onto_the_catalogue_of_operations():
+    ops = baton.operations()
+    assert {"claim", "next", "verify", "events"} <= {o["name"] for o in ops}
+    for op in ops:
+        if op["python"]:
+            assert hasattr(baton.Authority, op["python"]), op["name"]
+    # The catalogue's rules are the package's: a wait past an hour is
+    # refused, naming the field, as the CLI and the server refuse it.
+    a = baton.authority_for("memory:")
+    try:
+        a.next("w", wait=3601)
+    except baton.InvalidInput as e:
+        assert "wait" in str(e)
+    else:
+        raise AssertionError("a wait of 3601 s was taken")

@@ -2,7 +2,7 @@
 //! language. Answers are the JSON the CLI prints; a refusal is 409 (404
 //! for a task that does not exist) with the refusal's reason and details.
 
-use crate::app::{Answer, MAX_WAIT, Shared, from_value_strict, json, parse_strict};
+use crate::app::{Answer, Shared, from_value_strict, json, parse_strict};
 use crate::gate::Gate;
 use axum::Router;
 use axum::body::Bytes;
@@ -12,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use baton_core::access;
 use baton_core::authority::{refusal_json, reply, reply_json};
+use baton_core::catalogue;
 use baton_core::graph::Taker;
 use baton_core::workgraph::GraphState;
 use baton_core::{
@@ -22,20 +23,33 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+/// The routes of core's catalogue of operations (`catalogue::OPERATIONS`),
+/// each at the path the catalogue gives it: the task API maps onto the
+/// catalogue, and the OpenAPI document is generated from it. The verbs of
+/// `POST /v1/tasks/{task}/{verb}` are the catalogue's writes, read as
+/// core's `Request`.
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
-        .route("/v1/tasks", get(list))
-        .route("/v1/tasks/{id}", get(show))
-        .route("/v1/tasks/{id}/holder", get(holder))
-        .route("/v1/tasks/{id}/verify", get(verify))
-        .route("/v1/tasks/{id}/gate", get(gate))
-        .route("/v1/tasks/{id}/events", get(events))
-        .route("/v1/tasks/{id}/{verb}", post(write))
-        .route("/v1/next", post(next))
-        .route("/v1/graph", get(graph).post(add_graph))
-        .route("/v1/sweep", post(sweep))
-        .route("/v1/outbox", get(pending))
-        .route("/v1/outbox/ack", post(ack))
+        .route(at("list"), get(list))
+        .route(at("show"), get(show))
+        .route(at("holder"), get(holder))
+        .route(at("verify"), get(verify))
+        .route(at("gate"), get(gate))
+        .route(at("events"), get(events))
+        .route("/v1/tasks/{task}/{verb}", post(write))
+        .route(at("next"), post(next))
+        .route(at("graph"), get(graph).post(add_graph))
+        .route(at("sweep"), post(sweep))
+        .route(at("pending"), get(pending))
+        .route(at("ack"), post(ack))
+}
+
+/// The catalogue's path of operation `name` (a name not in it is a bug
+/// `every_route_is_the_catalogues` finds; it is served nowhere useful).
+fn at(name: &str) -> &'static str {
+    catalogue::op(name)
+        .and_then(|o| o.http)
+        .map_or("/v1/not-in-the-catalogue", |r| r.path)
 }
 
 fn task(id: &str) -> Result<TaskId, Error> {
@@ -107,6 +121,16 @@ fn answers_with_grant(kind: RequestKind) -> bool {
 /// JSON (`{"owner": "w1", "ttl_ms": 30000}`; for `declare`, the
 /// manifest), with an optional `"pre"` of preconditions.
 async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: Bytes) -> Answer {
+    // Only the catalogue's verbs: a request it does not offer (a store's
+    // own `link`, an `add` that belongs to `/v1/graph`) is no endpoint.
+    let offered = catalogue::op(&verb).and_then(|o| o.http).is_some_and(|r| {
+        r.method == "POST" && r.path.strip_prefix("/v1/tasks/{task}/") == Some(&verb)
+    });
+    if !offered {
+        return Err(crate::app::ApiError::not_found(&format!(
+            "/v1/tasks/{id}/{verb}"
+        )));
+    }
     let task = task(&id)?;
     let mut fields: Value = if body.is_empty() {
         json!({})
@@ -206,17 +230,13 @@ fn limit(q: &PageQuery) -> Result<usize, Error> {
     }
 }
 
+/// A blocking query's wait, by the catalogue's rule (as every front end reads it).
 fn wait(q: &Option<String>) -> Result<Option<Duration>, Error> {
-    let Some(text) = q else { return Ok(None) };
-    let d = humantime::parse_duration(text)
-        .map_err(|e| Error::invalid("wait", format!("is a duration like 30s ({e})")))?;
-    if d > MAX_WAIT {
-        return Err(Error::invalid(
-            "wait",
-            format!("must be at most {}", humantime::format_duration(MAX_WAIT)),
-        ));
-    }
-    Ok(Some(d))
+    q.as_deref()
+        .map(|w| {
+            catalogue::duration_ms(catalogue::Kind::Wait, "wait", w).map(Duration::from_millis)
+        })
+        .transpose()
 }
 
 fn page<T: serde::Serialize>(p: &baton_core::Page<T>) -> Answer {
@@ -371,4 +391,24 @@ async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
     // The authority checks the ids before it acknowledges anything.
     let n = a.ack(&b.intent_ids).await?;
     json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_the_catalogues() {
+        for name in [
+            "list", "show", "holder", "verify", "gate", "events", "next", "graph", "sweep",
+            "pending", "ack",
+        ] {
+            assert_ne!(at(name), "/v1/not-in-the-catalogue", "{name}");
+        }
+        assert_eq!(
+            at("add_graph"),
+            at("graph"),
+            "a graph's add and its show share a path"
+        );
+    }
 }

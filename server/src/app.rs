@@ -17,8 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// The longest wait a blocking query may ask for.
-pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How many recent refusals the status page keeps.
 const RECENT: usize = 50;
 
@@ -209,15 +207,18 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
 
 /// Checks the bearer token before anything else of the request is read:
 /// a request without a valid token is answered 401 and its body is never
-/// read (a stranger's 31 MB body costs nothing). The page, `/healthz` and
-/// `/readyz` are public. The caller it proved is left in the request for
+/// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
+/// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
 /// the [`crate::gate::Gate`] a handler asks for.
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
     mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let public = matches!(req.uri().path(), "/" | "/healthz" | "/readyz");
+    let public = matches!(
+        req.uri().path(),
+        "/" | "/healthz" | "/readyz" | crate::openapi::PATH
+    );
     if !public {
         match app.caller(req.headers()) {
             Ok(caller) => {

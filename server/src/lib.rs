@@ -19,6 +19,7 @@ pub mod auth;
 mod conns;
 mod gate;
 pub mod metrics;
+mod openapi;
 mod page;
 mod protocol;
 mod server;

@@ -181,6 +181,7 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
     crate::protocol::routes()
         .merge(crate::api::routes())
         .merge(crate::page::routes())
+        .route(crate::openapi::PATH, get(crate::openapi::serve))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
