@@ -280,6 +280,9 @@ class Lease:
     def lost(self) -> threading.Event:
         """Set as soon as the work must stop (before the lease can run out)."""
     @property
+    def cancelled(self) -> threading.Event:
+        """Set when an operator asks the holder to stop; release() cancels the task."""
+    @property
     def loss(self) -> Optional[str]:
         """Why the work must stop, once it must."""
     @property
@@ -324,9 +327,16 @@ class Authority:
     def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
     def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
     def cancel(
-        self, task: str, owner: Optional[str] = None, fence: Optional[int] = None, *, operator: Optional[str] = None
+        self,
+        task: str,
+        owner: Optional[str] = None,
+        fence: Optional[int] = None,
+        *,
+        operator: Optional[str] = None,
+        force: bool = False,
     ) -> Union[Record, Refusal]:
-        """By the holder (owner and fence) or by an operator (operator=NAME)."""
+        """By the holder (owner and fence) or by an operator (operator=NAME):
+        a live lease's holder is asked to stop, unless force=True."""
     def holder(self, task: str) -> Union[Holder, None, Refusal]: ...
     def verify(self, task: str, fence: int) -> Union[Verification, Refusal]: ...
 

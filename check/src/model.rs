@@ -78,6 +78,8 @@ pub struct Shown {
 pub enum Obs {
     Done {
         ack: bool,
+        /// The answer's record is CANCELLED.
+        cancelled: bool,
         lease: Option<Shown>,
     },
     Refused {
@@ -130,8 +132,9 @@ impl Step {
         };
         let answer = match answer {
             None => None,
-            Some(Answer::Done { ack, lease, .. }) => Some(Obs::Done {
+            Some(Answer::Done { ack, lease, state }) => Some(Obs::Done {
                 ack: *ack,
+                cancelled: *state == State::Cancelled,
                 lease: shown(lease),
             }),
             Some(Answer::Holder { lease, live }) => Some(Obs::Holder {
@@ -221,6 +224,8 @@ pub enum Close {
     Complete,
     Fail,
     Cancel,
+    /// A release by a holder asked to stop: the cancel.
+    Release,
 }
 
 /// One task's state in the model.
@@ -232,6 +237,9 @@ pub struct TaskState {
     pub lease: Option<LeaseState>,
     pub max_fence: u64,
     pub closure: Option<(Close, Option<u64>)>,
+    /// An operator asked the holder to stop: the task is CANCELLED once
+    /// the holder gives it back or its lease ends.
+    pub cancel_requested: bool,
 }
 
 /// The specification the checker runs.
@@ -290,8 +298,18 @@ impl TaskState {
             self.phase = Phase::Free;
             if let Some(l) = self.lease.as_mut() {
                 l.expired = Tri::Yes;
+                if self.cancel_requested {
+                    self.phase = Phase::Cancelled;
+                    self.closure = Some((Close::Cancel, l.fence));
+                }
             }
         }
+    }
+
+    /// The lease is held by a holder asked to stop: once it ends, the task
+    /// is CANCELLED rather than free.
+    fn ends_cancelled(&self) -> bool {
+        self.phase == Phase::Held && self.cancel_requested
     }
 
     /// An answer showed the lease's fence: it must be the one the model has,
@@ -331,7 +349,12 @@ impl Step {
                 lock_delay_ms,
             } => self.claim(s, n, lo, *ttl_ms, *lock_delay_ms),
             Req::Renew { fence, ttl_ms } => self.under_fence(s, n, lo, *fence, None, Some(*ttl_ms)),
-            Req::Release { fence } => self.under_fence(s, n, lo, *fence, None, None),
+            Req::Release { fence } => {
+                let close = (s.cancel_requested
+                    || s.closure == Some((Close::Release, Some(*fence))))
+                .then_some(Close::Release);
+                self.under_fence(s, n, lo, *fence, close, None)
+            }
             Req::Complete { fence } => {
                 self.under_fence(s, n, lo, *fence, Some(Close::Complete), None)
             }
@@ -357,7 +380,7 @@ impl Step {
         // The earliest time a grant to anyone can be made once the lease
         // ended, lock delay included; `None` when the window rules it out.
         let grant_at = |ret: u64| -> Option<u64> {
-            check(s.may_end(ret, lim))?;
+            check(s.may_end(ret, lim) && !s.ends_cancelled())?;
             let mut at = s.after_end(lo, lim);
             if let Some(l) = s.lease {
                 let expired = s.phase == Phase::Held || l.expired == Tri::Yes;
@@ -405,6 +428,7 @@ impl Step {
             Some(Obs::Done {
                 ack: false,
                 lease: Some(g),
+                ..
             }) => {
                 check(!s.phase.terminal() && g.owner == self.owner && !g.expired)?;
                 check(g.fence > s.max_fence)?;
@@ -429,6 +453,12 @@ impl Step {
                     Some(n)
                 }
                 "completed" => check(s.phase == Phase::Succeeded).map(|_| n),
+                "illegal_transition" if s.ends_cancelled() => {
+                    check(s.may_end(self.returned, lim))?;
+                    n.t = s.after_end(lo, lim);
+                    n.settle();
+                    Some(n)
+                }
                 "illegal_transition" => {
                     check(matches!(s.phase, Phase::Failed | Phase::Cancelled)).map(|_| n)
                 }
@@ -436,7 +466,7 @@ impl Step {
                     let l = s.lease?;
                     let ended = (s.phase == Phase::Held && s.may_end(self.returned, lim))
                         || (s.phase == Phase::Free && l.expired == Tri::Yes);
-                    check(ended && l.delay_us > 0 && !l.released)?;
+                    check(ended && l.delay_us > 0 && !l.released && !s.cancel_requested)?;
                     let until = l.end_hi.saturating_add(l.delay_us);
                     check(self.invoked < until.saturating_add(lim.overstay_us))?;
                     n.t = s.after_end(lo, lim);
@@ -477,7 +507,7 @@ impl Step {
                     n.phase = match c {
                         Close::Complete => Phase::Succeeded,
                         Close::Fail => Phase::Failed,
-                        Close::Cancel => Phase::Cancelled,
+                        Close::Cancel | Close::Release => Phase::Cancelled,
                     };
                     n.closure = Some((c, Some(fence)));
                 }
@@ -493,7 +523,7 @@ impl Step {
                 }
                 Some(n)
             }
-            Some(Obs::Done { ack, lease }) => {
+            Some(Obs::Done { ack, lease, .. }) => {
                 check(ours)?;
                 n.pin(fence)?;
                 if *ack {
@@ -556,6 +586,8 @@ impl Step {
         }
     }
 
+    /// An operator's cancel (never forced by the recorder): a live lease's
+    /// holder is asked to stop; a task nobody holds is CANCELLED.
     fn operator_cancel(&self, s: &TaskState, mut n: TaskState, lo: u64) -> Option<TaskState> {
         let lim = &self.limits;
         let cancel = |n: &mut TaskState| {
@@ -564,12 +596,9 @@ impl Step {
         };
         match &self.answer {
             None => {
-                if matches!(s.phase, Phase::Free | Phase::Held) && s.exists {
-                    if s.phase == Phase::Held
-                        && let Some(l) = n.lease.as_mut()
-                    {
-                        l.expired = Tri::Maybe;
-                    }
+                if s.exists && s.phase == Phase::Held {
+                    n.cancel_requested = true;
+                } else if s.exists && s.phase == Phase::Free {
                     cancel(&mut n);
                 }
                 Some(n)
@@ -581,21 +610,39 @@ impl Step {
                 }
                 _ => None,
             },
-            Some(Obs::Done { ack: true, .. }) => check(s.phase == Phase::Cancelled).map(|_| n),
-            Some(Obs::Done { ack: false, lease }) => {
+            Some(Obs::Done { ack: true, .. }) => {
+                check(s.phase == Phase::Cancelled || s.ends_cancelled()).map(|_| n)
+            }
+            Some(Obs::Done {
+                ack: false,
+                cancelled: false,
+                lease,
+            }) => {
+                // The request, recorded: the holder's lease was live.
+                check(s.phase == Phase::Held && !s.cancel_requested)?;
+                check(s.may_live(self.invoked, lim))?;
+                let (l, g) = (s.lease?, (*lease)?);
+                check(l.owner == g.owner && !g.expired)?;
+                n.pin(g.fence)?;
+                n.cancel_requested = true;
+                Some(n)
+            }
+            Some(Obs::Done {
+                ack: false,
+                cancelled: true,
+                lease,
+            }) => {
                 check(s.exists && matches!(s.phase, Phase::Free | Phase::Held))?;
+                check(!s.cancel_requested)?;
                 match (s.lease, lease) {
                     (None, None) => {}
                     (Some(l), Some(g)) => {
                         check(l.owner == g.owner)?;
                         n.pin(g.fence)?;
                         if s.phase == Phase::Held {
-                            if g.expired {
-                                check(s.may_end(self.returned, lim))?;
-                                n.t = s.after_end(lo, lim);
-                            } else {
-                                check(s.may_live(self.invoked, lim))?;
-                            }
+                            // Not live, or it would have been a request.
+                            check(g.expired && s.may_end(self.returned, lim))?;
+                            n.t = s.after_end(lo, lim);
                         } else {
                             check(l.expired == if g.expired { Tri::Yes } else { Tri::No })?;
                         }
@@ -664,6 +711,7 @@ impl Step {
                 check(*current == (*live && *current_fence == Some(asked)))?;
                 let expected = match s.phase {
                     _ if *live => State::Claimed,
+                    Phase::Held if s.cancel_requested => State::Cancelled,
                     Phase::Free | Phase::Held => State::Registered,
                     Phase::Succeeded => State::Succeeded,
                     Phase::Failed => State::Failed,

@@ -104,7 +104,11 @@ pub enum Command {
         #[arg(long)]
         error: Option<String>,
     },
-    /// Cancel: by the holder with its fence, or by an operator.
+    /// Cancel: by the holder with its fence, or by an operator. An
+    /// operator's cancel of a task whose lease is live asks its holder to
+    /// stop (`cancel_requested`, seen on its next renewal; `baton run`
+    /// stops its child); the task is CANCELLED when the holder gives it
+    /// back or its lease ends. A task nobody holds is cancelled at once.
     Cancel {
         #[arg(env = "BATON_TASK")]
         task: String,
@@ -114,6 +118,13 @@ pub enum Command {
         fence: Option<u64>,
         #[arg(long, required_unless_present = "owner")]
         operator: Option<String>,
+        /// End a live lease at once instead of asking its holder to stop.
+        #[arg(long, requires = "operator")]
+        force: bool,
+        /// Also cancel every task that depends on it, at any depth, that
+        /// has not ended (also from a task that already failed).
+        #[arg(long, requires = "operator")]
+        cascade: bool,
     },
     /// Run a command under a lease kept for it: claim, renew while it runs,
     /// stop it before the lease could end, report its outcome.

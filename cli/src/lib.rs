@@ -625,6 +625,11 @@ enum Plan {
     Pending(args::Paging),
     Ack(Vec<String>),
     AddGraph(Vec<NewNode>),
+    CancelCascade {
+        task: Id,
+        by: Actor,
+        force: bool,
+    },
     Next {
         taker: Taker,
         queues: Vec<Id>,
@@ -726,19 +731,28 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             owner,
             fence,
             operator: op,
+            force,
+            cascade,
         } => match (owner, fence, op) {
             (Some(owner), Some(fence), None) => write(
                 t(task)?,
                 R::Cancel {
                     by: Actor::Worker(o(owner)?),
                     fence: Some(*fence),
+                    force: false,
                 },
             ),
+            (None, None, Some(op)) if *cascade => P::CancelCascade {
+                task: t(task)?,
+                by: operator(op)?,
+                force: *force,
+            },
             (None, None, Some(op)) => write(
                 t(task)?,
                 R::Cancel {
                     by: operator(op)?,
                     fence: None,
+                    force: *force,
                 },
             ),
             _ => {
@@ -1092,6 +1106,33 @@ impl Plan {
                 Out::list(p.items.iter().map(|n| json!(n)).collect(), p.next)
             }
             P::Ack(ids) => Out::one(json!({"acknowledged": a.ack(&ids).await?, "intent_ids": ids})),
+            P::CancelCascade { task, by, force } => {
+                let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
+                let proceeded = !first.is_refused() || !cascaded.is_empty();
+                let mut out = reply_out(first, false);
+                if let Some(v) = out.items.first_mut() {
+                    v["cascaded"] = json!(
+                        cascaded
+                            .iter()
+                            .map(|(t, r)| match r.record() {
+                                Some(rec) => json!({"task": t, "state": rec.state}),
+                                None => {
+                                    let mut v = baton_core::authority::reply_json(r, false);
+                                    v["task"] = json!(t);
+                                    v
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                    );
+                }
+                // Cancelling below a task that already failed is the point
+                // of a cascade from it: its own refusal does not fail it.
+                if proceeded {
+                    out.status = Status::Ok;
+                }
+                out.wrote = true;
+                out
+            }
             P::AddGraph(nodes) => {
                 let mut out = match a.add_graph(nodes).await? {
                     Ok(added) => Out::one(json!(added)),

@@ -41,6 +41,11 @@ pub const OWN: i32 = 200;
 /// stopped, or its outcome is not recorded.
 pub const LOST: i32 = OWN;
 
+/// Exit status when an operator cancelled the task while it ran: the
+/// child was stopped (SIGTERM, SIGKILL after the grace) and the task is
+/// CANCELLED.
+pub const CANCELLED: i32 = OWN + 7;
+
 /// The status `run` exits with for the CLI's status `code` (0 stays 0).
 pub fn own(code: i32) -> i32 {
     if code == 0 { 0 } else { OWN + code }
@@ -152,6 +157,8 @@ impl Spec {
 enum Stopping {
     Lost(Loss),
     Signal(Signal),
+    /// An operator asked the holder to stop (cooperative cancellation).
+    Cancelled(baton_core::model::CancelRequest),
 }
 
 /// What the run came to, for the report.
@@ -318,6 +325,21 @@ pub async fn supervised<S: Store + 'static>(
             outcome: "lost",
             exit: LOST,
             reason: Some(loss.describe()),
+        },
+        Some(Stopping::Cancelled(asked)) => match keeper.release().await {
+            Ok(r) => match r.refusal() {
+                None => Report {
+                    outcome: "cancelled",
+                    exit: CANCELLED,
+                    reason: Some(format!("{} asked it to stop", asked.by)),
+                },
+                Some(refusal) => Report {
+                    outcome: "refused",
+                    exit: LOST,
+                    reason: Some(format!("the release was refused: {refusal}")),
+                },
+            },
+            Err(e) => indeterminate(&e),
         },
         Some(Stopping::Signal(sig)) => match keeper.release().await {
             Ok(r) => match r.refusal() {
@@ -620,6 +642,16 @@ async fn supervise<S: Store + 'static>(
                     }
                 }
                 stopping = Some(Stopping::Lost(loss));
+                None
+            }
+            asked = keeper.wait_cancel_requested(), if stopping.is_none() => {
+                // Stopped as for a signal: SIGTERM now, SIGKILL after the
+                // grace (never later than the lease allows); the lease is
+                // kept meanwhile, and given back once the child is gone.
+                stopper.iter().for_each(|s| s.term());
+                let by = auth.now().plus_ms(grace_ms).min(keeper.stopped_by());
+                kill_at = Some(kill_at.map_or(by, |k| k.min(by)));
+                stopping = Some(Stopping::Cancelled(asked));
                 None
             }
             _ = sleep_until(auth, kill_at) => {

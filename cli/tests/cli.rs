@@ -294,7 +294,11 @@ fn lease_commands_and_their_exit_statuses(backend: Backend) {
     let c = e.ok(&["cancel", "build-4", "--owner", "w1", "--fence", &f4]);
     assert_eq!(c["state"].as_str(), Some("CANCELLED"));
     e.ok(&["claim", "build-5", "--owner", "w1"]);
+    // An operator asks the live holder to stop; --force ends it at once.
     let c = e.ok(&["cancel", "build-5", "--operator", "alice"]);
+    assert_eq!(c["state"].as_str(), Some("CLAIMED"));
+    assert!(c["cancel_requested"].is_object(), "{c}");
+    let c = e.ok(&["cancel", "build-5", "--operator", "alice", "--force"]);
     assert_eq!(c["state"].as_str(), Some("CANCELLED"));
 
     // not found: exit 5

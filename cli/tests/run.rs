@@ -926,3 +926,72 @@ fn nothing_the_child_started_outlives_its_report() {
         assert!(!alive(pid), "grandchild {pid} outlived the lost lease");
     }
 }
+
+/// An operator's cancel reaches a running child: the wrapper sees the
+/// request on its next renewal, sends SIGTERM, SIGKILLs after the grace,
+/// gives the task back, and the task is CANCELLED (exit 207).
+#[test]
+fn an_operators_cancel_stops_the_child_and_cancels_the_task() {
+    let env = Env::new(Backend::Sqlite);
+    let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
+    // A child that notes SIGTERM and goes on: the grace runs out.
+    let script = format!(
+        "trap 'echo got >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
+        term = term.display(),
+        pid = pid.display()
+    );
+    let mut wrapper = spawn_run(
+        &env,
+        &[
+            "run",
+            "t",
+            "--owner",
+            "w",
+            "--ttl",
+            "3s",
+            "--renew-every",
+            "300ms",
+            "--grace",
+            "500ms",
+        ],
+        &script,
+        &report,
+    );
+    wait_for(&pid, Duration::from_secs(5));
+    let child: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let (code, r) = env.baton(&["cancel", "t", "--operator", "alice"]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        r["state"], "CLAIMED",
+        "asked, not ended under the holder: {r}"
+    );
+    let asked = Instant::now();
+    let status = wrapper.wait().unwrap();
+    let took = asked.elapsed();
+    assert!(!alive(child), "the child outlived the wrapper");
+    assert!(
+        std::fs::read_to_string(&term)
+            .unwrap_or_default()
+            .contains("got"),
+        "no SIGTERM reached the child"
+    );
+    assert!(
+        took >= Duration::from_millis(450),
+        "SIGKILL before the grace: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "not stopped before the lease: {took:?}"
+    );
+    assert_eq!(status.code(), Some(207));
+    let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
+    assert_eq!(r["outcome"], "cancelled", "{r}");
+    let (_, shown) = env.baton(&["task", "show", "t"]);
+    assert_eq!(shown["state"], "CANCELLED", "{shown}");
+    let events = env.events("t");
+    assert!(events.iter().any(|e| e == "CANCEL_REQUESTED"), "{events:?}");
+}

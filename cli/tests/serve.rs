@@ -242,7 +242,7 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
     let (code, out) = baton(
         &url,
         Some(OPERATOR),
-        &["cancel", "t", "--operator", "mallory"],
+        &["cancel", "t", "--operator", "mallory", "--force"],
     );
     assert_eq!(code, 0, "{out}");
     let out = Command::new(BIN)

@@ -159,7 +159,7 @@ pub fn admit_taker(taker: &crate::graph::Taker, caller: Option<&Caller>) -> Resu
 pub fn needs_operator(request: &Request) -> bool {
     match request {
         Request::Redispatch { .. } | Request::Finalize { .. } | Request::Settle => true,
-        Request::Cancel { by, fence } => fence.is_none() || by.is_operator(),
+        Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
     }
 }
@@ -288,6 +288,7 @@ mod tests {
             Request::Cancel {
                 by: Actor::System,
                 fence: None,
+                force: false,
             },
         ] {
             assert!(admit(op(r), Some(&caller(Role::Worker))).is_err());
@@ -306,6 +307,7 @@ mod tests {
             Request::Cancel {
                 by: Actor::Worker(owner.clone()),
                 fence: Some(3),
+                force: false,
             },
         ] {
             let o = op(r);
@@ -346,6 +348,7 @@ mod tests {
         let cancel = op(Request::Cancel {
             by: Actor::Worker(id("ci2")),
             fence: Some(1),
+            force: false,
         });
         assert!(admit(cancel, Some(&w(vec![]))).is_err());
         // A prefix and a list.

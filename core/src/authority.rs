@@ -120,6 +120,9 @@ pub struct Swept {
 /// The largest page a list returns.
 pub const MAX_PAGE: usize = 10_000;
 
+/// The most dependents one cascading cancel cancels.
+pub const MAX_CASCADE: usize = 10_000;
+
 /// The authority and the registry over one store.
 pub struct Authority<S> {
     pub(crate) store: S,
@@ -310,14 +313,92 @@ impl<S: Store> Authority<S> {
             Request::Cancel {
                 by: Actor::Worker(owner.clone()),
                 fence: Some(fence),
+                force: false,
             },
         )
         .await
     }
 
-    /// An operator cancels whatever holds the task.
+    /// An operator cancels a task. One whose lease is live is not ended
+    /// under its holder: the holder is asked to stop (`cancel_requested`,
+    /// seen in its next renewal's answer), and the task becomes CANCELLED
+    /// when the holder gives it back or its lease ends. `force` ends it at
+    /// once (the holder's later reports are refused).
+    pub async fn cancel_with(&self, task: &TaskId, by: Actor, force: bool) -> Result<Reply> {
+        self.send(
+            task,
+            Request::Cancel {
+                by,
+                fence: None,
+                force,
+            },
+        )
+        .await
+    }
+
+    /// [`Authority::cancel_with`], then every task that depends on `task`,
+    /// at any depth, that has not ended: each cancelled the same way (a
+    /// held one asked to stop), each in a commit of its own. The cascade
+    /// also starts from a task that has already ended without success
+    /// (FAILED, STALLED, NOT_STARTED, CANCELLED), so the tasks that now
+    /// can never run are cancelled with it. Returns the task's own answer
+    /// and each dependent's, in the order they were cancelled.
+    pub async fn cancel_cascade(
+        &self,
+        task: &TaskId,
+        by: Actor,
+        force: bool,
+    ) -> Result<(Reply, Vec<(TaskId, Reply)>)> {
+        let first = self.cancel_with(task, by.clone(), force).await?;
+        let ended_unsuccessfully = match &first {
+            Reply::Committed(_) | Reply::Acknowledged(_) => true,
+            Reply::Refused(Refusal::IllegalTransition { state, .. }) => matches!(
+                state,
+                State::Failed | State::Stalled | State::NotStarted | State::Cancelled
+            ),
+            Reply::Refused(_) => false,
+        };
+        let mut cascaded = Vec::new();
+        if !ended_unsuccessfully {
+            return Ok((first, cascaded));
+        }
+        let now = self.clock.now();
+        let mut seen: std::collections::BTreeSet<TaskId> = std::collections::BTreeSet::new();
+        let mut queue: std::collections::VecDeque<TaskId> = std::collections::VecDeque::new();
+        if let Some(s) = self.store.read(task, now).await? {
+            queue.extend(s.record.dependents);
+        }
+        while let Some(t) = queue.pop_front() {
+            if !seen.insert(t.clone()) || seen.len() > MAX_CASCADE {
+                continue;
+            }
+            let Some(s) = self.store.read(&t, self.clock.now()).await? else {
+                continue;
+            };
+            queue.extend(s.record.dependents.iter().cloned());
+            if derive(&s.record, s.judged, self.clock.now())
+                .state
+                .is_terminal()
+            {
+                continue;
+            }
+            let r = self.cancel_with(&t, by.clone(), force).await?;
+            cascaded.push((t, r));
+        }
+        Ok((first, cascaded))
+    }
+
+    /// An operator cancels a task, cooperatively ([`Authority::cancel_with`]).
     pub async fn cancel_as(&self, task: &TaskId, by: Actor) -> Result<Reply> {
-        self.send(task, Request::Cancel { by, fence: None }).await
+        self.send(
+            task,
+            Request::Cancel {
+                by,
+                fence: None,
+                force: false,
+            },
+        )
+        .await
     }
 
     /// The last grant with whether it is live; `Refused(NotFound)` for an unknown task.

@@ -261,7 +261,7 @@ pub const OPERATIONS: &[Op] = &[
     },
     Op {
         name: "cancel",
-        summary: "Cancel a task: the holder under its fence, or an operator whatever holds it",
+        summary: "Cancel a task: the holder under its fence, or an operator (a live holder is asked to stop unless forced)",
         write: true,
         operator: false,
         cli: Some("cancel"),
@@ -271,6 +271,7 @@ pub const OPERATIONS: &[Op] = &[
             TASK,
             input("owner", "by", Kind::Id, false),
             input("fence", "fence", Kind::Fence, false),
+            input("force", "force", Kind::Flag, false),
         ],
     },
     Op {

@@ -82,6 +82,10 @@ pub struct Kept {
     pub retries: u64,
     /// Set once, when the holder must stop; the keeper renews no more.
     pub lost: Option<Loss>,
+    /// An operator asked the holder to stop (seen in a renewal's answer):
+    /// the lease still holds, and the keeper keeps renewing it while the
+    /// work stops; giving the task back ([`Keeper::release`]) cancels it.
+    pub cancel_requested: Option<crate::model::CancelRequest>,
 }
 
 /// The schedule a keeper follows, resolved from [`KeepOptions`] and the grant.
@@ -160,6 +164,7 @@ impl<S: Store + 'static> Authority<S> {
             renewals: 0,
             retries: 0,
             lost: None,
+            cancel_requested: None,
         });
         let (stop, stop_rx) = watch::channel(false);
         let first = self.now().plus_ms(schedule.renew_every_ms);
@@ -192,6 +197,11 @@ impl<S: Store + 'static> Keeper<S> {
         self.state.borrow().clone()
     }
 
+    /// Whether an operator asked the holder to stop (cooperative cancellation).
+    pub fn cancel_requested(&self) -> Option<crate::model::CancelRequest> {
+        self.state.borrow().cancel_requested.clone()
+    }
+
     /// The grant as last confirmed.
     pub fn grant(&self) -> Grant {
         self.state.borrow().grant.clone()
@@ -221,6 +231,20 @@ impl<S: Store + 'static> Keeper<S> {
             }
             if rx.changed().await.is_err() {
                 // The loop ended without a loss (stopped): nothing more will come.
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Waits until a renewal's answer shows that an operator asked the
+    /// holder to stop (pending forever if none ever does).
+    pub async fn wait_cancel_requested(&self) -> crate::model::CancelRequest {
+        let mut rx = self.state.clone();
+        loop {
+            if let Some(c) = rx.borrow_and_update().cancel_requested.clone() {
+                return c;
+            }
+            if rx.changed().await.is_err() {
                 return std::future::pending().await;
             }
         }
@@ -389,9 +413,13 @@ async fn renew_loop<S: Store + 'static>(
                     return;
                 }
                 (None, Some(grant)) => {
+                    let asked = reply.record().and_then(|r| r.cancel_requested.clone());
                     state.send_modify(|k| {
                         k.grant = grant;
                         k.renewals += 1;
+                        if k.cancel_requested.is_none() {
+                            k.cancel_requested = asked;
+                        }
                     });
                     backoff = FIRST_BACKOFF_MS;
                     last_error = None;

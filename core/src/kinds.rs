@@ -123,10 +123,13 @@ pub enum EventKind {
     Added,
     /// Every dependency of a graph task SUCCEEDED: `next` may take it.
     Ready,
+    /// An operator asked the holder of a live lease to stop: the task
+    /// becomes CANCELLED when the holder gives it back or its lease ends.
+    CancelRequested,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 21] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -148,6 +151,7 @@ impl EventKind {
         EventKind::ConflictRefused,
         EventKind::Added,
         EventKind::Ready,
+        EventKind::CancelRequested,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -173,6 +177,7 @@ impl EventKind {
             EventKind::ConflictRefused => "CONFLICT_REFUSED",
             EventKind::Added => "ADDED",
             EventKind::Ready => "READY",
+            EventKind::CancelRequested => "CANCEL_REQUESTED",
         }
     }
 

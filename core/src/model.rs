@@ -49,6 +49,14 @@ pub struct Closure {
     pub fence: Option<u64>,
 }
 
+/// An operator's request that the holder of a live lease stop (cooperative
+/// cancellation): the holder sees it in the answer to its next renewal.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CancelRequest {
+    pub by: Actor,
+    pub at: Timestamp,
+}
+
 /// Everything baton knows about one task. Stores keep it whole; the fields
 /// are public for reading, but only [`mod@crate::decide`] produces new versions.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -89,6 +97,10 @@ pub struct TaskRecord {
     /// here, in the same commit): the success of this task wakes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dependents: Vec<TaskId>,
+    /// An operator asked the holder to stop; the task becomes CANCELLED
+    /// when the holder gives it back or its lease ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_requested: Option<CancelRequest>,
 }
 
 impl TaskRecord {

@@ -65,6 +65,10 @@ pub enum Request {
     Cancel {
         by: Actor,
         fence: Option<u64>,
+        /// An operator's cancel of a task whose lease is live ends it at
+        /// once, rather than asking its holder to stop (`cancel_requested`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     // The registry (SPEC §6).
     Declare {

@@ -122,6 +122,20 @@ fn bare_cancelled() -> TaskRecord {
         Request::Cancel {
             by: op(),
             fence: None,
+            force: true,
+        },
+        at(1),
+    )
+}
+/// Claimed by `a`, whom an operator asked to stop.
+fn bare_cancel_requested() -> TaskRecord {
+    let r = bare_claimed();
+    then(
+        Some(r),
+        Request::Cancel {
+            by: op(),
+            fence: None,
+            force: false,
         },
         at(1),
     )
@@ -629,6 +643,7 @@ fn lease_rows() -> Vec<Row> {
             Request::Cancel {
                 by: Actor::Worker(w("a")),
                 fence: Some(fb),
+                force: false,
             },
             Commit(State::Cancelled),
         ),
@@ -638,25 +653,90 @@ fn lease_rows() -> Vec<Row> {
             Request::Cancel {
                 by: Actor::Worker(w("b")),
                 fence: Some(fb - 1),
+                force: false,
             },
             Refuse("stale_fence"),
         )
         .conflict(),
         row(
-            "cancel by an operator",
+            "cancel by an operator asks the live holder to stop",
             Some(running()),
             Request::Cancel {
                 by: op(),
                 fence: None,
+                force: false,
+            },
+            Commit(State::Running),
+        ),
+        row(
+            "cancel by an operator, forced, ends a live lease at once",
+            Some(running()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+                force: true,
             },
             Commit(State::Cancelled),
         ),
+        row(
+            "cancel by an operator of a task nobody holds",
+            Some(bare_released()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+                force: false,
+            },
+            Commit(State::Cancelled),
+        ),
+        row(
+            "cancel by an operator, asked again",
+            Some(bare_cancel_requested()),
+            Request::Cancel {
+                by: op(),
+                fence: None,
+                force: false,
+            },
+            Ack,
+        ),
+        row(
+            "renew while asked to stop",
+            Some(bare_cancel_requested()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fb,
+                ttl_ms: None,
+            },
+            Commit(State::Claimed),
+        ),
+        row(
+            "release while asked to stop cancels",
+            Some(bare_cancel_requested()),
+            Request::Release {
+                owner: w("a"),
+                fence: fb,
+            },
+            Commit(State::Cancelled),
+        ),
+        row(
+            "claim by another while the asked holder's lease is live",
+            Some(bare_cancel_requested()),
+            claim("b", MIN),
+            Refuse("held"),
+        ),
+        row(
+            "claim once the asked holder's lease ended: it was cancelled",
+            Some(bare_cancel_requested()),
+            claim("b", MIN),
+            Refuse("illegal_transition"),
+        )
+        .at(at(MIN + 1)),
         row(
             "cancel by an operator, repeated",
             Some(bare_cancelled()),
             Request::Cancel {
                 by: op(),
                 fence: None,
+                force: false,
             },
             Ack,
         ),
@@ -666,6 +746,7 @@ fn lease_rows() -> Vec<Row> {
             Request::Cancel {
                 by: Actor::Worker(w("a")),
                 fence: None,
+                force: false,
             },
             Refuse("operator_required"),
         ),
@@ -675,6 +756,7 @@ fn lease_rows() -> Vec<Row> {
             Request::Cancel {
                 by: op(),
                 fence: None,
+                force: false,
             },
             Refuse("illegal_transition"),
         ),

@@ -96,6 +96,7 @@ fn request(s: &Step, world: &World) -> Request {
         6 => Request::Cancel {
             by: Actor::Worker(me),
             fence: Some(fence),
+            force: false,
         },
         7 => Request::TaskClaim {
             run_id: run,
@@ -132,6 +133,7 @@ fn request(s: &Step, world: &World) -> Request {
         _ => Request::Cancel {
             by: op,
             fence: None,
+            force: false,
         },
     }
 }

@@ -266,7 +266,11 @@ impl Sim {
                     iteration: 2 + self.rng.below(1000),
                 },
                 1 => Request::Finalize { by, error: None },
-                _ => Request::Cancel { by, fence: None },
+                _ => Request::Cancel {
+                    by,
+                    fence: None,
+                    force: false,
+                },
             };
             return (task, req);
         }

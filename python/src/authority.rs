@@ -285,8 +285,12 @@ impl Authority {
     }
 
     /// Cancels a task: by its holder (`owner` and `fence`), or by an
-    /// operator (`operator=NAME`, whatever holds it).
-    #[pyo3(signature = (task, owner = None, fence = None, *, operator = None))]
+    /// operator (`operator=NAME`). An operator's cancel of a task whose
+    /// lease is live asks its holder to stop (the record's
+    /// `cancel_requested`; a `lease()` sets `lease.cancelled`), and the task
+    /// becomes CANCELLED when the holder gives it back or its lease ends;
+    /// `force=True` ends it at once.
+    #[pyo3(signature = (task, owner = None, fence = None, *, operator = None, force = false))]
     fn cancel(
         &self,
         py: Python<'_>,
@@ -294,6 +298,7 @@ impl Authority {
         owner: Option<&str>,
         fence: Option<u64>,
         operator: Option<&str>,
+        force: bool,
     ) -> PyResult<Py<PyAny>> {
         let t = id("task", task)?;
         match (owner, fence, operator) {
@@ -303,7 +308,9 @@ impl Authority {
             }
             (None, None, Some(op)) => {
                 let by = self::operator(op)?;
-                self.write(py, false, move |a| async move { a.cancel_as(&t, by).await })
+                self.write(py, false, move |a| async move {
+                    a.cancel_with(&t, by, force).await
+                })
             }
             _ => Err(errors::invalid(
                 "cancel",

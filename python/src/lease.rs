@@ -47,6 +47,8 @@ enum Phase {
 pub struct Lease {
     opts: Options,
     lost: Py<PyAny>,
+    /// Set when an operator asks the holder to stop (cooperative cancel).
+    cancelled: Py<PyAny>,
     /// The authority it was made from (kept open while the lease lives),
     /// and where the lease is.
     inner: ProcessBound<(Arc<DynAuthority>, Mutex<Phase>)>,
@@ -59,9 +61,11 @@ impl Lease {
         opts: Options,
     ) -> PyResult<Lease> {
         let lost = py.import("threading")?.getattr("Event")?.call0()?.unbind();
+        let cancelled = py.import("threading")?.getattr("Event")?.call0()?.unbind();
         Ok(Lease {
             opts,
             lost,
+            cancelled,
             inner: ProcessBound::new((authority, Mutex::new(Phase::Waiting))),
         })
     }
@@ -175,9 +179,21 @@ impl Lease {
         };
         let mut rx = keeper.watch();
         let event = this.lost.clone_ref(py);
+        let asked = this.cancelled.clone_ref(py);
         rt.spawn(async move {
+            let mut told = false;
             loop {
-                if rx.borrow_and_update().lost.is_some() {
+                let (lost, cancel) = {
+                    let k = rx.borrow_and_update();
+                    (k.lost.is_some(), k.cancel_requested.is_some())
+                };
+                if cancel && !told {
+                    told = true;
+                    Python::try_attach(|py| {
+                        let _ = asked.call_method0(py, "set");
+                    });
+                }
+                if lost {
                     // At interpreter shutdown there is no one left to tell.
                     Python::try_attach(|py| {
                         let _ = event.call_method0(py, "set");
@@ -304,6 +320,14 @@ impl Lease {
     #[getter]
     fn lost(&self, py: Python<'_>) -> Py<PyAny> {
         self.lost.clone_ref(py)
+    }
+
+    /// A `threading.Event` set when an operator asks the holder to stop
+    /// (seen on a renewal; the lease still holds): stop the work and
+    /// `release()`, which cancels the task.
+    #[getter]
+    fn cancelled(&self, py: Python<'_>) -> Py<PyAny> {
+        self.cancelled.clone_ref(py)
     }
 
     /// Why the work must stop, once it must (else `None`).

@@ -61,8 +61,13 @@ def test_the_lease_lifecycle(auth):
 def test_cancel_by_holder_and_by_operator(auth):
     g = auth.claim("c1", "w1")
     assert auth.cancel("c1", "w1", g.fence).state == "CANCELLED"
-    auth.claim("c2", "w1")
-    assert auth.cancel("c2", operator="alice").state == "CANCELLED"
+    g2 = auth.claim("c2", "w1")
+    # A live holder is asked to stop; it gives the task back: CANCELLED.
+    asked = auth.cancel("c2", operator="alice")
+    assert asked.state == "CLAIMED"
+    assert auth.release("c2", "w1", g2.fence).state == "CANCELLED"
+    auth.claim("c3", "w1")
+    assert auth.cancel("c3", operator="alice", force=True).state == "CANCELLED"
     with pytest.raises(baton.InvalidInput) as e:
         auth.cancel("c2", "w1", g.fence, operator="alice")
     assert e.value.field == "cancel"

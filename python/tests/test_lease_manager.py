@@ -53,11 +53,20 @@ def test_a_refused_claim_raises_refused_with_the_refusal(auth):
     assert e.value.refusal.reason == "held" and e.value.refusal.holder == "other"
 
 
+def test_an_operators_cancel_sets_cancelled_and_release_cancels(auth):
+    with auth.lease("asked", "w1", ttl=0.6) as lease:
+        auth.cancel("asked", operator="alice")
+        assert lease.cancelled.wait(5), "the keeper must say a cancel was asked"
+        assert not lease.lost.is_set()
+        lease.release()
+    assert auth.get("asked").state == "CANCELLED"
+
+
 def test_losing_the_lease_sets_lost_and_a_clean_exit_raises(auth):
     with pytest.raises(baton.Refused) as e:
         with auth.lease("job", "w1", ttl=0.6) as lease:
             # An operator takes the task away; the next renewal is refused.
-            auth.cancel("job", operator="alice")
+            auth.cancel("job", operator="alice", force=True)
             assert lease.lost.wait(5), "the keeper must say the lease is lost"
             assert "refused" in lease.loss
     assert e.value.refusal.reason in ("illegal_transition", "stale_fence", "not_holder")

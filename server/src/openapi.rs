@@ -12,7 +12,7 @@ pub(crate) const PATH: &str = "/v1/openapi.json";
 
 /// Inputs read from the query string of a POST (the rest are its body).
 fn in_query(i: &Input) -> bool {
-    matches!(i.kind, Kind::Wait | Kind::Flag)
+    i.kind == Kind::Wait || i.wire == "dry_run"
 }
 
 fn parameter(i: &Input, place: &str) -> Value {

@@ -228,6 +228,7 @@ macro_rules! conformance_tests {
             retried_task_counts_deadline_from_retry,
             reads_never_write,
             operator_requests_need_an_operator,
+            cancel_is_cooperative,
             notifications_in_outbox_until_acked,
             events_in_one_total_order,
             durable_across_reopen,
@@ -251,7 +252,8 @@ macro_rules! conformance_tests {
             task_next_takes_declared_tasks_in_order,
             an_expired_grant_is_next_again,
             next_passes_over_many_lock_delayed_tasks,
-            a_chain_below_a_failed_task_is_drained
+            a_chain_below_a_failed_task_is_drained,
+            a_cascading_cancel_reaches_every_dependent
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -44,6 +44,7 @@ pub(super) fn reset_attempt_state(r: &mut TaskRecord, now: Timestamp) {
     r.started_at = None;
     r.finished_at = None;
     r.executor = None;
+    r.cancel_requested = None;
 }
 
 /// A task's first record (revision 1, attempt 0, iteration 1), in `state`
@@ -72,6 +73,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         updated_at: now,
         node: None,
         dependents: Vec::new(),
+        cancel_requested: None,
     }
 }
 

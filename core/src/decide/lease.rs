@@ -71,6 +71,16 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             .details(json!({"expires_at": expires_at}));
             commit(r, vec![e])
         }
+        // A holder asked to stop gives the task back: that is the cancel.
+        Request::Release { .. } if rec.cancel_requested.is_some() => close(
+            rec,
+            req,
+            actor,
+            State::Cancelled,
+            EventKind::Cancelled,
+            now,
+            |_| {},
+        ),
         Request::Release { .. } => {
             let mut r = next(rec, now);
             r.state = State::Registered;

@@ -563,7 +563,7 @@ fn decide_request(
         | Request::Redispatch { .. }
         | Request::Finalize { .. }
         | Request::Annotate { .. }
-        | Request::Settle => operator::decide(op, rec),
+        | Request::Settle => operator::decide(op, rec, live),
         Request::Add { .. } | Request::Link { .. } | Request::Wake => {
             graph::decide(op, rec, upstream)
         }

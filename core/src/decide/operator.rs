@@ -4,17 +4,41 @@
 use super::*;
 
 /// Decides an operator request, a metadata merge or a settle.
-pub(super) fn decide(op: &Operation, rec: &TaskRecord) -> Verdict {
+pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool) -> Verdict {
     let req = &op.request;
     let now = op.now;
     let actor = req.actor();
     match req {
-        Request::Cancel { fence: None, .. } => {
+        Request::Cancel {
+            fence: None, force, ..
+        } => {
             if rec.state == State::Cancelled {
                 return Verdict::Ack;
             }
             if rec.state.is_terminal() {
                 return illegal(rec, req);
+            }
+            // Cooperative: a live lease's holder is asked to stop (it sees
+            // the request in its next renewal's answer); the task becomes
+            // CANCELLED when it gives the task back or its lease ends.
+            if live && !force {
+                if rec.cancel_requested.is_some() {
+                    return Verdict::Ack;
+                }
+                let mut r = next(rec, now);
+                r.cancel_requested = Some(crate::model::CancelRequest {
+                    by: actor.clone(),
+                    at: now,
+                });
+                let e = draft(
+                    &r,
+                    EventKind::CancelRequested,
+                    Some(rec.state),
+                    actor,
+                    rec.current_fence(),
+                    now,
+                );
+                return commit(r, vec![e]);
             }
             close(
                 rec,

@@ -32,7 +32,17 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
         };
         r.stalls = r.stalls.saturating_add(1);
         let again = r.max_attempts().is_none_or(|max| r.stalls < max);
-        if again {
+        if let Some(asked) = r.cancel_requested.clone() {
+            // The holder asked to stop let its lease run out instead of
+            // giving the task back: the cancel it was asked for.
+            r.state = State::Cancelled;
+            r.finished_at = Some(now);
+            r.closure = Some(Closure {
+                request: RequestKind::Cancel,
+                actor: asked.by,
+                fence,
+            });
+        } else if again {
             r.state = State::Registered;
             r.current_step = 0;
             // The start deadline counts afresh from when the attempt ended
@@ -48,16 +58,13 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
                 fence,
             });
         }
+        let kind = if r.state == State::Cancelled {
+            EventKind::Cancelled
+        } else {
+            EventKind::Stalled
+        };
         events.push(
-            draft(
-                &r,
-                EventKind::Stalled,
-                Some(from),
-                Actor::System,
-                fence,
-                now,
-            )
-            .details(json!({
+            draft(&r, kind, Some(from), Actor::System, fence, now).details(json!({
                 "expired_at": expired_at,
                 "stalls": r.stalls,
                 "max_attempts": r.max_attempts(),

@@ -464,3 +464,43 @@ pub fn a_chain_below_a_failed_task_is_drained<H: Harness>(ctx: &mut Ctx<H>) {
         "{r:?}"
     );
 }
+
+/// A cascading cancel reaches every dependent at any depth that has not
+/// ended, from a task cancelled or one that already failed, and leaves
+/// tasks that do not depend on it alone.
+pub fn a_cascading_cancel_reaches_every_dependent<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let w = id("w");
+    let alice = Actor::Operator(id("alice"));
+    let g = vec![
+        node("root", &[]),
+        node("mid", &["root"]),
+        node("leaf", &["mid"]),
+        node("side", &["root"]),
+        node("apart", &[]),
+    ];
+    ctx.block_on(a.add_graph(g)).unwrap().unwrap();
+    // `root` fails for good: everything below it can never run.
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    let grant = r.grant().unwrap();
+    assert_eq!(grant.task.as_str(), "apart");
+    let r = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    let root = r.grant().unwrap();
+    assert_eq!(root.task.as_str(), "root");
+    ctx.block_on(a.fail(&id("root"), &w, root.fence, None))
+        .unwrap();
+    let (first, cascaded) = ctx
+        .block_on(a.cancel_cascade(&id("root"), alice, false))
+        .unwrap();
+    assert!(first.is_refused(), "a FAILED task stays FAILED: {first:?}");
+    let mut names: Vec<&str> = cascaded.iter().map(|(t, _)| t.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["leaf", "mid", "side"]);
+    for (t, r) in &cascaded {
+        assert_eq!(r.record().unwrap().state, State::Cancelled, "{t}: {r:?}");
+    }
+    let apart = ctx.block_on(a.get(&id("apart"))).unwrap().unwrap();
+    assert_eq!(apart.state, State::Claimed, "a task apart is left alone");
+    let root = ctx.block_on(a.get(&id("root"))).unwrap().unwrap();
+    assert_eq!(root.state, State::Failed);
+}

@@ -427,3 +427,69 @@ pub fn redispatch_and_finalize<H: Harness>(ctx: &mut Ctx<H>) {
     let r = ctx.block_on(a.cancel_as(&id("nobody"), op)).unwrap();
     assert_eq!(refusal(&r), &Refusal::NotFound);
 }
+
+/// An operator's cancel of a held task asks its holder to stop: the holder
+/// sees the request in its renewal's answer and keeps its lease, and the
+/// task becomes CANCELLED when the holder gives it back or its lease ends.
+/// A forced cancel ends it at once; a task nobody holds is cancelled at once.
+pub fn cancel_is_cooperative<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let (w, x) = (id("w"), id("x"));
+    let alice = Actor::Operator(id("alice"));
+    // Given back after the request.
+    let t = id("coop");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, Some(600_000))).unwrap());
+    let r = ctx.block_on(a.cancel_as(&t, alice.clone())).unwrap();
+    let rec = r.record().unwrap();
+    assert_eq!(rec.state, State::Claimed, "{r:?}");
+    assert_eq!(rec.cancel_requested.as_ref().unwrap().by, alice);
+    let again = ctx.block_on(a.cancel_as(&t, alice.clone())).unwrap();
+    assert!(again.is_idempotent(), "{again:?}");
+    let r = ctx.block_on(a.renew(&t, &w, f, None)).unwrap();
+    assert!(r.record().unwrap().cancel_requested.is_some(), "{r:?}");
+    let r = ctx.block_on(a.claim(&t, &x, None)).unwrap();
+    assert!(matches!(refusal(&r), Refusal::Held { .. }), "{r:?}");
+    let r = ctx.block_on(a.release(&t, &w, f)).unwrap();
+    assert_eq!(r.record().unwrap().state, State::Cancelled, "{r:?}");
+    let kinds: Vec<EventKind> = ctx.task_events(&t).iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&EventKind::CancelRequested), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&EventKind::Cancelled), "{kinds:?}");
+    // Its lease left to run out: cancelled when it ended, never granted again.
+    let t = id("coop-lapsed");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, Some(ttl))).unwrap());
+    ctx.block_on(a.cancel_as(&t, alice.clone())).unwrap();
+    ctx.expire(ttl);
+    let r = ctx.block_on(a.claim(&t, &x, None)).unwrap();
+    assert!(
+        matches!(
+            refusal(&r),
+            Refusal::IllegalTransition {
+                state: State::Cancelled,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let r = ctx.block_on(a.renew(&t, &w, f, None)).unwrap();
+    assert!(r.is_refused(), "{r:?}");
+    assert_eq!(
+        ctx.block_on(a.get(&t)).unwrap().unwrap().state,
+        State::Cancelled
+    );
+    // Forced: at once, and the holder's report after it is refused.
+    let t = id("coop-forced");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, Some(600_000))).unwrap());
+    let r = ctx
+        .block_on(a.cancel_with(&t, alice.clone(), true))
+        .unwrap();
+    assert_eq!(r.record().unwrap().state, State::Cancelled, "{r:?}");
+    let r = ctx.block_on(a.complete(&t, &w, f)).unwrap();
+    assert!(r.is_refused(), "{r:?}");
+    // Nobody holds it: at once.
+    let t = id("coop-idle");
+    let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+    ctx.block_on(a.release(&t, &w, f)).unwrap();
+    let r = ctx.block_on(a.cancel_as(&t, alice)).unwrap();
+    assert_eq!(r.record().unwrap().state, State::Cancelled, "{r:?}");
+}
