@@ -35,6 +35,20 @@ pub(super) fn close(
     commit(r, vec![e])
 }
 
+/// `rec` closed as CANCELLED by `req` (the holder's cancel or release, an
+/// operator's cancel).
+pub(super) fn cancelled(rec: &TaskRecord, req: &Request, actor: Actor, now: Timestamp) -> Verdict {
+    close(
+        rec,
+        req,
+        actor,
+        State::Cancelled,
+        EventKind::Cancelled,
+        now,
+        |_| {},
+    )
+}
+
 pub(super) fn reset_attempt_state(r: &mut TaskRecord, now: Timestamp) {
     r.deadline_from = Some(now);
     r.current_step = 0;

@@ -72,15 +72,9 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             commit(r, vec![e])
         }
         // A holder asked to stop gives the task back: that is the cancel.
-        Request::Release { .. } if rec.cancel_requested.is_some() => close(
-            rec,
-            req,
-            actor,
-            State::Cancelled,
-            EventKind::Cancelled,
-            now,
-            |_| {},
-        ),
+        Request::Release { .. } if rec.cancel_requested.is_some() => {
+            cancelled(rec, req, actor, now)
+        }
         Request::Release { .. } => {
             let mut r = next(rec, now);
             r.state = State::Registered;
@@ -110,15 +104,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
                 }
             })
         }
-        Request::Cancel { fence: Some(_), .. } => close(
-            rec,
-            req,
-            actor,
-            State::Cancelled,
-            EventKind::Cancelled,
-            now,
-            |_| {},
-        ),
+        Request::Cancel { fence: Some(_), .. } => cancelled(rec, req, actor, now),
         // Every other request is decided by another concern's module.
         _ => illegal(rec, req),
     }

@@ -40,15 +40,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool) -> Verdict {
                 );
                 return commit(r, vec![e]);
             }
-            close(
-                rec,
-                req,
-                actor,
-                State::Cancelled,
-                EventKind::Cancelled,
-                now,
-                |_| {},
-            )
+            cancelled(rec, req, actor, now)
         }
         Request::Redispatch { iteration, .. } => {
             match rec.state {
