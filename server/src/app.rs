@@ -60,6 +60,12 @@ pub(crate) struct App {
 
 pub(crate) type Shared = Arc<App>;
 
+/// The caller the request's bearer token proved (`None`: the server has
+/// no tokens, or the route is public), left in the request by
+/// [`authenticate`] for the gate a handler asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Who(pub Option<Caller>);
+
 impl App {
     pub fn now(&self) -> baton_core::Timestamp {
         self.clock.now()
@@ -209,7 +215,7 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
 /// a request without a valid token is answered 401 and its body is never
 /// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
 /// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
-/// the [`crate::gate::Gate`] a handler asks for.
+/// the gate a handler asks for (`gate.rs`).
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
     mut req: axum::extract::Request,
@@ -222,7 +228,7 @@ pub(crate) async fn authenticate(
     if !public {
         match app.caller(req.headers()) {
             Ok(caller) => {
-                req.extensions_mut().insert(crate::gate::Who(caller));
+                req.extensions_mut().insert(Who(caller));
             }
             Err(e) => return e.into_response(),
         }

@@ -8,7 +8,7 @@
 //! in the metrics; the operator's acts (`ack`, a sweep's `permit`) need an
 //! operator. No handler checks a token or counts a decision itself.
 
-use crate::app::{ApiError, Shared};
+use crate::app::{ApiError, Shared, Who};
 use async_trait::async_trait;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -21,11 +21,6 @@ use baton_core::{
     Snapshot, Store, TaskId, Timestamp,
 };
 use std::fmt;
-
-/// The caller the request's bearer token proved (`None`: the server has
-/// no tokens, or the route is public).
-#[derive(Debug, Clone)]
-pub(crate) struct Who(pub Option<Caller>);
 
 /// The server's store as one caller may use it.
 pub(crate) struct Gated {

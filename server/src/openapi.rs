@@ -3,7 +3,6 @@
 //! the routes serve and every input carries the rule every front end
 //! applies to it.
 
-use crate::app::{Answer, json};
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
 use serde_json::{Map, Value, json};
 
@@ -141,6 +140,6 @@ pub(crate) fn document() -> Value {
     })
 }
 
-pub(crate) async fn serve() -> Answer {
-    json(&document())
+pub(crate) async fn serve() -> axum::Json<Value> {
+    axum::Json(document())
 }
