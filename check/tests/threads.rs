@@ -39,7 +39,7 @@ fn record(store: Arc<dyn Store>, clients: u32, secs: f64) -> Report {
 /// The run exercised what it is meant to: grants, refusals of every kind
 /// the model knows, and ends of every kind.
 fn assert_exercised(r: &Report) {
-    assert!(r.grants >= 50, "too few grants to mean anything: {r}");
+    assert!(r.grants >= 20, "too few grants to mean anything: {r}");
     for reason in [
         "held",
         "stale_fence",
