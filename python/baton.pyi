@@ -35,6 +35,7 @@ __all__ = [
     "UsedAfterFork",
     "Verification",
     "authority_for",
+    "operations",
     "__version__",
 ]
 
