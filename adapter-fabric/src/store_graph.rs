@@ -4,134 +4,110 @@
 //! transaction over every record they read; and `next` over a ready-index
 //! prefix.
 //!
-//! A group is decided on an overlay: core's `apply_in` runs against the
-//! records read so far; when it asks for one not read yet, the record is
-//! read (with its holder and timer keys, at one revision) and the group is
-//! decided again from the start. The transaction then compares every
-//! record and key it read, and writes each task's final record once, with
-//! its index keys, lease keys, events and notifications.
+//! A group is decided by core's commit engine ([`baton_core::engine`]):
+//! each record it asks for is read (with its holder and timer keys, at one
+//! revision) or served from what the group already read or wrote; each
+//! decision it writes is kept for the one transaction. That transaction
+//! compares every record and key the decisions read, and writes each
+//! task's final record once, with its index keys, lease keys, events and
+//! notifications. `next` is the same engine's scan, offered pages of the
+//! ready and held indexes; the records a page lists are compared only if
+//! a decision reads them.
 
 use super::*;
-use baton_core::graph::{NextQuery, ReadyEntry, held_range};
-use baton_core::store::{Txn as Commit, apply_in};
+use baton_core::engine::{Answer, Engine, Job, Need, Supply};
+use baton_core::graph::{NextQuery, held_range, ready_range};
 use std::collections::BTreeMap;
 
 /// The most operations one transaction may carry (etcd's default
 /// `--max-txn-ops` is 128); a group of adds is cut into chunks below it.
 const MAX_TXN_OPS: usize = 120;
-/// Candidates read from each queue's index per `next` try.
-const NEXT_CANDIDATES: usize = 8;
-/// How many grants `next` tries before it answers that it took none.
+/// How many races for a grant `next` loses before it answers that it took none.
 const NEXT_TRIES: usize = 16;
+/// The most decisions of passed-over candidates one `next` transaction
+/// writes (about eight keys each, under [`MAX_TXN_OPS`]); it commits them
+/// and goes on.
+const NEXT_WRITES: usize = 8;
 
-/// The group's view: records read from etcd, records it wrote.
-struct Overlay<'a> {
-    cache: &'a BTreeMap<TaskId, Found>,
-    rules: baton_core::LeaseRules,
+/// What a commit has read: the records its decisions read (compared when
+/// it commits), those the decision under way read, and those an index page
+/// listed that no decision read. In a group every read is compared; in a
+/// `next` only those of decisions that wrote: one that wrote nothing
+/// changed nothing, and its candidates are many.
+#[derive(Default)]
+struct Reads {
+    compared: BTreeMap<TaskId, Found>,
+    current: BTreeMap<TaskId, Found>,
+    listed: BTreeMap<TaskId, Found>,
+    guard_all: bool,
+}
+
+impl Reads {
+    fn guarding_all(compared: BTreeMap<TaskId, Found>) -> Reads {
+        Reads {
+            compared,
+            guard_all: true,
+            ..Reads::default()
+        }
+    }
+
+    fn get(&self, task: &TaskId) -> Option<&Found> {
+        self.compared
+            .get(task)
+            .or_else(|| self.current.get(task))
+            .or_else(|| self.listed.get(task))
+    }
+
+    /// A decision begins (it reads its own task): what the one before it
+    /// read, if it wrote nothing, is no longer guarded.
+    fn begin(&mut self) {
+        let done = std::mem::take(&mut self.current);
+        self.listed.extend(done);
+    }
+
+    /// A decision read `task`: guarded if it writes (or in a group).
+    fn read(&mut self, task: &TaskId, found: Found) {
+        if self.guard_all {
+            self.compared.insert(task.clone(), found);
+        } else if !self.compared.contains_key(task) {
+            self.current.insert(task.clone(), found);
+        }
+    }
+
+    /// The decision under way writes: everything it read is guarded.
+    fn wrote(&mut self) {
+        let read = std::mem::take(&mut self.current);
+        self.compared.extend(read);
+    }
+}
+
+/// What the engine's decisions came to.
+struct Decided {
+    answers: Vec<Answer>,
+    keep: bool,
+    capped: bool,
+    /// Each task's final record, and every decision that wrote, in order.
     written: BTreeMap<TaskId, TaskRecord>,
-    /// Every decision that wrote, in order, with its task.
     wrote: Vec<(TaskId, Decision)>,
-    missing: Option<TaskId>,
 }
 
-impl Commit for Overlay<'_> {
-    fn load(&mut self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
-        if let Some(r) = self.written.get(task) {
-            // Written by this group: a held record holds the lease it was
-            // just given (or kept); no timer it set has run out.
-            let judged = Judged {
-                lease_holds: r.state.is_held(),
-                deadline_passed: false,
-                lock_delay_holds: false,
-            };
-            return Ok(Some(Snapshot {
-                record: r.clone(),
-                judged,
-            }));
-        }
-        match self.cache.get(task) {
-            Some(found) => Ok(found.record.as_ref().map(|(r, _)| Snapshot {
-                record: r.clone(),
-                judged: found.judged(),
-            })),
-            None => {
-                self.missing = Some(task.clone());
-                Err(Error::unavailable("etcd: a record is still to be read"))
-            }
-        }
-    }
-
-    fn write(&mut self, d: &mut Decision) -> Result<()> {
-        let Some(r) = d.record_to_write() else {
-            return Err(Error::unsupported(
-                "etcd: a refusal recorded as an event inside a work-graph transaction",
-            ));
-        };
-        let task = r.task.clone();
-        self.written.insert(task.clone(), r.clone());
-        self.wrote.push((task, d.clone()));
-        Ok(())
-    }
-
-    fn rules(&self) -> baton_core::LeaseRules {
-        self.rules
+/// A record this group wrote, as its later decisions see it: a held record
+/// holds the lease it was just given (or kept); no timer it set has run out.
+fn as_written(r: &TaskRecord) -> Snapshot {
+    Snapshot {
+        record: r.clone(),
+        judged: Judged {
+            lease_holds: r.state.is_held(),
+            deadline_passed: false,
+            lock_delay_holds: false,
+        },
     }
 }
 
-/// What a group comes to once every record it needs is read.
-enum Dry {
-    /// Decided: the top-level decisions, and whether to write them.
-    Decided {
-        top: Vec<Decision>,
-        written: BTreeMap<TaskId, TaskRecord>,
-        wrote: Vec<(TaskId, Decision)>,
-        keep: bool,
-    },
-    /// This record must be read first.
-    Needs(TaskId),
-}
-
-fn dry(
-    ops: &[Operation],
-    cache: &BTreeMap<TaskId, Found>,
-    rules: baton_core::LeaseRules,
-    all_or_nothing: bool,
-) -> Result<Dry> {
-    let mut ov = Overlay {
-        cache,
-        rules,
-        written: BTreeMap::new(),
-        wrote: Vec::new(),
-        missing: None,
-    };
-    let mut top = Vec::with_capacity(ops.len());
-    let mut keep = true;
-    for op in ops {
-        match apply_in(&mut ov, op) {
-            Ok((d, _)) => {
-                let fine = matches!(
-                    d.verdict,
-                    baton_core::Verdict::Commit(_) | baton_core::Verdict::Ack
-                );
-                top.push(d);
-                if all_or_nothing && !fine {
-                    keep = false;
-                    break;
-                }
-            }
-            Err(e) => {
-                return match ov.missing.take() {
-                    Some(task) => Ok(Dry::Needs(task)),
-                    None => Err(e),
-                };
-            }
-        }
-    }
-    Ok(Dry::Decided {
-        top,
-        written: ov.written,
-        wrote: ov.wrote,
-        keep,
+fn as_found(found: &Found) -> Option<Snapshot> {
+    found.record.as_ref().map(|(r, _)| Snapshot {
+        record: r.clone(),
+        judged: found.judged(),
     })
 }
 
@@ -201,26 +177,25 @@ impl FabricStore {
         let start = self.next_turn();
         for attempt in 0..self.opts.max_attempts as u64 {
             // The seed serves the first attempt; a lost compare reads anew.
-            let mut cache: BTreeMap<TaskId, Found> = std::mem::take(&mut seed);
-            let (mut top, written, wrote, keep) = loop {
-                match dry(ops, &cache, rules, all_or_nothing)? {
-                    Dry::Needs(task) => {
-                        let found = self.find(task.as_str()).await?;
-                        cache.insert(task, found);
-                    }
-                    Dry::Decided {
-                        top,
-                        written,
-                        wrote,
-                        keep,
-                    } => break (top, written, wrote, keep),
-                }
+            let mut reads = Reads::guarding_all(std::mem::take(&mut seed));
+            let engine = if all_or_nothing {
+                Engine::new([Job::All(ops.to_vec())], rules)
+            } else {
+                Engine::new(ops.iter().cloned().map(Job::One), rules)
             };
-            if written.is_empty() || !keep {
+            let d = self.decide(engine, &mut reads).await?;
+            let mut top = Vec::with_capacity(ops.len());
+            for a in d.answers {
+                match a {
+                    Answer::All(ds) => top.extend(ds),
+                    a => top.push(a.into_one()?),
+                }
+            }
+            if d.written.is_empty() || !d.keep {
                 return Ok(top);
             }
             match self
-                .commit_group(&cache, &written, &wrote, start, attempt)
+                .commit_group(&reads.compared, &d.written, &d.wrote, start, attempt)
                 .await?
             {
                 Some(revision) => {
@@ -237,6 +212,121 @@ impl FabricStore {
             "etcd prefix {:?}: a work-graph transaction lost {} times running to concurrent changes",
             self.opts.prefix, self.opts.max_attempts
         )))
+    }
+
+    /// Runs `engine` to its end: each record it asks for from what this
+    /// commit wrote or read, or read from etcd (those missing together);
+    /// each write kept for the transaction; each page from an index.
+    async fn decide(&self, mut engine: Engine, reads: &mut Reads) -> Result<Decided> {
+        let mut written: BTreeMap<TaskId, TaskRecord> = BTreeMap::new();
+        let mut wrote: Vec<(TaskId, Decision)> = Vec::new();
+        while let Some(need) = engine.step()? {
+            let supply = match need {
+                Need::Load {
+                    tasks, upstream, ..
+                } => {
+                    if !upstream {
+                        reads.begin();
+                    }
+                    let mut to_read = Vec::new();
+                    for t in &tasks {
+                        if written.contains_key(t) {
+                            continue;
+                        }
+                        match reads.listed.remove(t) {
+                            Some(found) => reads.read(t, found),
+                            None if reads.get(t).is_none() => to_read.push(t.clone()),
+                            None => {}
+                        }
+                    }
+                    let found = futures_util::future::join_all(
+                        to_read.iter().map(|t| self.find(t.as_str())),
+                    )
+                    .await;
+                    for (t, f) in to_read.iter().zip(found) {
+                        reads.read(t, f?);
+                    }
+                    Supply::Loaded(
+                        tasks
+                            .iter()
+                            .map(|t| match written.get(t) {
+                                Some(r) => Some(as_written(r)),
+                                None => reads.get(t).and_then(as_found),
+                            })
+                            .collect(),
+                    )
+                }
+                Need::Write(d) => {
+                    let Some(r) = d.record_to_write() else {
+                        return Err(Error::unsupported(
+                            "etcd: a refusal recorded as an event inside a work-graph transaction",
+                        ));
+                    };
+                    let task = r.task.clone();
+                    reads.wrote();
+                    written.insert(task.clone(), r.clone());
+                    wrote.push((task, (*d).clone()));
+                    Supply::Written(d)
+                }
+                Need::Ready {
+                    lane,
+                    queue,
+                    after,
+                    limit,
+                    ..
+                } => {
+                    let (from, end) = ready_range(lane, &queue, after.as_ref());
+                    // The range's start is exclusive: the first key after it.
+                    let from = format!("{}\0", self.keys.ready(&from));
+                    let page = self.page(from, self.keys.ready(&end), limit, reads).await?;
+                    Supply::Page(overlaid(page, &written))
+                }
+                Need::Expired {
+                    lane,
+                    queue,
+                    limit,
+                    now,
+                } => {
+                    let (hs, he) = held_range(lane, &queue, now);
+                    let page = self
+                        .page(self.keys.held(&hs), self.keys.held(&he), limit, reads)
+                        .await?;
+                    Supply::Page(overlaid(page, &written))
+                }
+            };
+            engine.supply(supply)?;
+        }
+        let capped = engine.capped();
+        let (answers, keep) = engine.finish();
+        Ok(Decided {
+            answers,
+            keep,
+            capped,
+            written,
+            wrote,
+        })
+    }
+
+    /// The records an index range lists (at most `limit`), each read with
+    /// its keys; a record a decision of this commit read is given as read.
+    async fn page(
+        &self,
+        start: String,
+        end: String,
+        limit: usize,
+        reads: &mut Reads,
+    ) -> Result<Vec<Snapshot>> {
+        let ids = self.index_range(start, end, limit).await?;
+        let fresh: Vec<&TaskId> = ids.iter().filter(|t| reads.get(t).is_none()).collect();
+        let found =
+            futures_util::future::join_all(fresh.iter().map(|t| self.find(t.as_str()))).await;
+        for (t, f) in fresh.into_iter().zip(found) {
+            reads.listed.insert(t.clone(), f?);
+        }
+        Ok(ids
+            .iter()
+            .filter_map(|t| reads.get(t).and_then(as_found))
+            .collect())
     }
 
     /// Sends one group's transaction. `Some(revision)` once committed,
@@ -517,80 +607,61 @@ impl FabricStore {
             .collect()
     }
 
-    /// `next`: candidates from each queue's ready prefix and held prefix,
-    /// ordered by core and tried in that order, each in its own guarded
-    /// transaction. One refused whoever asks (its lock delay holds, it is
-    /// not ready) is passed over, as core's `take_next` does, up to
-    /// [`baton_core::next::NEXT_SCAN`] of them. After a race lost to another
-    /// grant the index is read again and one of the first few is tried at
-    /// random, so contenders do not all chase the head; after
-    /// [`NEXT_TRIES`] lost races `next` answers that it took none.
+    /// `next`: core's scan ([`Job::Next`]) over each queue's ready and
+    /// held prefixes, its decisions in one guarded transaction. After a
+    /// race lost to another commit the scan runs again on fresh reads,
+    /// trying one of the first few candidates first, so contenders do not
+    /// all chase the head; after [`NEXT_TRIES`] lost races `next` answers
+    /// that it took none. A scan that passed over [`NEXT_WRITES`]
+    /// candidates whose decisions wrote commits them and goes on.
     pub(super) async fn next_on_etcd(&self, q: &NextQuery) -> Result<Option<Decision>> {
-        let mut tried: BTreeSet<TaskId> = BTreeSet::new();
-        let mut lost = 0;
-        while lost < NEXT_TRIES && tried.len() < baton_core::next::NEXT_SCAN {
-            let mut ids = BTreeSet::new();
-            for queue in &q.queues {
-                let prefix = ReadyEntry::prefix(q.lane(), queue);
-                let end = baton_core::graph::prefix_end(&prefix);
-                let want = NEXT_CANDIDATES + tried.len();
-                ids.extend(
-                    self.index_range(self.keys.ready(&prefix), self.keys.ready(&end), want)
-                        .await?,
-                );
-                let (hs, he) = held_range(q.lane(), queue, q.now);
-                ids.extend(
-                    self.index_range(self.keys.held(&hs), self.keys.held(&he), want)
-                        .await?,
-                );
-            }
-            let fresh: Vec<TaskId> = ids.into_iter().filter(|t| !tried.contains(t)).collect();
-            if fresh.is_empty() {
-                return Ok(None);
-            }
-            let found =
-                futures_util::future::join_all(fresh.iter().map(|t| self.read_snapshot(t))).await;
-            let mut candidates: Vec<Snapshot> = Vec::new();
-            for f in found {
-                if let Some(s) = f? {
-                    candidates.push(s);
-                }
-            }
-            q.order(&mut candidates);
-            candidates.retain(|c| q.takeable(c));
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            // The head first; after a lost race, any of the first few.
-            if lost > 0 {
-                let few = candidates.len().min(3) as u64;
-                let pick = (std::hash::BuildHasher::hash_one(
+        let rules = self.capabilities().lease_rules();
+        let start = self.next_turn();
+        let (mut lost, mut rounds) = (0usize, 0usize);
+        loop {
+            let spread = if lost == 0 {
+                0
+            } else {
+                std::hash::BuildHasher::hash_one(
                     &std::collections::hash_map::RandomState::new(),
                     lost,
-                ) % few) as usize;
-                candidates[..=pick].rotate_right(1);
+                ) as usize
+            };
+            let engine = Engine::new([Job::Next(q.clone())], rules)
+                .spread(spread)
+                .max_writes(NEXT_WRITES);
+            let mut reads = Reads::default();
+            let mut d = self.decide(engine, &mut reads).await?;
+            let answer = match d.answers.pop() {
+                Some(a) => a.into_next()?,
+                None => return Err(Error::unavailable("etcd: a `next` decided nothing")),
+            };
+            if d.written.is_empty() {
+                return Ok(answer);
             }
-            for c in candidates {
-                tried.insert(c.record.task.clone());
-                let Some(op) = q.claim_for(&c.record) else {
-                    continue;
-                };
-                let mut ds = self.apply_group(std::slice::from_ref(&op), false).await?;
-                let Some(d) = ds.pop() else { continue };
-                if d.mints_fence() {
-                    return Ok(Some(d));
+            let attempt = (lost + rounds) as u64;
+            match self
+                .commit_group(&reads.compared, &d.written, &d.wrote, start, attempt)
+                .await?
+            {
+                Some(revision) => {
+                    if let Some(mut grant) = answer {
+                        grant.assign_fence(revision);
+                        return Ok(Some(grant));
+                    }
+                    rounds += 1;
+                    if !d.capped || rounds * NEXT_WRITES >= baton_core::next::NEXT_SCAN {
+                        return Ok(None);
+                    }
                 }
-                let lost_race = matches!(
-                    &d.verdict,
-                    baton_core::Verdict::Refuse { refusal, .. } if refusal.held_by_another()
-                );
-                if lost_race {
+                None => {
                     lost += 1;
-                    break;
+                    if lost >= NEXT_TRIES {
+                        return Ok(None);
+                    }
                 }
             }
         }
-        Ok(None)
     }
 
     /// Waits (at most `max_ms`) for a put under the ready prefix: a task
@@ -618,12 +689,6 @@ impl FabricStore {
         }
     }
 
-    async fn read_snapshot(&self, task: &TaskId) -> Result<Option<Snapshot>> {
-        let found = self.find(task.as_str()).await?;
-        let judged = found.judged();
-        Ok(found.record.map(|(record, _)| Snapshot { record, judged }))
-    }
-
     /// `apply_all` on etcd: in transactions of at most [`MAX_TXN_OPS`]
     /// keys (etcd's limit), each whole; a refusal stops at the chunk it is
     /// in, leaving the chunks before it committed.
@@ -646,4 +711,14 @@ impl FabricStore {
         }
         Ok(out)
     }
+}
+
+/// A page as this commit sees it: a task it wrote, as written.
+fn overlaid(page: Vec<Snapshot>, written: &BTreeMap<TaskId, TaskRecord>) -> Vec<Snapshot> {
+    page.into_iter()
+        .map(|s| match written.get(&s.record.task) {
+            Some(r) => as_written(r),
+            None => s,
+        })
+        .collect()
 }

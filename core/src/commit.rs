@@ -32,57 +32,7 @@ use std::thread::JoinHandle;
 /// The most operations one batch carries.
 pub const MAX_BATCH: usize = 256;
 
-/// What a caller asks the committer for.
-// One Job is made per request and moved once into the queue; boxing the
-// operation would only add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone)]
-pub enum Job {
-    /// One operation (`Store::apply`).
-    One(Operation),
-    /// Operations that commit together or not at all (`Store::apply_all`).
-    All(Vec<Operation>),
-    /// The next ready task (`Store::next`).
-    Next(crate::graph::NextQuery),
-}
-
-/// The answer to a [`Job`], of the same kind.
-#[derive(Debug, Clone)]
-pub enum Answer {
-    One(Decision),
-    All(Vec<Decision>),
-    Next(Option<Decision>),
-}
-
-impl Answer {
-    fn mismatched() -> Error {
-        Error::unavailable("the commit thread answered a job with another kind of answer")
-    }
-
-    /// The decision of a [`Job::One`].
-    pub fn into_one(self) -> Result<Decision> {
-        match self {
-            Answer::One(d) => Ok(d),
-            _ => Err(Self::mismatched()),
-        }
-    }
-
-    /// The decisions of a [`Job::All`].
-    pub fn into_all(self) -> Result<Vec<Decision>> {
-        match self {
-            Answer::All(d) => Ok(d),
-            _ => Err(Self::mismatched()),
-        }
-    }
-
-    /// The answer of a [`Job::Next`].
-    pub fn into_next(self) -> Result<Option<Decision>> {
-        match self {
-            Answer::Next(d) => Ok(d),
-            _ => Err(Self::mismatched()),
-        }
-    }
-}
+pub use crate::engine::{Answer, Job};
 
 /// A caller waiting for its job's answer.
 struct Queued {

@@ -17,6 +17,7 @@ pub mod catalogue;
 #[cfg(feature = "committer")]
 pub mod commit;
 pub mod decide;
+pub mod engine;
 pub mod error;
 pub mod fault;
 pub mod graph;

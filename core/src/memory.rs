@@ -3,15 +3,17 @@
 //! the conformance suite like every other backend.
 
 use crate::decide::Decision;
+use crate::engine::Job;
+use crate::engine::{Engine, apply_in, drive_next};
 use crate::error::{Error, Result};
 use crate::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use crate::id::Id;
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
-use crate::next::{NextSource, take_next};
+use crate::next::NextSource;
 use crate::request::Operation;
+use crate::store::Txn;
 use crate::store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
-use crate::store::{Txn, apply_group, apply_in};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -188,16 +190,30 @@ impl Store for MemoryStore {
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
         let mut inner = self.lock()?;
         let before = inner.clone();
-        let (decisions, keep) = apply_group(&mut Tx { inner: &mut inner }, &ops)?;
-        if !keep {
+        let mut engine = Engine::new([Job::All(ops)], crate::decide::LeaseRules::default());
+        let driven = drive_next(&mut engine, &mut Tx { inner: &mut inner });
+        let (answers, keep) = engine.finish();
+        if driven.is_err() || !keep {
             *inner = before;
         }
-        Ok(decisions)
+        driven?;
+        match answers.into_iter().next() {
+            Some(a) => a.into_all(),
+            None => Err(Error::unavailable("the commit engine gave no answer")),
+        }
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         let mut inner = self.lock()?;
-        take_next(query, &mut Tx { inner: &mut inner })
+        let mut engine = Engine::new(
+            [Job::Next(query.clone())],
+            crate::decide::LeaseRules::default(),
+        );
+        drive_next(&mut engine, &mut Tx { inner: &mut inner })?;
+        match engine.finish().0.into_iter().next() {
+            Some(a) => a.into_next(),
+            None => Err(Error::unavailable("the commit engine gave no answer")),
+        }
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

@@ -1,8 +1,9 @@
 //! `next`: taking the ready task a query asks for, inside one commit. The
-//! store offers candidates from its indexes ([`NextSource`]); core orders
-//! them and decides each as a grant until one commits ([`take_next`]).
+//! store offers candidates from its indexes ([`NextSource`], or
+//! [`crate::engine::Need::Ready`] and [`crate::engine::Need::Expired`]);
+//! core orders them and decides each as a grant until one commits
+//! ([`crate::engine::Engine`]).
 
-use crate::decide::Decision;
 use crate::graph::{
     Census, Lane, NextQuery, Readiness, ReadyEntry, Taker, Upstream, priority_rank,
 };
@@ -63,7 +64,7 @@ impl NextQuery {
     }
 }
 
-fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
+pub(crate) fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
     let (rank, at) = r
         .node
         .as_ref()
@@ -86,7 +87,8 @@ pub const NEXT_FIRST_PAGE: usize = 2;
 pub const NEXT_SCAN: usize = 1024;
 
 /// What a store that decides under a lock (or in one transaction) offers
-/// [`take_next`], all inside the one commit the grant is made in.
+/// [`crate::engine::drive_next`], all inside the one commit the grant is
+/// made in.
 pub trait NextSource: crate::store::Txn {
     /// Up to `limit` records of the ready index of `lane` and `queue`, in
     /// index order ([`ReadyEntry::key`]), strictly after `after`.
@@ -110,80 +112,13 @@ pub trait NextSource: crate::store::Txn {
         limit: usize,
         now: Timestamp,
     ) -> crate::error::Result<Vec<Snapshot>>;
-
-    /// Decides `op` as [`crate::store::Store::apply`] would, in this commit,
-    /// writing what the decision writes (with its follow-ups).
-    fn apply(&mut self, op: crate::request::Operation) -> crate::error::Result<Decision> {
-        crate::store::apply_in(self, &op).map(|(d, _)| d)
-    }
-}
-
-/// `next` inside one commit: candidates from each queue's ready index and
-/// the expired held tasks, tried in [`NextQuery::order`]; the first whose
-/// decision grants is the answer. A candidate that is not granted (held
-/// since, not ready, past its deadline: its settlement is written) is
-/// passed over. `None` when nothing among the first [`NEXT_SCAN`] grants.
-pub fn take_next(
-    query: &NextQuery,
-    src: &mut dyn NextSource,
-) -> crate::error::Result<Option<Decision>> {
-    let mut seen = 0usize;
-    let mut page_size = NEXT_FIRST_PAGE;
-    let mut cursors: Vec<(Id, Option<ReadyEntry>, bool)> = query
-        .queues
-        .iter()
-        .map(|q| (q.clone(), None, true))
-        .collect();
-    let mut candidates: Vec<Snapshot> = Vec::new();
-    for q in &query.queues {
-        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
-        candidates.extend(expired.into_iter().filter(|s| query.takeable(s)));
-    }
-    loop {
-        for (queue, after, more) in cursors.iter_mut().filter(|c| c.2) {
-            let page = src.ready(query.lane(), queue, after.as_ref(), page_size, query.now)?;
-            *more = page.len() == page_size;
-            if let Some(last) = page.last().and_then(|s| s.record.ready_entry()) {
-                *after = Some(last);
-            } else {
-                *more = false;
-            }
-            candidates.extend(page);
-        }
-        query.order(&mut candidates);
-        // Only what sorts before every queue's unread rest is tried now.
-        let bound = cursors
-            .iter()
-            .filter(|c| c.2)
-            .filter_map(|c| c.1.as_ref())
-            .map(|e| (e.rank, e.ready_at, e.task.clone()))
-            .min();
-        let split = bound.map_or(candidates.len(), |b| {
-            candidates.partition_point(|c| sort_key(&c.record) <= b)
-        });
-        let rest = candidates.split_off(split);
-        for c in std::mem::replace(&mut candidates, rest) {
-            seen += 1;
-            let Some(op) = query.claim_for(&c.record) else {
-                continue;
-            };
-            let d = src.apply(op)?;
-            if d.mints_fence() {
-                return Ok(Some(d));
-            }
-        }
-        if seen >= NEXT_SCAN || !cursors.iter().any(|c| c.2) {
-            return Ok(None);
-        }
-        page_size = (page_size * 4).min(NEXT_PAGE);
-    }
 }
 
 /// Whether `next` has any candidate at all: an entry in one of its queues'
 /// ready index, or a held task there whose lease ran out. Read on a
 /// snapshot that holds only durable commits, `false` is the answer `next`
 /// would give, so a store may give it without taking its write lock (the
-/// cheap poll of waiting workers). [`NextSource::apply`] is not called.
+/// cheap poll of waiting workers).
 pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::error::Result<bool> {
     for q in &query.queues {
         if !src.ready(query.lane(), q, None, 1, query.now)?.is_empty() {

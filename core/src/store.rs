@@ -385,7 +385,8 @@ pub fn upstream_of(
 }
 
 /// One open commit of a store that decides under a lock or inside one
-/// transaction (SQLite, sled, memory): what [`apply_in`] needs of it.
+/// transaction (SQLite, sled, memory): what [`crate::engine::drive`]
+/// needs of it.
 pub trait Txn {
     /// The task as this commit sees it (its own writes included).
     fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>>;
@@ -395,89 +396,4 @@ pub trait Txn {
     fn rules(&self) -> crate::decide::LeaseRules {
         crate::decide::LeaseRules::default()
     }
-}
-
-/// Decides `op` inside `tx` and writes it, then its follow-ups: reads the
-/// task and the records [`crate::decide::upstream_ids`] names, calls
-/// [`crate::decide::decide_in`], writes, and applies each follow-up the
-/// same way. Returns the decision and whether anything was written.
-pub fn apply_in<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<(Decision, bool)> {
-    apply_depth(tx, op, 0)
-}
-
-/// Decides `op` on what `tx` holds, writing nothing: reads the task and
-/// the records [`crate::decide::upstream_ids`] names and calls
-/// [`crate::decide::decide_in`]. On a snapshot of durable commits only, a
-/// decision that writes nothing is the answer (a store may give it
-/// without its write lock); one that writes must be decided again inside
-/// the commit.
-pub fn decide_read<T: Txn + ?Sized>(tx: &mut T, op: &Operation) -> Result<Decision> {
-    let current = tx.load(&op.task, op.now)?;
-    let ids = crate::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
-    let mut found = Vec::with_capacity(ids.len());
-    for id in ids {
-        let snap = tx.load(&id, op.now)?;
-        found.push((id, snap));
-    }
-    let upstream = upstream_of(found, op.now);
-    let (record, judged) = match &current {
-        Some(s) => (Some(&s.record), s.judged),
-        None => (None, Judged::default()),
-    };
-    Ok(crate::decide::decide_in(
-        op,
-        record,
-        judged,
-        tx.rules(),
-        &upstream,
-    ))
-}
-
-fn apply_depth<T: Txn + ?Sized>(tx: &mut T, op: &Operation, depth: u8) -> Result<(Decision, bool)> {
-    let mut d = decide_read(tx, op)?;
-    // Stores that hand fences out ahead (Postgres) count on it.
-    debug_assert!(
-        !d.mints_fence() || op.request.may_grant(),
-        "a {:?} decision minted a fence; Request::may_grant must name it",
-        op.request.kind()
-    );
-    if !d.writes() {
-        return Ok((d, false));
-    }
-    tx.write(&mut d)?;
-    // A link may wake its dependent; nothing goes deeper.
-    if depth < 2 {
-        for (task, request) in d.follow_ups.clone() {
-            let f = Operation {
-                task,
-                request,
-                pre: crate::request::Preconditions::default(),
-                now: op.now,
-            };
-            apply_depth(tx, &f, depth + 1)?;
-        }
-    }
-    Ok((d, true))
-}
-
-/// [`Store::apply_all`] inside `tx`: every operation through [`apply_in`].
-/// Returns the decisions and whether the commit may keep them (every one
-/// a commit or an acknowledgement); when not, the caller rolls back.
-pub fn apply_group<T: Txn + ?Sized>(
-    tx: &mut T,
-    ops: &[Operation],
-) -> Result<(Vec<Decision>, bool)> {
-    let mut out = Vec::with_capacity(ops.len());
-    for op in ops {
-        let (d, _) = apply_in(tx, op)?;
-        let keep = matches!(
-            d.verdict,
-            crate::decide::Verdict::Commit(_) | crate::decide::Verdict::Ack
-        );
-        out.push(d);
-        if !keep {
-            return Ok((out, false));
-        }
-    }
-    Ok((out, true))
 }

@@ -160,10 +160,6 @@ impl Inner {
             .map_err(|e| Error::unavailable(format!("{}: a store task failed: {e}", self.name)))?
     }
 
-    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        &self.handle
-    }
-
     /// Waits for `f` on the store's runtime from a thread outside it (the
     /// committer, a blocking thread).
     pub(crate) fn wait<T>(&self, f: impl Future<Output = T>) -> T {

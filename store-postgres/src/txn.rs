@@ -10,11 +10,14 @@
 //!    other writer of those tasks out until this one ends); then the
 //!    server's clock and one fence per request that may grant, taken from
 //!    a `SEQUENCE` once the locks are held. One round trip.
-//! 2. Core decides each job. A task read again comes from what this
-//!    transaction already holds; one not named (an upstream, a
-//!    follow-up's target) is locked when first read; `next` reads its
-//!    candidates with `FOR UPDATE SKIP LOCKED`, after sending the writes
-//!    so far in the same round trip.
+//! 2. Core's commit engine decides each job ([`baton_core::engine`]),
+//!    asking for what it needs, and this module performs it, awaiting
+//!    each round trip (the thread waits once, for the whole transaction).
+//!    A task read again comes from what this transaction already holds;
+//!    those not named (an upstream, a follow-up's target) are locked
+//!    together when first asked for; `next` reads its candidates with
+//!    `FOR UPDATE SKIP LOCKED`, after sending the writes so far in the
+//!    same round trip.
 //! 3. Every write, then `COMMIT`, in one round trip.
 //!
 //! Events and notifications are inserted without a sequence number; the
@@ -23,9 +26,9 @@
 
 use crate::conn::{At, Cause, Inner, at, classify, encode};
 use baton_core::commit::{Answer, Job};
+use baton_core::engine::{Engine, Need, Supply};
 use baton_core::graph::{Lane, ReadyEntry, held_range, ready_range};
-use baton_core::next::{NEXT_FIRST_PAGE, NextSource, take_next};
-use baton_core::store::{Txn, apply_group, apply_in};
+use baton_core::next::NEXT_FIRST_PAGE;
 use baton_core::{Decision, Error, Id, Result, Snapshot, TaskId, Timestamp};
 use deadpool_postgres::Object;
 use futures_util::future::{BoxFuture, FutureExt, join_all};
@@ -53,25 +56,6 @@ pub(crate) fn wake_key(lane: Lane, queue: &Id) -> String {
     format!("{}/{}", lane.letter(), queue.as_str())
 }
 
-/// How a transaction waits for the server: a pooled connection, driven
-/// by the store's runtime, waited for from this thread; or the committer
-/// thread's own connection, driven by a runtime on that thread (no
-/// thread hand-off per round trip).
-#[derive(Clone, Copy)]
-enum Driver<'a> {
-    Shared(&'a tokio::runtime::Handle),
-    Own(&'a tokio::runtime::Runtime),
-}
-
-impl Driver<'_> {
-    fn wait<F: std::future::Future>(self, f: F) -> F::Output {
-        match self {
-            Driver::Shared(h) => h.block_on(f),
-            Driver::Own(rt) => rt.block_on(f),
-        }
-    }
-}
-
 /// The statements of a write transaction, prepared before anything is
 /// sent, so that pipelined statements run in the order they are sent.
 /// Plain statements, each sent only when there is something for it: the
@@ -80,7 +64,6 @@ impl Driver<'_> {
 struct Stmts {
     lock: Statement,
     clock: Statement,
-    load: Statement,
     fence: Statement,
     insert: Statement,
     update: Statement,
@@ -92,15 +75,14 @@ struct Stmts {
     held: Statement,
 }
 
-const SQL: [&str; 12] = [
-    // lock: the named tasks' rows, in id order (no deadlock between batches).
+const SQL: [&str; 11] = [
+    // lock: the named tasks' rows, in id order (no deadlock between
+    // batches); and, later, tasks a decision reads that no job named.
     "SELECT task_id, record FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE",
     // clock: sent after `lock`, so it runs once the locks are held: the
     // server's now and the fences this batch may grant.
     "SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint,
             ARRAY(SELECT nextval('fence_seq') FROM generate_series(1, $1::int))",
-    // load
-    "SELECT record FROM tasks WHERE task_id = $1 FOR UPDATE",
     // fence
     "SELECT nextval('fence_seq')",
     // insert: a task this transaction found no row for. Another creating
@@ -141,7 +123,6 @@ impl Stmts {
         Ok(Stmts {
             lock: next()?,
             clock: next()?,
-            load: next()?,
             fence: next()?,
             insert: next()?,
             update: next()?,
@@ -329,10 +310,11 @@ fn conflict(e: &tokio_postgres::Error) -> Option<&'static str> {
     }
 }
 
-/// One open write transaction, as core's commit helpers see it.
+/// One open write transaction, performing what core's commit engine
+/// needs: every round trip awaited on the connection's own task, none
+/// waited for by blocking.
 struct PgTx<'a> {
     inner: &'a Inner,
-    driver: Driver<'a>,
     client: &'a tokio_postgres::Client,
     st: &'a Stmts,
     /// The latest version of each task this transaction has read or
@@ -366,7 +348,7 @@ impl PgTx<'_> {
     }
 
     /// Sends the pending writes, then `then`, in one round trip.
-    fn send_then<T>(
+    async fn send_then<T>(
         &mut self,
         then: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
@@ -375,18 +357,16 @@ impl PgTx<'_> {
             self.in_table.insert(task.clone());
         }
         let (client, st, channel) = (self.client, self.st, self.channel.as_str());
-        let (sent, out) = self.driver.wait(async {
-            // join! polls in order, and a request goes out when first
-            // polled: the writes reach the server before `then`.
-            let write = async {
-                if pending.is_empty() {
-                    Ok(())
-                } else {
-                    pending.send(client, st, channel).await
-                }
-            };
-            futures_util::join!(write, then)
-        });
+        // join! polls in order, and a request goes out when first
+        // polled: the writes reach the server before `then`.
+        let write = async {
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                pending.send(client, st, channel).await
+            }
+        };
+        let (sent, out) = futures_util::join!(write, then);
         if let Err(e) = sent {
             return Err(self.fail(&e));
         }
@@ -418,19 +398,17 @@ impl PgTx<'_> {
     /// Every pending write and `COMMIT`, in one round trip. A write the
     /// server refused rolled the transaction back (`COMMIT` then ends it
     /// as a rollback): nothing was applied.
-    fn commit(&mut self) -> Result<()> {
+    async fn commit(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         let (client, st, channel) = (self.client, self.st, self.channel.as_str());
-        let (sent, committed) = self.driver.wait(async {
-            let write = async {
-                if pending.is_empty() {
-                    Ok(())
-                } else {
-                    pending.send(client, st, channel).await
-                }
-            };
-            futures_util::join!(write, client.batch_execute("COMMIT"))
-        });
+        let write = async {
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                pending.send(client, st, channel).await
+            }
+        };
+        let (sent, committed) = futures_util::join!(write, client.batch_execute("COMMIT"));
         if let Err(e) = sent {
             if e.as_db_error().is_some() {
                 return Err(self.fail(&e));
@@ -440,27 +418,40 @@ impl PgTx<'_> {
         }
         committed.map_err(|e| classify(&self.inner.name, Cause::Db(&e), At::Commit))
     }
-}
 
-impl Txn for PgTx<'_> {
-    fn load(&mut self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        let key = task.as_str();
-        let json = match self.known.get(key) {
-            Some(known) => known.clone(),
-            None => {
-                let (client, st) = (self.client, self.st);
-                let found = self.driver.wait(client.query(&st.load, &[&key]));
-                let rows = found.map_err(|e| self.fail(&e))?;
-                let json: Option<String> = rows.first().map(|r| r.get(0));
-                if json.is_some() {
-                    self.in_table.insert(key.to_owned());
-                }
-                self.known.insert(key.to_owned(), json.clone());
-                json
+    /// The tasks' records as this transaction sees them: those it holds
+    /// from what it knows, the rest read and locked in one round trip.
+    async fn load(&mut self, tasks: &[TaskId], now: Timestamp) -> Result<Vec<Option<Snapshot>>> {
+        let mut unknown: Vec<String> = tasks
+            .iter()
+            .map(|t| t.as_str().to_owned())
+            .filter(|t| !self.known.contains_key(t))
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort();
+            unknown.dedup();
+            let (client, st) = (self.client, self.st);
+            let p: [&(dyn ToSql + Sync); 1] = [&unknown];
+            let rows = match client.query(&st.lock, &p).await {
+                Ok(rows) => rows,
+                Err(e) => return Err(self.fail(&e)),
+            };
+            for t in unknown {
+                self.known.insert(t, None);
             }
-        };
-        json.map(|j| Ok(Snapshot::at(self.inner.decode(&j)?, now)))
-            .transpose()
+            self.remember(&rows);
+        }
+        tasks
+            .iter()
+            .map(|t| {
+                self.known
+                    .get(t.as_str())
+                    .cloned()
+                    .flatten()
+                    .map(|j| Ok(Snapshot::at(self.inner.decode(&j)?, now)))
+                    .transpose()
+            })
+            .collect()
     }
 
     fn rules(&self) -> baton_core::LeaseRules {
@@ -473,7 +464,7 @@ impl Txn for PgTx<'_> {
     /// Keeps what `d` writes for the next round trip; a fence comes from
     /// those taken after the locks (or, if none is left, from the
     /// sequence now: the locks are held either way).
-    fn write(&mut self, d: &mut Decision) -> Result<()> {
+    async fn write(&mut self, d: &mut Decision) -> Result<()> {
         self.wrote = true;
         self.ready_ahead = None;
         if d.mints_fence() {
@@ -481,7 +472,7 @@ impl Txn for PgTx<'_> {
                 Some(f) => f,
                 None => {
                     let (client, st) = (self.client, self.st);
-                    let row = self.send_then(client.query_one(&st.fence, &[]))?;
+                    let row = self.send_then(client.query_one(&st.fence, &[])).await?;
                     row.get(0)
                 }
             };
@@ -534,10 +525,10 @@ impl Txn for PgTx<'_> {
         }
         Ok(())
     }
-}
 
-impl NextSource for PgTx<'_> {
-    fn ready(
+    /// A page of a queue's ready index, after the pending writes, each
+    /// row locked or passed over.
+    async fn ready(
         &mut self,
         lane: Lane,
         queue: &Id,
@@ -556,13 +547,15 @@ impl NextSource for PgTx<'_> {
         let (from, end) = ready_range(lane, queue, after);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let (client, st) = (self.client, self.st);
-        let rows = self.send_then(client.query(&st.ready, &[&from, &end, &limit]))?;
+        let rows = self
+            .send_then(client.query(&st.ready, &[&from, &end, &limit]))
+            .await?;
         self.hold_rows(rows, now)
     }
 
-    /// Reads the first page of the queue's ready index in the same round
-    /// trip, for the `ready` call that follows.
-    fn expired(
+    /// A queue's expired leases, and the first page of its ready index in
+    /// the same round trip, for the page the engine asks for next.
+    async fn expired(
         &mut self,
         lane: Lane,
         queue: &Id,
@@ -576,16 +569,46 @@ impl NextSource for PgTx<'_> {
         let (client, st) = (self.client, self.st);
         let held_p: [&(dyn ToSql + Sync); 3] = [&start, &end, &limit];
         let ready_p: [&(dyn ToSql + Sync); 3] = [&from, &to, &first];
-        let (expired, ready) = self.send_then(async {
-            futures_util::try_join!(
-                client.query(&st.held, &held_p),
-                client.query(&st.ready, &ready_p)
-            )
-        })?;
+        let (expired, ready) = self
+            .send_then(async {
+                futures_util::try_join!(
+                    client.query(&st.held, &held_p),
+                    client.query(&st.ready, &ready_p)
+                )
+            })
+            .await?;
         let expired = self.hold_rows(expired, now)?;
         let ready = self.hold_rows(ready, now)?;
         self.ready_ahead = Some((lane, queue.clone(), ready));
         Ok(expired)
+    }
+
+    /// Runs the engine to its end, performing each need.
+    async fn drive(&mut self, engine: &mut Engine) -> Result<()> {
+        while let Some(need) = engine.step()? {
+            let supply = match need {
+                Need::Load { tasks, now, .. } => Supply::Loaded(self.load(&tasks, now).await?),
+                Need::Write(mut d) => {
+                    self.write(&mut d).await?;
+                    Supply::Written(d)
+                }
+                Need::Ready {
+                    lane,
+                    queue,
+                    after,
+                    limit,
+                    now,
+                } => Supply::Page(self.ready(lane, &queue, after.as_ref(), limit, now).await?),
+                Need::Expired {
+                    lane,
+                    queue,
+                    limit,
+                    now,
+                } => Supply::Page(self.expired(lane, &queue, limit, now).await?),
+            };
+            engine.supply(supply)?;
+        }
+        Ok(())
     }
 }
 
@@ -621,8 +644,9 @@ fn grants(jobs: &[Job]) -> i32 {
 /// Decides `jobs` in order inside one transaction and commits once;
 /// returns after the commit is durable. If anything fails, nothing is
 /// applied. A batch the server aborted for a conflict is decided again.
-/// `own`: the committer thread's own connection; without it, one from
-/// the pool.
+/// `own`: the committer thread's own connection, driven by its own
+/// runtime; without it, one from the pool, on the store's. Either way the
+/// thread waits once per try, for the whole transaction.
 pub(crate) fn commit_jobs(
     inner: &Inner,
     jobs: &[Job],
@@ -639,28 +663,22 @@ pub(crate) fn commit_jobs(
                 let Some((client, st)) = conn.open.as_ref() else {
                     return Err(Error::unavailable(format!("{}: no connection", inner.name)));
                 };
-                let driver = Driver::Own(rt);
-                let out = attempt(inner, driver, client, st, jobs, &mut retry, &mut clean);
+                let out = rt.block_on(attempt(inner, client, st, jobs, &mut retry, &mut clean));
                 if !clean {
                     conn.open = None;
                 }
                 out
             }
-            None => {
-                let client = inner.wait(inner.client())?;
-                let driver = Driver::Shared(inner.handle());
-                let st = Stmts::of(
-                    driver
-                        .wait(Stmts::cached(&client))
-                        .map_err(|e| inner.db(&e))?,
-                )?;
-                let out = attempt(inner, driver, &client, &st, jobs, &mut retry, &mut clean);
+            None => inner.wait(async {
+                let client = inner.client().await?;
+                let st = Stmts::of(Stmts::cached(&client).await.map_err(|e| inner.db(&e))?)?;
+                let out = attempt(inner, &client, &st, jobs, &mut retry, &mut clean).await;
                 if !clean {
                     // In a state we cannot vouch for: never back to the pool.
                     drop(Object::take(client));
                 }
                 out
-            }
+            }),
         };
         match (out, retry) {
             (Ok(answers), _) => return Ok(answers),
@@ -674,9 +692,8 @@ pub(crate) fn commit_jobs(
     )))
 }
 
-fn attempt(
+async fn attempt(
     inner: &Inner,
-    driver: Driver<'_>,
     client: &tokio_postgres::Client,
     st: &Stmts,
     jobs: &[Job],
@@ -688,24 +705,21 @@ fn attempt(
     let wanted = grants(jobs);
     let (lock_p, clock_p): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
         ([&tasks], [&wanted]);
-    let (begun, locked, clock) = driver.wait(async {
-        let lock = async {
-            if tasks.is_empty() {
-                Ok(Vec::new())
-            } else {
-                client.query(&st.lock, &lock_p).await
-            }
-        };
-        // In this order on the wire: the clock and fences after the locks.
-        futures_util::join!(
-            client.batch_execute("BEGIN"),
-            lock,
-            client.query_one(&st.clock, &clock_p)
-        )
-    });
+    let lock = async {
+        if tasks.is_empty() {
+            Ok(Vec::new())
+        } else {
+            client.query(&st.lock, &lock_p).await
+        }
+    };
+    // In this order on the wire: the clock and fences after the locks.
+    let (begun, locked, clock) = futures_util::join!(
+        client.batch_execute("BEGIN"),
+        lock,
+        client.query_one(&st.clock, &clock_p)
+    );
     let mut t = PgTx {
         inner,
-        driver,
         client,
         st,
         known: tasks.iter().map(|t| (t.clone(), None)).collect(),
@@ -717,37 +731,27 @@ fn attempt(
         wrote: false,
         retry: None,
     };
-    let decided = (|| {
+    let decided = async {
         begun.map_err(|e| t.fail(&e))?;
         let locked = locked.map_err(|e| t.fail(&e))?;
         let clock = clock.map_err(|e| t.fail(&e))?;
         let now = Timestamp(clock.get(0));
         t.fences = clock.get::<_, Vec<i64>>(1).into();
         t.remember(&locked);
-        let mut answers = Vec::with_capacity(jobs.len());
-        let mut keep = true;
-        for job in jobs {
-            answers.push(match at(job, now) {
-                Job::One(op) => Answer::One(apply_in(&mut t, &op)?.0),
-                Job::Next(q) => Answer::Next(take_next(&q, &mut t)?),
-                Job::All(ops) => {
-                    let (ds, ok) = apply_group(&mut t, &ops)?;
-                    keep &= ok;
-                    Answer::All(ds)
-                }
-            });
-        }
-        Ok((answers, keep))
-    })();
+        let mut engine = Engine::new(jobs.iter().map(|job| at(job, now)), t.rules());
+        t.drive(&mut engine).await?;
+        Ok::<_, Error>(engine.finish())
+    }
+    .await;
     let finished = match decided {
-        Ok((answers, keep)) if t.wrote && keep => t.commit().map(|()| {
+        Ok((answers, keep)) if t.wrote && keep => t.commit().await.map(|()| {
             inner.commits.fetch_add(1, Ordering::Relaxed);
             answers
         }),
-        Ok((answers, _)) => rollback(inner, driver, client, clean).map(|()| answers),
+        Ok((answers, _)) => rollback(inner, client, clean).await.map(|()| answers),
         Err(e) => {
             // Best effort: the error is the answer either way.
-            let _ = rollback(inner, driver, client, clean);
+            let _ = rollback(inner, client, clean).await;
             Err(e)
         }
     };
@@ -762,13 +766,8 @@ fn attempt(
 
 /// Ends the transaction without keeping anything (which also frees its
 /// locks); a connection that cannot is not reused.
-fn rollback(
-    inner: &Inner,
-    driver: Driver<'_>,
-    client: &tokio_postgres::Client,
-    clean: &mut bool,
-) -> Result<()> {
-    driver.wait(client.batch_execute("ROLLBACK")).map_err(|e| {
+async fn rollback(inner: &Inner, client: &tokio_postgres::Client, clean: &mut bool) -> Result<()> {
+    client.batch_execute("ROLLBACK").await.map_err(|e| {
         *clean = false;
         inner.db(&e)
     })

@@ -4,11 +4,12 @@
 use crate::flush::{FlushError, GroupFlush, Poisoned};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
+use baton_core::engine::{Engine, drive_next};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft};
-use baton_core::next::{NextSource, take_next};
+use baton_core::next::NextSource;
+use baton_core::store::Txn;
 use baton_core::store::{Clause, Due};
-use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, Event, Id, ListQuery, Notification, Operation,
     Result, Snapshot, Store, TaskId, TaskRecord, Timestamp,
@@ -629,28 +630,15 @@ impl Inner {
                     failed: None,
                     wrote: false,
                 };
-                let mut answers = Vec::with_capacity(jobs.len());
-                let mut keep = true;
-                for job in jobs {
-                    let answer = match job {
-                        Job::One(op) => apply_in(&mut t, op).map(|(d, _)| Answer::One(d)),
-                        Job::Next(q) => take_next(q, &mut t).map(Answer::Next),
-                        Job::All(ops) => apply_group(&mut t, ops).map(|(ds, ok)| {
-                            keep &= ok;
-                            Answer::All(ds)
-                        }),
-                    };
-                    match answer {
-                        Ok(a) => answers.push(a),
-                        // A sled error (a conflict retries the closure) or core's.
-                        Err(e) => {
-                            return Err(t
-                                .failed
-                                .take()
-                                .unwrap_or(ConflictableTransactionError::Abort(Abort::Failed(e))));
-                        }
-                    }
+                let mut engine = Engine::new(jobs.iter().cloned(), Txn::rules(&t));
+                if let Err(e) = drive_next(&mut engine, &mut t) {
+                    // A sled error (a conflict retries the closure) or core's.
+                    return Err(t
+                        .failed
+                        .take()
+                        .unwrap_or(ConflictableTransactionError::Abort(Abort::Failed(e))));
                 }
+                let (answers, keep) = engine.finish();
                 if !keep {
                     return Err(ConflictableTransactionError::Abort(Abort::Rollback(
                         answers,

@@ -5,11 +5,12 @@ use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
 use async_trait::async_trait;
 use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
+use baton_core::engine::{Engine, drive_next};
 use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
 use baton_core::model::{EventDraft, NotificationDraft, TaskRecord};
-use baton_core::next::{NextSource, take_next};
+use baton_core::next::NextSource;
+use baton_core::store::Txn;
 use baton_core::store::{Clause, Due};
-use baton_core::store::{Txn, apply_group, apply_in};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, ListQuery, Notification,
     Operation, Result, Snapshot, State, Store, TaskId, Timestamp,
@@ -777,27 +778,15 @@ impl Inner {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
         let mut t = SqlTx::new(self, &tx);
-        let mut keep = true;
-        let decided = jobs
-            .iter()
-            .map(|job| {
-                Ok(match job {
-                    Job::One(op) => Answer::One(apply_in(&mut t, op)?.0),
-                    Job::Next(q) => Answer::Next(take_next(q, &mut t)?),
-                    Job::All(ops) => {
-                        let (ds, ok) = apply_group(&mut t, ops)?;
-                        keep &= ok;
-                        Answer::All(ds)
-                    }
-                })
-            })
-            .collect::<Result<Vec<Answer>>>();
+        let mut engine = Engine::new(jobs.iter().cloned(), Txn::rules(&t));
+        let decided = drive_next(&mut engine, &mut t);
+        let (answers, keep) = engine.finish();
         let changed = t.wrote;
         // Once, before anything is answered or committed (an error
         // included): what was read from a file that a path no longer names
         // is never the answer.
         self.check_identity()?;
-        let answers = decided?;
+        decided?;
         if changed && keep {
             tx.commit().map_err(|e| self.err(e))?;
             gate.committed();
@@ -818,7 +807,7 @@ impl Inner {
     fn decide_on_snapshot(&self, op: &Operation) -> Result<Option<Decision>> {
         self.read(|tx| {
             let mut t = SqlTx::new(self, tx);
-            let d = baton_core::store::decide_read(&mut t, op)?;
+            let d = baton_core::engine::decide_read(&mut t, op)?;
             Ok((!d.writes()).then_some(d))
         })
     }
@@ -1336,6 +1325,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton_core::engine::apply_in;
     use baton_core::graph::Lane;
 
     /// The index reads of `next` are prepared once, however many records
@@ -1406,7 +1396,7 @@ mod tests {
         grant(&mut conn, &[("a", 1), ("b", 2)]);
         let tx = conn.transaction().unwrap();
         let mut t = SqlTx::new(inner, &tx);
-        let mut d = baton_core::store::decide_read(&mut t, &claim("c", now)).unwrap();
+        let mut d = baton_core::engine::decide_read(&mut t, &claim("c", now)).unwrap();
         assert!(d.mints_fence());
         if let baton_core::Verdict::Commit(c) = &mut d.verdict {
             c.events.clear();
