@@ -62,6 +62,7 @@ _Reason = Literal[
     "stale_fence",
     "not_holder",
     "lease_expired",
+    "timed_out",
     "lock_delay",
     "lease_live",
     "completed",
@@ -375,8 +376,15 @@ class Authority:
 
     # the work graph
     def add(
-        self, task: str, *, queue: Optional[str] = None, priority: int = 0, after: Optional[Sequence[str]] = None
-    ) -> Union[Record, Refusal]: ...
+        self,
+        task: str,
+        *,
+        queue: Optional[str] = None,
+        priority: int = 0,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[_Seconds] = None,
+    ) -> Union[Record, Refusal]:
+        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not."""
     def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
     def next(
         self,

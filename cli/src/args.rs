@@ -165,7 +165,12 @@ pub enum Command {
         /// A task that must SUCCEED first (repeatable).
         #[arg(long)]
         after: Vec<String>,
-        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...]}...]}.
+        /// The most one attempt may run (`90s`, `10m`, `2h`), however often
+        /// its holder renews: the lease ends there, the attempt counts as a
+        /// stall (TIMED_OUT), and `baton run` stops its child before it.
+        #[arg(long)]
+        timeout: Option<String>,
+        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m"}...]}.
         #[arg(long)]
         file: Option<PathBuf>,
     },

@@ -903,6 +903,7 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             queue,
             priority,
             after,
+            timeout,
             file: None,
         } => {
             let task = t(task)?;
@@ -911,7 +912,11 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 .iter()
                 .map(|d| id("after", d))
                 .collect::<Result<Vec<_>, _>>()?;
-            let node = NodeSpec::new(&task, queue, *priority, after)?;
+            let timeout = timeout
+                .as_deref()
+                .map(|v| catalogue::duration_ms(Kind::Ttl, "timeout", v))
+                .transpose()?;
+            let node = NodeSpec::new(&task, queue, *priority, after)?.with_timeout(timeout)?;
             write(task, R::Add { node })
         }
         Command::Add {
@@ -919,12 +924,13 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             queue,
             priority,
             after,
+            timeout,
             file,
         } => {
-            if queue.is_some() || *priority != 0 || !after.is_empty() {
+            if queue.is_some() || *priority != 0 || !after.is_empty() || timeout.is_some() {
                 return Err(Error::invalid(
                     "file",
-                    "--queue, --priority and --after describe one TASK; a graph file gives each node its own",
+                    "--queue, --priority, --after and --timeout describe one TASK; a graph file gives each node its own",
                 ));
             }
             P::AddGraph(read_graph(file.as_deref())?)

@@ -46,6 +46,11 @@ pub const LOST: i32 = OWN;
 /// CANCELLED.
 pub const CANCELLED: i32 = OWN + 7;
 
+/// Exit status when the attempt reached the task's run-time limit (its
+/// `timeout`): the child was stopped (SIGTERM, SIGKILL after the grace,
+/// before the lease ends there) and the attempt counts as a stall.
+pub const TIMED_OUT: i32 = OWN + 8;
+
 /// The status `run` exits with for the CLI's status `code` (0 stays 0).
 pub fn own(code: i32) -> i32 {
     if code == 0 { 0 } else { OWN + code }
@@ -321,6 +326,11 @@ pub async fn supervised<S: Store + 'static>(
     let renewals = keeper.kept().renewals;
     let last = keeper.grant();
     let report = match stopping {
+        Some(Stopping::Lost(loss)) if timed_out(&loss) => Report {
+            outcome: "timed_out",
+            exit: TIMED_OUT,
+            reason: Some(loss.describe()),
+        },
         Some(Stopping::Lost(loss)) => Report {
             outcome: "lost",
             exit: LOST,
@@ -556,6 +566,14 @@ async fn claim<S: Store + 'static>(
     }
 }
 
+/// Whether the lease was lost to the task's run-time limit.
+fn timed_out(loss: &Loss) -> bool {
+    matches!(
+        loss,
+        Loss::TimedOut { .. } | Loss::Refused(Refusal::TimedOut { .. })
+    )
+}
+
 /// `ms` give or take a quarter.
 fn jitter(ms: u64) -> u64 {
     let noise =
@@ -635,7 +653,7 @@ async fn supervise<S: Store + 'static>(
                 match &loss {
                     // The grant is gone: the store may grant it again now.
                     Loss::Refused(_) => stopper.iter().for_each(|s| s.kill()),
-                    Loss::Unrenewed { .. } => {
+                    Loss::Unrenewed { .. } | Loss::TimedOut { .. } => {
                         stopper.iter().for_each(|s| s.term());
                         let by = keeper.stopped_by();
                         kill_at = Some(kill_at.map_or(by, |k| k.min(by)));

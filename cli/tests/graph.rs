@@ -156,10 +156,33 @@ fn a_bad_graph_adds_nothing(backend: Backend) {
         (code, out[0]["error"]["field"].as_str()),
         (2, Some("depends_on"))
     );
+    // A run-time limit is a duration within a lease's bounds, by file or option.
+    for bad in [r#""0""#, r#""8d""#, "90"] {
+        let (code, out) = env.add_graph(&format!(r#"[{{"task": "z", "timeout": {bad}}}]"#));
+        assert_eq!(
+            (code, out[0]["error"]["field"].as_str()),
+            (2, Some("timeout")),
+            "{bad}: {out:?}"
+        );
+    }
+    let (code, out) = env.baton(&["add", "solo", "--timeout", "soon"]);
+    assert_eq!(
+        (code, out[0]["error"]["field"].as_str()),
+        (2, Some("timeout"))
+    );
     let (code, out) = env.baton(&["graph", "show"]);
     assert_eq!(code, 0);
     assert!(out.is_empty(), "nothing was added: {out:?}");
     // A task added, then again with another definition: manifest_conflict.
+    let (code, out) = env.add_graph(r#"[{"task": "limited", "timeout": "90s"}]"#);
+    assert_eq!(code, 0, "{out:?}");
+    let (_, shown) = env.baton(&["task", "show", "limited"]);
+    assert_eq!(shown[0]["node"]["timeout_ms"], 90_000, "{shown:?}");
+    let (code, out) = env.baton(&["add", "limited", "--timeout", "2m"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str()),
+        (1, Some("manifest_conflict"))
+    );
     assert_eq!(env.baton(&["add", "one", "--priority", "3"]).0, 0);
     let (code, out) = env.baton(&["add", "one", "--priority", "4"]);
     assert_eq!(

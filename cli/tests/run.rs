@@ -995,3 +995,99 @@ fn an_operators_cancel_stops_the_child_and_cancels_the_task() {
     let events = env.events("t");
     assert!(events.iter().any(|e| e == "CANCEL_REQUESTED"), "{events:?}");
 }
+
+/// A task's run-time limit stops `run`'s child however well the lease is
+/// renewed: SIGTERM a grace before the limit, SIGKILL before the lease
+/// ends there; the wrapper exits 208, and the attempt counts as a stall
+/// (TIMED_OUT) once the lease has ended, so the next grant is a new attempt.
+#[test]
+fn a_run_time_limit_stops_the_child_before_the_lease_ends_there() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, r) = env.baton(&["add", "t", "--timeout", "3s"]);
+    assert_eq!(code, 0, "{r}");
+    let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
+    // A child that notes when SIGTERM came and goes on: the grace runs out.
+    let script = format!(
+        "trap 'echo \"got $(date +%s%3N)\" >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
+        term = term.display(),
+        pid = pid.display()
+    );
+    let started = Instant::now();
+    let mut wrapper = spawn_run(
+        &env,
+        &[
+            "run",
+            "t",
+            "--owner",
+            "w",
+            "--ttl",
+            "1s",
+            "--renew-every",
+            "200ms",
+            "--grace",
+            "500ms",
+        ],
+        &script,
+        &report,
+    );
+    wait_for(&pid, Duration::from_secs(5));
+    let child: u32 = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Bounded: a limit that did not hold would leave the wrapper renewing.
+    let status = loop {
+        if let Some(s) = wrapper.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = wrapper.kill();
+            panic!("the wrapper still runs 10 s after a 3 s limit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    assert!(!alive(child), "the child outlived the wrapper");
+    let got = std::fs::read_to_string(&term).unwrap_or_default();
+    let term_at: i64 = got
+        .lines()
+        .find_map(|l| l.strip_prefix("got "))
+        .unwrap_or_else(|| panic!("no SIGTERM reached the child: {got:?}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "stopped before the renewals had carried it past one TTL: {took:?}"
+    );
+    assert_eq!(status.code(), Some(208));
+    let r: Value = serde_json::from_str(std::fs::read_to_string(&report).unwrap().trim()).unwrap();
+    assert_eq!(r["outcome"], "timed_out", "{r}");
+    assert_eq!(r["child"]["signal"], "SIGKILL", "the grace ran out: {r}");
+    // The lease ends at the limit, three seconds after the grant; SIGTERM
+    // came before it (due a grace and a margin before).
+    let at = |k: &str| {
+        baton_core::Timestamp::parse_rfc3339(r[k].as_str().unwrap())
+            .unwrap()
+            .as_millis()
+    };
+    let (expiry, began) = (at("lease_expiry"), at("started_at"));
+    assert!(expiry - began <= 3_000, "the lease ran past the limit: {r}");
+    assert!(
+        term_at < expiry,
+        "SIGTERM came {} ms after the limit: {r}",
+        term_at - expiry
+    );
+    // The lease ends at the limit; the next grant is a new attempt.
+    std::thread::sleep(
+        Duration::from_secs(3).saturating_sub(started.elapsed()) + Duration::from_millis(300),
+    );
+    let (code, g) = env.baton(&["claim", "t", "--owner", "v"]);
+    assert_eq!(code, 0, "{g}");
+    assert_eq!(g["attempt"], 2, "{g}");
+    let (_, shown) = env.baton(&["task", "show", "t"]);
+    assert_eq!(shown["stalls"], 1, "{shown}");
+    let events = env.events("t");
+    assert!(events.iter().any(|e| e == "TIMED_OUT"), "{events:?}");
+}

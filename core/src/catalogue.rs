@@ -48,7 +48,7 @@ pub enum Kind {
     Graph,
     /// Outbox intent ids.
     IntentIds,
-    /// A work graph node: `queue`, `priority`, `depends_on`.
+    /// A work graph node: `queue`, `priority`, `depends_on`, `timeout_ms`.
     Node,
     /// Yes or no.
     Flag,
@@ -73,7 +73,9 @@ impl Kind {
             Kind::Manifest => "a task manifest (JSON, at most 64 KiB)",
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
-            Kind::Node => "a graph node: queue, priority and the tasks it depends on",
+            Kind::Node => {
+                "a graph node: queue, priority, the tasks it depends on, and a run-time limit per attempt (1 ms to 7 days)"
+            }
             Kind::Flag => "true or false",
         }
     }
@@ -113,6 +115,7 @@ impl Kind {
                 "queue": {"type": "string"},
                 "priority": {"type": "integer"},
                 "depends_on": {"type": "array", "items": {"type": "string"}},
+                "timeout_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
         }

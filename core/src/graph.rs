@@ -31,9 +31,24 @@ pub struct NodeSpec {
     pub priority: i64,
     /// Sorted, without repeats.
     pub depends_on: Vec<TaskId>,
+    /// The most one attempt may run, from the grant that starts it,
+    /// however often its holder renews (`None`: no limit). The lease never
+    /// outlives it; an attempt that reaches it has timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 impl NodeSpec {
+    /// The spec with a run-time limit per attempt (`None`: none), from
+    /// 1 ms to 7 days.
+    pub fn with_timeout(mut self, timeout_ms: Option<u64>) -> Result<NodeSpec, Error> {
+        if let Some(ms) = timeout_ms {
+            crate::catalogue::check_ms(crate::catalogue::Kind::Ttl, "timeout", ms)?;
+        }
+        self.timeout_ms = timeout_ms;
+        Ok(self)
+    }
+
     /// A spec from its parts, normalised (dependencies sorted, repeats
     /// dropped) and checked: a task may not depend on itself, and may have
     /// at most [`MAX_DEPENDENCIES`].
@@ -64,6 +79,7 @@ impl NodeSpec {
             None => Id::parse("queue", DEFAULT_QUEUE)?,
         };
         Ok(NodeSpec {
+            timeout_ms: None,
             queue,
             priority,
             depends_on: depends_on.into_iter().collect(),

@@ -47,6 +47,9 @@ pub enum Loss {
     Refused(Refusal),
     /// No renewal was confirmed in time; the last error the store gave.
     Unrenewed { error: Option<Error> },
+    /// The attempt reaches its run-time limit (the task's `timeout`) at
+    /// `at`: no renewal can extend the lease, and the holder stops now.
+    TimedOut { at: Timestamp },
 }
 
 impl Loss {
@@ -58,6 +61,7 @@ impl Loss {
                 format!("no renewal was confirmed in time (last: {e})")
             }
             Loss::Unrenewed { error: None } => "no renewal was confirmed in time".to_owned(),
+            Loss::TimedOut { at } => format!("the attempt reaches its run-time limit at {at}"),
         }
     }
 }
@@ -376,7 +380,11 @@ async fn renew_loop<S: Store + 'static>(
             biased;
             _ = stop.changed() => return,
             _ = sleep_until(&auth, stop_at) => {
-                lose(Loss::Unrenewed { error: last_error });
+                lose(if kept.grant.at_limit() {
+                    Loss::TimedOut { at: kept.grant.expiry }
+                } else {
+                    Loss::Unrenewed { error: last_error }
+                });
                 return;
             }
             _ = sleep_until(&auth, next) => {}

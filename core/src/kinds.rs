@@ -126,10 +126,13 @@ pub enum EventKind {
     /// An operator asked the holder of a live lease to stop: the task
     /// becomes CANCELLED when the holder gives it back or its lease ends.
     CancelRequested,
+    /// An attempt reached its run-time limit (the task's `timeout`) and
+    /// its lease ended there, renewed or not: counted like a stall.
+    TimedOut,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -152,6 +155,7 @@ impl EventKind {
         EventKind::Added,
         EventKind::Ready,
         EventKind::CancelRequested,
+        EventKind::TimedOut,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -178,6 +182,7 @@ impl EventKind {
             EventKind::Added => "ADDED",
             EventKind::Ready => "READY",
             EventKind::CancelRequested => "CANCEL_REQUESTED",
+            EventKind::TimedOut => "TIMED_OUT",
         }
     }
 

@@ -35,6 +35,7 @@ const FIELDS: &[&str] = &[
     "manifest_version",
     "max_attempts",
     "lock_delay_seconds",
+    "timeout_seconds",
     "depends_on",
     "queue",
     "priority",
@@ -62,6 +63,10 @@ pub struct Manifest {
     /// be granted the task (0: none), so a holder that vanished has time to die.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_delay_seconds: u64,
+    /// The most one attempt may run, from the grant that starts it, however
+    /// often it is renewed (0: no limit).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timeout_seconds: u64,
     /// Tasks that must SUCCEED before this one is ready (sorted, no repeats).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<TaskId>,
@@ -209,6 +214,7 @@ impl Manifest {
             manifest_version,
             max_attempts,
             lock_delay_seconds: lock_delay_seconds(obj)?,
+            timeout_seconds: timeout_seconds(obj)?,
             depends_on: node.depends_on,
             queue: (node.queue.as_str() != crate::graph::DEFAULT_QUEUE).then_some(node.queue),
             priority: node.priority,
@@ -226,7 +232,13 @@ impl Manifest {
             queue,
             priority: self.priority,
             depends_on: self.depends_on.clone(),
+            timeout_ms: self.timeout_ms(),
         }
+    }
+
+    /// The run-time limit of each attempt, if any.
+    pub fn timeout_ms(&self) -> Option<u64> {
+        (self.timeout_seconds > 0).then(|| self.timeout_seconds.saturating_mul(1000))
     }
 
     /// The lease TTL of this task in milliseconds: one clock for stalling.
@@ -312,6 +324,21 @@ fn lock_delay_seconds(obj: &Map<String, Value>) -> Result<u64, Error> {
             Some(n) => Err(Error::invalid(
                 FIELD,
                 format!("must be at most {MAX_DURATION_SECONDS} (7 days; got {n})"),
+            )),
+            None => Err(Error::invalid(FIELD, "must be a whole number of seconds")),
+        },
+    }
+}
+
+fn timeout_seconds(obj: &Map<String, Value>) -> Result<u64, Error> {
+    const FIELD: &str = "timeout_seconds";
+    match obj.get(FIELD) {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=MAX_DURATION_SECONDS).contains(&n) => Ok(n),
+            Some(n) => Err(Error::invalid(
+                FIELD,
+                format!("must be from 1 to {MAX_DURATION_SECONDS} (7 days; got {n})"),
             )),
             None => Err(Error::invalid(FIELD, "must be a whole number of seconds")),
         },
@@ -422,6 +449,20 @@ mod tests {
             "start_deadline_seconds"
         );
         assert!(Manifest::from_value(&with("heartbeat_timeout_seconds", json!(604_800))).is_ok());
+        assert_eq!(
+            field_of(with("timeout_seconds", json!(0))),
+            "timeout_seconds"
+        );
+        assert_eq!(
+            field_of(with("timeout_seconds", json!(604_801))),
+            "timeout_seconds"
+        );
+        assert_eq!(
+            field_of(with("timeout_seconds", json!("10m"))),
+            "timeout_seconds"
+        );
+        let limited = Manifest::from_value(&with("timeout_seconds", json!(90))).unwrap();
+        assert_eq!(limited.node_spec().timeout_ms, Some(90_000));
         assert_eq!(field_of(with("max_attempts", json!(0))), "max_attempts");
         assert_eq!(
             field_of(with("manifest_version", json!("v9"))),

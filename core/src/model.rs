@@ -33,6 +33,24 @@ pub struct Lease {
     /// the task (the claim's `lock_delay`, or the manifest's).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock_delay_ms: u64,
+    /// When the attempt this grant belongs to reaches its run-time limit
+    /// (the task's `timeout_ms` from the grant that started it): the lease
+    /// never runs past it, however often it is renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_by: Option<Timestamp>,
+}
+
+impl Lease {
+    /// Whether this lease ended because its attempt reached its run-time
+    /// limit (rather than for want of a renewal).
+    pub fn timed_out(&self) -> bool {
+        self.ends_by.is_some_and(|end| self.expires_at >= end)
+    }
+
+    /// `end`, or the attempt's limit if that comes first.
+    pub fn capped(&self, end: Timestamp) -> Timestamp {
+        self.ends_by.map_or(end, |limit| end.min(limit))
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -108,6 +126,15 @@ impl TaskRecord {
         self.manifest.is_none()
     }
 
+    /// The run-time limit of each attempt, if the task has one (its
+    /// graph node's `timeout`, or its manifest's `timeout_seconds`).
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.node
+            .as_ref()
+            .and_then(|n| n.spec.timeout_ms)
+            .or_else(|| self.manifest.as_ref().and_then(|m| m.timeout_ms()))
+    }
+
     /// How many stalls end the task: unlimited for bare tasks.
     pub fn max_attempts(&self) -> Option<u32> {
         self.manifest.as_ref().map(|m| m.max_attempts)
@@ -169,9 +196,19 @@ pub struct Grant {
     pub state: State,
     pub revision: u64,
     pub claimed_at: Timestamp,
+    /// When the attempt reaches its run-time limit, if the task has one:
+    /// `expiry` never passes it, and the holder stops before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_by: Option<Timestamp>,
 }
 
 impl Grant {
+    /// Whether the lease already reaches the attempt's run-time limit (no
+    /// renewal can extend it).
+    pub fn at_limit(&self) -> bool {
+        self.ends_by.is_some_and(|end| self.expiry >= end)
+    }
+
     /// The grant held in `record`, if it has one.
     pub fn of(record: &TaskRecord) -> Option<Grant> {
         let l = record.lease.as_ref()?;
@@ -184,6 +221,7 @@ impl Grant {
             state: record.state,
             revision: record.revision,
             claimed_at: l.claimed_at,
+            ends_by: l.ends_by,
         })
     }
 }

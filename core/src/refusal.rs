@@ -29,6 +29,12 @@ pub enum Refusal {
         fence: u64,
         expired_at: Timestamp,
     },
+    /// The caller's attempt reached its run-time limit (the task's
+    /// `timeout`): its lease ended at `at`, renewed or not.
+    TimedOut {
+        fence: u64,
+        at: Timestamp,
+    },
     /// The last grant's lease expired without a release, and its lock
     /// delay holds the task until `until` (judged by the store's clock).
     LockDelay {
@@ -106,6 +112,7 @@ impl Refusal {
             Refusal::StaleFence { .. } => "stale_fence",
             Refusal::NotHolder { .. } => "not_holder",
             Refusal::LeaseExpired { .. } => "lease_expired",
+            Refusal::TimedOut { .. } => "timed_out",
             Refusal::LeaseLive { .. } => "lease_live",
             Refusal::LockDelay { .. } => "lock_delay",
             Refusal::Completed => "completed",
@@ -151,6 +158,12 @@ impl fmt::Display for Refusal {
             Refusal::NotHolder { holder: None } => f.write_str("the task has no grant"),
             Refusal::LeaseExpired { fence, expired_at } => {
                 write!(f, "the lease of fence {fence} expired at {expired_at}")
+            }
+            Refusal::TimedOut { fence, at } => {
+                write!(
+                    f,
+                    "the attempt of fence {fence} reached its run-time limit at {at}"
+                )
             }
             Refusal::LockDelay { fence, until } => {
                 write!(

@@ -296,7 +296,13 @@ impl Request {
                         ),
                     ));
                 }
-                Ok(())
+                match node.timeout_ms {
+                    Some(ms) => {
+                        crate::catalogue::check_ms(crate::catalogue::Kind::Ttl, "timeout", ms)
+                            .map(|_| ())
+                    }
+                    None => Ok(()),
+                }
             }
             _ => Ok(()),
         }

@@ -456,7 +456,7 @@ pub fn parse_graph(text: &str) -> Result<Vec<NewNode>> {
 }
 
 fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
-    const FIELDS: &[&str] = &["task", "queue", "priority", "after"];
+    const FIELDS: &[&str] = &["task", "queue", "priority", "after", "timeout"];
     let o = v
         .as_object()
         .ok_or_else(|| Error::invalid("node", "must be an object"))?;
@@ -492,6 +492,20 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             .collect::<Result<Vec<_>>>()?,
         Some(_) => return Err(Error::invalid("after", "must be a list of task ids")),
     };
-    let spec = NodeSpec::new(&task, queue, priority, after)?;
+    let timeout = match o.get("timeout") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(crate::catalogue::duration_ms(
+            crate::catalogue::Kind::Ttl,
+            "timeout",
+            s,
+        )?),
+        Some(_) => {
+            return Err(Error::invalid(
+                "timeout",
+                "must be a duration such as \"90s\" or \"10m\"",
+            ));
+        }
+    };
+    let spec = NodeSpec::new(&task, queue, priority, after)?.with_timeout(timeout)?;
     Ok(NewNode { task, spec })
 }

@@ -140,6 +140,34 @@ fn bare_cancel_requested() -> TaskRecord {
         at(1),
     )
 }
+/// A graph task with a run-time limit of two minutes, claimed by `a` at 1
+/// ms for one minute, and renewed at one minute for ten: its lease ends at
+/// the limit.
+fn bare_limited() -> TaskRecord {
+    let t = id(TASK);
+    let node = baton_core::NodeSpec::new(&t, None, 0, [])
+        .unwrap()
+        .with_timeout(Some(2 * MIN))
+        .unwrap();
+    let added = then(None, Request::Add { node }, T0);
+    let claimed = then(Some(added), claim("a", MIN), at(1));
+    let fence = fence_of(&claimed);
+    let renewed = then(
+        Some(claimed),
+        Request::Renew {
+            owner: w("a"),
+            fence,
+            ttl_ms: Some(10 * MIN),
+        },
+        at(MIN),
+    );
+    assert_eq!(
+        renewed.lease.as_ref().unwrap().expires_at,
+        at(1 + 2 * MIN),
+        "the renewal stops at the limit"
+    );
+    renewed
+}
 fn m(steps: usize, evidence: &[&str], max_attempts: u32) -> baton_core::Manifest {
     manifest(TASK, steps, evidence, 60, max_attempts)
 }
@@ -410,6 +438,29 @@ fn lease_rows() -> Vec<Row> {
             Refuse("lease_expired"),
         )
         .at(at(MIN + 1))
+        .conflict(),
+        row(
+            "renew within the run-time limit",
+            Some(bare_limited()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fence_of(&bare_limited()),
+                ttl_ms: Some(MIN),
+            },
+            Commit(State::Claimed),
+        )
+        .at(at(MIN + 2)),
+        row(
+            "renew at the run-time limit",
+            Some(bare_limited()),
+            Request::Renew {
+                owner: w("a"),
+                fence: fence_of(&bare_limited()),
+                ttl_ms: Some(MIN),
+            },
+            Refuse("timed_out"),
+        )
+        .at(at(2 * MIN + 1))
         .conflict(),
         row(
             "renew an unknown task",
@@ -1430,6 +1481,7 @@ fn every_refusal_reason_has_a_row() {
         "stale_fence",
         "not_holder",
         "lease_expired",
+        "timed_out",
         "lease_live",
         "completed",
         "illegal_transition",

@@ -591,7 +591,9 @@ impl Authority {
 
     /// Adds a bare task to the work graph (REGISTERED), after the tasks
     /// `after` names: a `Record` or a `Refusal` (`manifest_conflict`).
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None))]
+    /// `timeout` (seconds): the most one attempt may run, however often
+    /// it is renewed (a renewal after it is refused `timed_out`).
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None))]
     fn add(
         &self,
         py: Python<'_>,
@@ -599,7 +601,9 @@ impl Authority {
         queue: Option<&str>,
         priority: i64,
         after: Option<Vec<String>>,
+        timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
+        let timeout = duration(Kind::Ttl, "timeout", timeout)?;
         let t = id("task", task)?;
         let q = queue.map(|q| id("queue", q)).transpose()?;
         let deps = after
@@ -607,7 +611,9 @@ impl Authority {
             .iter()
             .map(|d| id("after", d))
             .collect::<PyResult<Vec<_>>>()?;
-        let spec = NodeSpec::new(&t, q, priority, deps).map_err(errors::to_py)?;
+        let spec = NodeSpec::new(&t, q, priority, deps)
+            .and_then(|s| s.with_timeout(timeout))
+            .map_err(errors::to_py)?;
         self.write(py, false, move |a| async move { a.add(&t, spec).await })
     }
 

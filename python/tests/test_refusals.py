@@ -29,6 +29,11 @@ def scenarios(a):
     time.sleep(0.15)
     yield "lease_expired", a.renew("short", "w1", short.fence)
 
+    a.add("limited", timeout=0.1)
+    limited = a.claim("limited", "w1", ttl=30)
+    time.sleep(0.2)
+    yield "timed_out", a.renew("limited", "w1", limited.fence)
+
     d = a.claim("delayed", "w1", ttl=0.05, lock_delay=30)
     time.sleep(0.15)
     yield "lock_delay", a.claim("delayed", "w2")

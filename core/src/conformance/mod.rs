@@ -245,6 +245,7 @@ macro_rules! conformance_tests {
             lock_delay_holds_an_expired_task,
             a_clean_release_skips_the_lock_delay,
             a_manifest_lock_delay_holds_a_declared_task,
+            a_run_time_limit_ends_an_attempt_its_holder_renews,
             graph_drain_exactly_once_in_dependency_order,
             next_honours_priority_then_ready_time_then_id,
             upstream_failure_blocks_and_redispatch_unblocks,

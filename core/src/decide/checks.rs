@@ -45,14 +45,18 @@ pub(super) fn check_holder(op: &Operation, rec: &TaskRecord, live: bool) -> Opti
         // Expired as the store's judge found it (the settlement marks it),
         // not as the caller's clock would have it.
         if lease.expired {
-            return Some(conflict(
-                op,
-                rec,
+            let refusal = if lease.timed_out() {
+                Refusal::TimedOut {
+                    fence,
+                    at: lease.expires_at,
+                }
+            } else {
                 Refusal::LeaseExpired {
                     fence,
                     expired_at: lease.expires_at,
-                },
-            ));
+                }
+            };
+            return Some(conflict(op, rec, refusal));
         }
         let v = illegal(rec, req);
         // A late request after a terminal is audited; one after a release is just refused.

@@ -58,8 +58,9 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             };
             let mut r = next(rec, now);
             if let Some(l) = r.lease.as_mut() {
-                l.expires_at = expires_at;
+                l.expires_at = l.capped(expires_at);
             }
+            let expires_at = r.lease.as_ref().map_or(expires_at, |l| l.expires_at);
             let e = draft(
                 &r,
                 EventKind::Renewed,
@@ -137,8 +138,11 @@ pub(super) fn claim_like(
                 expiry: l.expires_at,
             });
         }
-        // The holder claims again: a new fence makes its earlier one stale.
+        // The holder claims again: a new fence makes its earlier one stale
+        // (the same attempt, so the same run-time limit).
         let mut r = next(rec, op.now);
+        let ends_by = l.ends_by;
+        let expires_at = l.capped(expires_at);
         r.lease = Some(Lease {
             owner: owner.clone(),
             attempt: rec.attempt,
@@ -147,6 +151,7 @@ pub(super) fn claim_like(
             claimed_at: op.now,
             expired: false,
             lock_delay_ms: lock_delay_of(rec.manifest.as_ref(), req),
+            ends_by,
         });
         let e = draft(
             &r,
@@ -171,7 +176,11 @@ pub(super) fn claim_like(
     if !r.is_bare() {
         r.executor = Some(owner.clone());
     }
-    r.lease = Some(Lease {
+    // A new attempt: its run-time limit counts from now.
+    let ends_by = rec
+        .timeout_ms()
+        .map(|t| op.now.checked_plus_ms(t).unwrap_or(Timestamp::MAX));
+    let lease = Lease {
         owner: owner.clone(),
         attempt: r.attempt,
         fence: PENDING_FENCE,
@@ -179,6 +188,12 @@ pub(super) fn claim_like(
         claimed_at: op.now,
         expired: false,
         lock_delay_ms: lock_delay_of(rec.manifest.as_ref(), req),
+        ends_by,
+    };
+    let expires_at = lease.capped(expires_at);
+    r.lease = Some(Lease {
+        expires_at,
+        ..lease
     });
     let previous = rec.lease.as_ref().map(|l| l.fence);
     let e = draft(
@@ -215,6 +230,7 @@ pub(super) fn create_bare(
         claimed_at: now,
         expired: false,
         lock_delay_ms: lock_delay_of(None, &op.request),
+        ends_by: None,
     });
     let e = draft(&r, kind, None, op.request.actor(), Some(PENDING_FENCE), now)
         .details(json!({"expires_at": expires_at}));

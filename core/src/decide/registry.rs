@@ -147,8 +147,9 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             let mut r = next(rec, now);
             r.current_step = *step;
             if let Some(l) = r.lease.as_mut() {
-                l.expires_at = expires_at;
+                l.expires_at = l.capped(expires_at);
             }
+            let expires_at = r.lease.as_ref().map_or(expires_at, |l| l.expires_at);
             let e = draft(
                 &r,
                 EventKind::Heartbeat,

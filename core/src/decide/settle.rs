@@ -23,12 +23,12 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
     let mut events = Vec::new();
     if r.state.is_held() && !judged.lease_holds {
         let from = r.state;
-        let (fence, expired_at) = match r.lease.as_mut() {
+        let (fence, expired_at, timed_out) = match r.lease.as_mut() {
             Some(l) => {
                 l.expired = true;
-                (Some(l.fence), l.expires_at)
+                (Some(l.fence), l.expires_at, l.timed_out())
             }
-            None => (None, now),
+            None => (None, now, false),
         };
         r.stalls = r.stalls.saturating_add(1);
         let again = r.max_attempts().is_none_or(|max| r.stalls < max);
@@ -51,7 +51,11 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
         } else {
             r.state = State::Stalled;
             r.finished_at = Some(now);
-            r.error = Some(json!({"code": "lease_expired", "expired_at": expired_at}));
+            r.error = Some(if timed_out {
+                json!({"code": "timed_out", "at": expired_at})
+            } else {
+                json!({"code": "lease_expired", "expired_at": expired_at})
+            });
             r.closure = Some(Closure {
                 request: RequestKind::Expire,
                 actor: Actor::System,
@@ -60,6 +64,8 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
         }
         let kind = if r.state == State::Cancelled {
             EventKind::Cancelled
+        } else if timed_out {
+            EventKind::TimedOut
         } else {
             EventKind::Stalled
         };

@@ -114,3 +114,69 @@ pub fn a_manifest_lock_delay_holds_a_declared_task<H: Harness>(ctx: &mut Ctx<H>)
         .expect("granted after the lock delay");
     assert_eq!(g2.attempt, 2);
 }
+
+/// A run-time limit (the task's `timeout`) ends an attempt at the limit
+/// however often its holder renews: the lease is never granted or renewed
+/// past it, a renewal after it is refused `timed_out`, the attempt counts
+/// as a stall with a TIMED_OUT event, and the next grant is a new attempt
+/// with a limit of its own.
+pub fn a_run_time_limit_ends_an_attempt_its_holder_renews<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let limit = 2 * ttl;
+    let (t, w, v) = (id("limited"), id("w"), id("v"));
+    let spec = crate::graph::NodeSpec::new(&t, None, 0, [])
+        .unwrap()
+        .with_timeout(Some(limit))
+        .unwrap();
+    ctx.block_on(a.add(&t, spec)).unwrap();
+    // A lease asked for far longer than the limit ends at the limit.
+    let g = ctx
+        .block_on(a.claim(&t, &w, Some(10 * limit)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(g.expiry, g.claimed_at.plus_ms(limit), "{g:?}");
+    ctx.advance_ms(ttl);
+    let renewed = ctx
+        .block_on(a.renew(&t, &w, g.fence, Some(10 * limit)))
+        .unwrap()
+        .grant()
+        .expect("renewed within the limit");
+    assert_eq!(renewed.expiry, g.expiry, "a renewal never passes the limit");
+    // The holder's own claim again keeps the attempt, and so its limit.
+    let again = ctx
+        .block_on(a.claim(&t, &w, Some(10 * limit)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!((again.attempt, again.expiry), (g.attempt, g.expiry));
+    ctx.expire(ttl);
+    let r = ctx
+        .block_on(a.renew(&t, &w, again.fence, Some(ttl)))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::TimedOut { fence, .. } if *fence == again.fence),
+        "{r:?}"
+    );
+    let v_ = ctx.block_on(a.verify(&t, again.fence)).unwrap().unwrap();
+    assert!(!v_.current && !v_.live, "{v_:?}");
+    let rec = ctx.block_on(a.get(&t)).unwrap().unwrap();
+    assert_eq!((rec.state, rec.stalls), (State::Registered, 1));
+    let events = ctx.block_on(a.events(Some(&t), None, 100)).unwrap().items;
+    assert!(
+        events.iter().any(|e| e.kind == EventKind::TimedOut),
+        "{:?}",
+        events.iter().map(|e| e.kind).collect::<Vec<_>>()
+    );
+    assert!(!events.iter().any(|e| e.kind == EventKind::Stalled));
+    // Someone else takes it: a new attempt, limited afresh.
+    let next = ctx
+        .block_on(a.claim(&t, &v, Some(10 * limit)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(next.attempt, g.attempt + 1);
+    assert!(next.fence > again.fence);
+    assert_eq!(next.expiry, next.claimed_at.plus_ms(limit));
+}
