@@ -336,9 +336,12 @@ class Authority:
         *,
         operator: Optional[str] = None,
         force: bool = False,
-    ) -> Union[Record, Refusal]:
+        cascade: bool = False,
+    ) -> Union[Record, Refusal, tuple[Union[Record, Refusal], list[tuple[str, Union[Record, Refusal]]]]]:
         """By the holder (owner and fence) or by an operator (operator=NAME):
-        a live lease's holder is asked to stop, unless force=True."""
+        a live lease's holder is asked to stop, unless force=True. cascade=True
+        (an operator's cancel) also cancels every dependent that has not ended,
+        answering (answer, [(task, answer), ...])."""
     def holder(self, task: str) -> Union[Holder, None, Refusal]: ...
     def verify(self, task: str, fence: int) -> Union[Verification, Refusal]: ...
 

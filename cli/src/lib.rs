@@ -1114,25 +1114,12 @@ impl Plan {
             P::Ack(ids) => Out::one(json!({"acknowledged": a.ack(&ids).await?, "intent_ids": ids})),
             P::CancelCascade { task, by, force } => {
                 let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
-                let proceeded = !first.is_refused() || !cascaded.is_empty();
+                let proceeded = baton_core::authority::cascade_proceeded(&first, &cascaded);
+                let shown = baton_core::authority::cascade_json(&first, &cascaded);
                 let mut out = reply_out(first, false);
                 if let Some(v) = out.items.first_mut() {
-                    v["cascaded"] = json!(
-                        cascaded
-                            .iter()
-                            .map(|(t, r)| match r.record() {
-                                Some(rec) => json!({"task": t, "state": rec.state}),
-                                None => {
-                                    let mut v = baton_core::authority::reply_json(r, false);
-                                    v["task"] = json!(t);
-                                    v
-                                }
-                            })
-                            .collect::<Vec<_>>()
-                    );
+                    v["cascaded"] = shown["cascaded"].clone();
                 }
-                // Cancelling below a task that already failed is the point
-                // of a cascade from it: its own refusal does not fail it.
                 if proceeded {
                     out.status = Status::Ok;
                 }

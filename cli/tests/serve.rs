@@ -466,6 +466,58 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     assert_eq!(s, 200);
     assert!(!r["items"].as_array().unwrap().is_empty());
     assert!(started.elapsed() < Duration::from_secs(4));
+    // An operator's cancel that cascades: the task and every dependent
+    // that has not ended, in one answer; a holder's cancel cannot cascade.
+    for (task, after) in [("root", None), ("mid", Some("root")), ("leaf", Some("mid"))] {
+        let args: Vec<&str> = match after {
+            Some(dep) => vec!["add", task, "--after", dep],
+            None => vec!["add", task],
+        };
+        assert_eq!(baton(&server.url(), None, &args).0, 0);
+    }
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/root/cancel",
+        None,
+        r#"{"by":{"role":"operator","id":"alice"},"cascade":true}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("CANCELLED")), "{r}");
+    assert_eq!(
+        r["cascaded"],
+        serde_json::json!([
+            {"task": "mid", "state": "CANCELLED"},
+            {"task": "leaf", "state": "CANCELLED"}
+        ]),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/cancel",
+        None,
+        &format!(r#"{{"by":{{"role":"worker","id":"w1"}},"fence":{fence},"cascade":true}}"#),
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("cascade")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/renew",
+        None,
+        r#"{"owner":"w1","fence":1,"cascade":true}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("cascade")),
+        "{r}"
+    );
 }
 
 #[test]

@@ -778,6 +778,35 @@ pub fn reply_json(reply: &Reply, as_grant: bool) -> Value {
     }
 }
 
+/// Whether a cascading cancel ([`Authority::cancel_cascade`]) did what it
+/// was asked: the task itself was cancelled, or it had already ended and
+/// its dependents were (cancelling below a failed task is the point of a
+/// cascade from it).
+pub fn cascade_proceeded(first: &Reply, cascaded: &[(TaskId, Reply)]) -> bool {
+    !first.is_refused() || !cascaded.is_empty()
+}
+
+/// A cascading cancel as JSON, the one shape the CLI prints and the server
+/// answers: the task's own answer ([`reply_json`]) with `cascaded`, each
+/// dependent's task and state (or its refusal, with its task).
+pub fn cascade_json(first: &Reply, cascaded: &[(TaskId, Reply)]) -> Value {
+    let mut v = reply_json(first, false);
+    v["cascaded"] = Value::Array(
+        cascaded
+            .iter()
+            .map(|(t, r)| match r.record() {
+                Some(rec) => serde_json::json!({"task": t, "state": rec.state}),
+                None => {
+                    let mut v = reply_json(r, false);
+                    v["task"] = serde_json::json!(t);
+                    v
+                }
+            })
+            .collect(),
+    );
+    v
+}
+
 /// A refusal as JSON: its reason and details, with a `message`.
 pub fn refusal_json(r: &Refusal) -> Value {
     let mut v =

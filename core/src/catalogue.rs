@@ -275,6 +275,7 @@ pub const OPERATIONS: &[Op] = &[
             input("owner", "by", Kind::Id, false),
             input("fence", "fence", Kind::Fence, false),
             input("force", "force", Kind::Flag, false),
+            input("cascade", "cascade", Kind::Flag, false),
         ],
     },
     Op {

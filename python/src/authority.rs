@@ -289,8 +289,12 @@ impl Authority {
     /// lease is live asks its holder to stop (the record's
     /// `cancel_requested`; a `lease()` sets `lease.cancelled`), and the task
     /// becomes CANCELLED when the holder gives it back or its lease ends;
-    /// `force=True` ends it at once.
-    #[pyo3(signature = (task, owner = None, fence = None, *, operator = None, force = false))]
+    /// `force=True` ends it at once. `cascade=True` (an operator's cancel)
+    /// also cancels every task that depends on it, at any depth, that has
+    /// not ended, and answers `(answer, [(task, answer), ...])`: the task's
+    /// own answer and each dependent's.
+    #[pyo3(signature = (task, owner = None, fence = None, *, operator = None, force = false, cascade = false))]
+    #[allow(clippy::too_many_arguments)]
     fn cancel(
         &self,
         py: Python<'_>,
@@ -299,14 +303,33 @@ impl Authority {
         fence: Option<u64>,
         operator: Option<&str>,
         force: bool,
+        cascade: bool,
     ) -> PyResult<Py<PyAny>> {
         let t = id("task", task)?;
-        match (owner, fence, operator) {
-            (Some(o), Some(f), None) => {
+        match (owner, fence, operator, cascade) {
+            (None, None, Some(op), true) => {
+                let by = self::operator(op)?;
+                let (first, cascaded) =
+                    self.call(
+                        py,
+                        move |a| async move { a.cancel_cascade(&t, by, force).await },
+                    )?;
+                let first = convert::reply(py, &first, false)?;
+                let mut each = Vec::with_capacity(cascaded.len());
+                for (t, r) in &cascaded {
+                    each.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
+                }
+                Ok((first, each).into_pyobject(py)?.into_any().unbind())
+            }
+            (_, _, _, true) => Err(errors::invalid(
+                "cascade",
+                "is for an operator's cancel (operator=NAME, no owner or fence)",
+            )),
+            (Some(o), Some(f), None, false) => {
                 let o = id("owner", o)?;
                 self.write(py, false, move |a| async move { a.cancel(&t, &o, f).await })
             }
-            (None, None, Some(op)) => {
+            (None, None, Some(op), false) => {
                 let by = self::operator(op)?;
                 self.write(py, false, move |a| async move {
                     a.cancel_with(&t, by, force).await

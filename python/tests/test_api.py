@@ -73,6 +73,22 @@ def test_cancel_by_holder_and_by_operator(auth):
     assert e.value.field == "cancel"
 
 
+def test_a_cascading_cancel_reaches_every_dependent(auth):
+    auth.add("root")
+    auth.add("mid", after=["root"])
+    auth.add("leaf", after=["mid"])
+    auth.add("aside")
+    g = auth.claim("root", "w1")
+    answer, cascaded = auth.cancel("root", operator="alice", force=True, cascade=True)
+    assert answer.state == "CANCELLED"
+    assert [(t, r.state) for t, r in cascaded] == [("mid", "CANCELLED"), ("leaf", "CANCELLED")]
+    assert auth.get("aside").state == "REGISTERED"
+    assert not auth.complete("root", "w1", g.fence), "the forced cancel ended the grant"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.cancel("aside", "w1", 1, cascade=True)
+    assert e.value.field == "cascade"
+
+
 def test_declared_tasks_through_their_steps(auth):
     manifest = conftest.manifest("build", executor="exec-1", required_evidence=["log"])
     d = auth.declare(manifest)

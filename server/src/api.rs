@@ -147,6 +147,16 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
     };
     // A manifest is read as the CLI reads one (the same rules, the same
     // optional fields), not as the stored form.
+    // An operator's cancel may cascade to every dependent: several commits,
+    // walked by core's authority, not one request.
+    let cascade = match fields.as_object_mut().and_then(|o| o.remove("cascade")) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) if verb == "cancel" => true,
+        Some(Value::Bool(true)) => {
+            return Err(Error::invalid("cascade", format!("is not a field of {verb:?}")).into());
+        }
+        Some(_) => return Err(Error::invalid("cascade", "must be true or false").into()),
+    };
     let request = if verb == "declare" {
         Request::Declare {
             manifest: baton_core::Manifest::from_value(&fields)?,
@@ -160,6 +170,30 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
         refuse_unknown_fields(&fields, &request)?;
         request
     };
+    if cascade {
+        let Request::Cancel {
+            by,
+            fence: None,
+            force,
+        } = request
+        else {
+            return Err(Error::invalid(
+                "cascade",
+                "is for an operator's cancel (`by` an operator, no fence)",
+            )
+            .into());
+        };
+        let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
+        return match &first {
+            Reply::Refused(r) if !baton_core::authority::cascade_proceeded(&first, &cascaded) => {
+                refused(r)
+            }
+            _ => with_status(
+                StatusCode::OK,
+                baton_core::authority::cascade_json(&first, &cascaded),
+            ),
+        };
+    }
     let kind = request.kind();
     let op = Operation {
         task,
