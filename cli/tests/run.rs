@@ -393,12 +393,7 @@ fn sigterm_to_the_wrapper_stops_the_child_then_releases(b: Backend) {
         &script,
         &report,
     );
-    wait_for(&pid, Duration::from_secs(5));
-    let child: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child = child_pid(&pid);
     let sent = Instant::now();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(wrapper.id() as i32),
@@ -436,12 +431,7 @@ fn sigkill_of_the_wrapper_kills_the_child_and_the_lease_expires(b: Backend) {
         &script,
         &report,
     );
-    wait_for(&pid, Duration::from_secs(5));
-    let child: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child = child_pid(&pid);
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
     let t = Instant::now();
@@ -717,6 +707,27 @@ fn a_refused_renewal_kills_the_child_at_once() {
     assert!(r["reason"].as_str().unwrap().contains("stale"), "{r}");
 }
 
+/// A child that writes its pid to `pid` once it runs, notes when SIGTERM
+/// came (`got MS`, ms since the epoch) in `term`, and goes on: only
+/// SIGKILL ends it.
+fn stubborn_child(pid: &Path, term: &Path) -> String {
+    format!(
+        "trap 'echo \"got $(date +%s%3N)\" >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
+        term = term.display(),
+        pid = pid.display()
+    )
+}
+
+/// The pid a [`stubborn_child`] wrote, once it has.
+fn child_pid(pid: &Path) -> u32 {
+    wait_for(pid, Duration::from_secs(5));
+    std::fs::read_to_string(pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// A child that writes the wall-clock time (ms since the epoch) it started
 /// and the time SIGTERM reached it, then runs until stopped.
 fn wall_clock_child(log: &Path) -> String {
@@ -934,12 +945,7 @@ fn nothing_the_child_started_outlives_its_report() {
 fn an_operators_cancel_stops_the_child_and_cancels_the_task() {
     let env = Env::new(Backend::Sqlite);
     let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
-    // A child that notes SIGTERM and goes on: the grace runs out.
-    let script = format!(
-        "trap 'echo got >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
-        term = term.display(),
-        pid = pid.display()
-    );
+    let script = stubborn_child(&pid, &term);
     let mut wrapper = spawn_run(
         &env,
         &[
@@ -957,12 +963,7 @@ fn an_operators_cancel_stops_the_child_and_cancels_the_task() {
         &script,
         &report,
     );
-    wait_for(&pid, Duration::from_secs(5));
-    let child: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child = child_pid(&pid);
     let (code, r) = env.baton(&["cancel", "t", "--operator", "alice"]);
     assert_eq!(code, 0, "{r}");
     assert_eq!(
@@ -1006,12 +1007,7 @@ fn a_run_time_limit_stops_the_child_before_the_lease_ends_there() {
     let (code, r) = env.baton(&["add", "t", "--timeout", "3s"]);
     assert_eq!(code, 0, "{r}");
     let (pid, term, report) = (env.path("pid"), env.path("term"), env.path("report"));
-    // A child that notes when SIGTERM came and goes on: the grace runs out.
-    let script = format!(
-        "trap 'echo \"got $(date +%s%3N)\" >> {term}' TERM; echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; while :; do sleep 0.02; done",
-        term = term.display(),
-        pid = pid.display()
-    );
+    let script = stubborn_child(&pid, &term);
     let started = Instant::now();
     let mut wrapper = spawn_run(
         &env,
@@ -1030,12 +1026,7 @@ fn a_run_time_limit_stops_the_child_before_the_lease_ends_there() {
         &script,
         &report,
     );
-    wait_for(&pid, Duration::from_secs(5));
-    let child: u32 = std::fs::read_to_string(&pid)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let child = child_pid(&pid);
     // Bounded: a limit that did not hold would leave the wrapper renewing.
     let status = loop {
         if let Some(s) = wrapper.try_wait().unwrap() {
