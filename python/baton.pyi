@@ -63,6 +63,7 @@ _Reason = Literal[
     "not_holder",
     "lease_expired",
     "timed_out",
+    "scheduled",
     "lock_delay",
     "lease_live",
     "completed",
@@ -386,8 +387,10 @@ class Authority:
         priority: int = 0,
         after: Optional[Sequence[str]] = None,
         timeout: Optional[_Seconds] = None,
+        not_before: Union[datetime.datetime, str, _Seconds, None] = None,
     ) -> Union[Record, Refusal]:
-        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not."""
+        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
+        `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds)."""
     def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
     def next(
         self,

@@ -170,7 +170,12 @@ pub enum Command {
         /// stall (TIMED_OUT), and `baton run` stops its child before it.
         #[arg(long)]
         timeout: Option<String>,
-        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m"}...]}.
+        /// Not granted before this: an RFC 3339 time (2026-12-24T18:00:00Z)
+        /// or a delay from the add (`90s`, `10m`, `2h`; at most a year).
+        /// An add repeated with another start is the same add.
+        #[arg(long)]
+        not_before: Option<String>,
+        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h"}...]}.
         #[arg(long)]
         file: Option<PathBuf>,
     },

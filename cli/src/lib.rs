@@ -904,6 +904,7 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             priority,
             after,
             timeout,
+            not_before,
             file: None,
         } => {
             let task = t(task)?;
@@ -916,7 +917,13 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 .as_deref()
                 .map(|v| catalogue::duration_ms(Kind::Ttl, "timeout", v))
                 .transpose()?;
-            let node = NodeSpec::new(&task, queue, *priority, after)?.with_timeout(timeout)?;
+            let start = not_before
+                .as_deref()
+                .map(|v| baton_core::graph::Start::parse("not_before", v))
+                .transpose()?;
+            let node = NodeSpec::new(&task, queue, *priority, after)?
+                .with_timeout(timeout)?
+                .with_start(start)?;
             write(task, R::Add { node })
         }
         Command::Add {
@@ -925,12 +932,18 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             priority,
             after,
             timeout,
+            not_before,
             file,
         } => {
-            if queue.is_some() || *priority != 0 || !after.is_empty() || timeout.is_some() {
+            if queue.is_some()
+                || *priority != 0
+                || !after.is_empty()
+                || timeout.is_some()
+                || not_before.is_some()
+            {
                 return Err(Error::invalid(
                     "file",
-                    "--queue, --priority, --after and --timeout describe one TASK; a graph file gives each node its own",
+                    "--queue, --priority, --after, --timeout and --not-before describe one TASK; a graph file gives each node its own",
                 ));
             }
             P::AddGraph(read_graph(file.as_deref())?)

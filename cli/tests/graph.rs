@@ -170,6 +170,24 @@ fn a_bad_graph_adds_nothing(backend: Backend) {
         (code, out[0]["error"]["field"].as_str()),
         (2, Some("timeout"))
     );
+    for bad in [
+        "--not-before=yesterday-ish",
+        "--not-before=400d",
+        "--not-before=-5m",
+    ] {
+        let (code, out) = env.baton(&["add", "solo", bad]);
+        assert_eq!(
+            (code, out[0]["error"]["field"].as_str()),
+            (2, Some("not_before")),
+            "{bad}: {out:?}"
+        );
+    }
+    let (code, out) = env.add_graph(r#"[{"task": "z", "not_before": 5}]"#);
+    assert_eq!(
+        (code, out[0]["error"]["field"].as_str()),
+        (2, Some("not_before")),
+        "{out:?}"
+    );
     let (code, out) = env.baton(&["graph", "show"]);
     assert_eq!(code, 0);
     assert!(out.is_empty(), "nothing was added: {out:?}");
@@ -182,6 +200,26 @@ fn a_bad_graph_adds_nothing(backend: Backend) {
     assert_eq!(
         (code, out[0]["refused"].as_str()),
         (1, Some("manifest_conflict"))
+    );
+    // Put off: refused until its start, by an absolute time or a delay.
+    for (task, start) in [("tomorrow", "1d"), ("new-year", "2099-01-01T00:00:00Z")] {
+        assert_eq!(
+            env.baton(&["add", task, "--queue", "later", "--not-before", start])
+                .0,
+            0
+        );
+        let (code, out) = env.baton(&["claim", task, "--owner", "w"]);
+        assert_eq!(
+            (code, out[0]["refused"].as_str()),
+            (1, Some("scheduled")),
+            "{out:?}"
+        );
+    }
+    let (code, out) = env.baton(&["next", "--owner", "w", "--queue", "later"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str(), &out[0]["queued"]),
+        (1, Some("none_ready"), &Value::from(2)),
+        "{out:?}"
     );
     assert_eq!(env.baton(&["add", "one", "--priority", "3"]).0, 0);
     let (code, out) = env.baton(&["add", "one", "--priority", "4"]);

@@ -74,7 +74,7 @@ impl Kind {
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
             Kind::Node => {
-                "a graph node: queue, priority, the tasks it depends on, and a run-time limit per attempt (1 ms to 7 days)"
+                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), and a start (a time, or a delay of at most a year)"
             }
             Kind::Flag => "true or false",
         }
@@ -116,6 +116,10 @@ impl Kind {
                 "priority": {"type": "integer"},
                 "depends_on": {"type": "array", "items": {"type": "string"}},
                 "timeout_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
+                "start": {"oneOf": [
+                    {"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}},
+                    {"type": "object", "properties": {"after_ms": {"type": "integer", "minimum": 0}}},
+                ]},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
         }

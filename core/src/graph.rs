@@ -36,9 +36,80 @@ pub struct NodeSpec {
     /// outlives it; an attempt that reaches it has timed out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// When the task may first be granted, as the add asked for it (the
+    /// time it resolves to is [`Node::not_before`]). Not part of what the
+    /// task is: an add repeated with another start is the same add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Start>,
+}
+
+/// The most a start may be put off: a year.
+pub const MAX_START_AFTER_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// When a task added to the work graph may first be granted: at a time, or
+/// a while after its add is decided (by the store's judge of time then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    At(Timestamp),
+    AfterMs(u64),
+}
+
+impl Start {
+    /// The time this start names, for an add decided at `now`.
+    pub fn resolve(self, now: Timestamp) -> Timestamp {
+        match self {
+            Start::At(t) => t,
+            Start::AfterMs(ms) => now.checked_plus_ms(ms).unwrap_or(Timestamp::MAX),
+        }
+    }
+
+    /// A start read as a person writes it: an RFC 3339 time, or a duration
+    /// from now (`90s`, `10m`, `2h`; at most a year).
+    pub fn parse(field: &str, text: &str) -> Result<Start, Error> {
+        let text = text.trim();
+        if let Ok(t) = Timestamp::parse_rfc3339(text) {
+            return Ok(Start::At(t));
+        }
+        let d = humantime::parse_duration(text).map_err(|_| {
+            Error::invalid(
+                field,
+                "must be an RFC 3339 time (2026-12-24T18:00:00Z) or a duration such as 90s, 10m or 2h",
+            )
+        })?;
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Start::AfterMs(ms).checked(field)
+    }
+
+    /// The start, if within its bounds (a delay of at most a year).
+    pub fn checked(self, field: &str) -> Result<Start, Error> {
+        match self {
+            Start::AfterMs(ms) if ms > MAX_START_AFTER_MS => Err(Error::invalid(
+                field,
+                format!("must be at most a year from now (got {ms}ms)"),
+            )),
+            s => Ok(s),
+        }
+    }
 }
 
 impl NodeSpec {
+    /// The spec with a start: not granted before it (`None`: as soon as
+    /// it is ready).
+    pub fn with_start(mut self, start: Option<Start>) -> Result<NodeSpec, Error> {
+        self.start = start.map(|s| s.checked("not_before")).transpose()?;
+        Ok(self)
+    }
+
+    /// Whether `other` names the same task (everything but the start).
+    pub fn same_task(&self, other: &NodeSpec) -> bool {
+        let strip = |s: &NodeSpec| NodeSpec {
+            start: None,
+            ..s.clone()
+        };
+        strip(self) == strip(other)
+    }
+
     /// The spec with a run-time limit per attempt (`None`: none), from
     /// 1 ms to 7 days.
     pub fn with_timeout(mut self, timeout_ms: Option<u64>) -> Result<NodeSpec, Error> {
@@ -80,6 +151,7 @@ impl NodeSpec {
         };
         Ok(NodeSpec {
             timeout_ms: None,
+            start: None,
             queue,
             priority,
             depends_on: depends_on.into_iter().collect(),
@@ -97,6 +169,28 @@ pub struct Node {
     /// priorities. `None` while it waits on a dependency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<Timestamp>,
+    /// Not granted before this time (its add's start, resolved when the
+    /// add was decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Timestamp>,
+}
+
+impl Node {
+    /// When the task may first be granted once ready: its ready time, or
+    /// its start if that is later. `None` while it waits on a dependency.
+    pub fn due_at(&self) -> Option<Timestamp> {
+        let ready = self.ready_at?;
+        Some(self.not_before.map_or(ready, |t| t.max(ready)))
+    }
+
+    /// Whether the task is put off past its ready time: its place is then
+    /// in the held index, by its start, not in the ready index.
+    pub fn put_off(&self) -> bool {
+        match (self.ready_at, self.not_before) {
+            (Some(ready), Some(start)) => start > ready,
+            _ => false,
+        }
+    }
 }
 
 /// Bare tasks and declared tasks are offered by different requests
@@ -452,6 +546,62 @@ mod tests {
             task: id(t),
             spec: NodeSpec::new(&id(t), None, 0, deps.iter().map(|d| id(d))).unwrap(),
         }
+    }
+
+    /// A task put off past its ready time is kept in the held index by its
+    /// start (so `next` finds it with the grants that ran out once the
+    /// start has come, and never reads it before), not in the ready index;
+    /// one whose start had already come when it was ready is ready.
+    #[test]
+    fn a_task_put_off_is_indexed_by_its_start() {
+        let t = id("later");
+        let at = |ms: i64| Timestamp(1_767_225_600_000 + ms);
+        let node = NodeSpec::new(&t, None, 0, [])
+            .unwrap()
+            .with_start(Some(Start::AfterMs(60_000)))
+            .unwrap();
+        let op = crate::request::Operation {
+            task: t.clone(),
+            request: crate::request::Request::Add { node },
+            pre: crate::request::Preconditions::default(),
+            now: at(0),
+        };
+        let d = crate::decide::decide(&op, None, crate::decide::Judged::default());
+        let crate::decide::Verdict::Commit(c) = d.verdict else {
+            panic!("added: {:?}", d.verdict)
+        };
+        let mut r = c.record;
+        assert_eq!(r.node.as_ref().and_then(|n| n.not_before), Some(at(60_000)));
+        assert!(r.ready_entry().is_none());
+        let key = r.held_key().expect("in the held index");
+        let (start, end) = held_range(
+            Lane::Bare,
+            &Id::parse("queue", DEFAULT_QUEUE).unwrap(),
+            at(59_999),
+        );
+        assert!(
+            key.as_slice() >= start.as_slice() && key.as_slice() >= end.as_slice(),
+            "not before its start"
+        );
+        let (_, end) = held_range(
+            Lane::Bare,
+            &Id::parse("queue", DEFAULT_QUEUE).unwrap(),
+            at(60_000),
+        );
+        assert!(
+            key.as_slice() < end.as_slice(),
+            "found once its start has come"
+        );
+        if let Some(n) = r.node.as_mut() {
+            n.not_before = Some(at(0));
+        }
+        assert!(r.ready_entry().is_some() && r.held_key().is_none());
+        // Held, it is indexed by its lease as before.
+        r.state = State::Claimed;
+        assert!(
+            r.ready_entry().is_none() && r.held_key().is_none(),
+            "no lease, no key"
+        );
     }
 
     #[test]

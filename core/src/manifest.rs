@@ -233,6 +233,7 @@ impl Manifest {
             priority: self.priority,
             depends_on: self.depends_on.clone(),
             timeout_ms: self.timeout_ms(),
+            start: None,
         }
     }
 

@@ -365,6 +365,10 @@ impl TaskRecord {
     pub fn ready_entry(&self) -> Option<ReadyEntry> {
         let node = self.node.as_ref()?;
         let ready_at = node.ready_at?;
+        if node.put_off() {
+            // In the held index by its start, until it is granted.
+            return None;
+        }
         (self.state == State::Registered).then(|| ReadyEntry {
             lane: self.lane(),
             queue: node.spec.queue.clone(),
@@ -380,12 +384,17 @@ impl TaskRecord {
     /// index) with one range read. A store keeps it like the ready entry.
     pub fn held_key(&self) -> Option<Vec<u8>> {
         let node = self.node.as_ref()?;
-        let lease = self.lease.as_ref()?;
-        if !self.state.is_held() {
+        let at = if self.state.is_held() {
+            self.lease.as_ref()?.expires_at
+        } else if self.state == State::Registered && node.put_off() {
+            // A ready task put off to its start: found, like a grant that
+            // ran out, once that time has come.
+            node.due_at()?
+        } else {
             return None;
-        }
+        };
         let mut k = ReadyEntry::prefix(self.lane(), &node.spec.queue);
-        k.extend_from_slice(&millis_key(lease.expires_at));
+        k.extend_from_slice(&millis_key(at));
         k.extend_from_slice(self.task.as_str().as_bytes());
         Some(k)
     }

@@ -71,7 +71,7 @@ pub(crate) fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
         .map_or((u64::MAX, Timestamp(i64::MAX)), |n| {
             (
                 priority_rank(n.spec.priority),
-                n.ready_at.unwrap_or(Timestamp(i64::MAX)),
+                n.due_at().unwrap_or(Timestamp(i64::MAX)),
             )
         });
     (rank, at, r.task.clone())
@@ -162,6 +162,10 @@ impl Census {
             State::Declared | State::Registered if stuck => self.blocked += 1,
             State::Declared => self.queued += 1,
             State::Registered => match upstream.readiness(&node.spec.depends_on) {
+                // Put off to a start that has not come: it waits.
+                Readiness::Ready if node.not_before.is_some_and(|t| t > query.now) => {
+                    self.queued += 1
+                }
                 Readiness::Ready => self.ready += 1,
                 Readiness::Waiting { .. } => self.queued += 1,
                 Readiness::Blocked { .. } | Readiness::Unknown { .. } => self.blocked += 1,

@@ -29,6 +29,11 @@ pub enum Refusal {
         fence: u64,
         expired_at: Timestamp,
     },
+    /// The task was added to start later, and `until` has not come (as
+    /// the deciding clock says).
+    Scheduled {
+        until: Timestamp,
+    },
     /// The caller's attempt reached its run-time limit (the task's
     /// `timeout`): its lease ended at `at`, renewed or not.
     TimedOut {
@@ -113,6 +118,7 @@ impl Refusal {
             Refusal::NotHolder { .. } => "not_holder",
             Refusal::LeaseExpired { .. } => "lease_expired",
             Refusal::TimedOut { .. } => "timed_out",
+            Refusal::Scheduled { .. } => "scheduled",
             Refusal::LeaseLive { .. } => "lease_live",
             Refusal::LockDelay { .. } => "lock_delay",
             Refusal::Completed => "completed",
@@ -158,6 +164,9 @@ impl fmt::Display for Refusal {
             Refusal::NotHolder { holder: None } => f.write_str("the task has no grant"),
             Refusal::LeaseExpired { fence, expired_at } => {
                 write!(f, "the lease of fence {fence} expired at {expired_at}")
+            }
+            Refusal::Scheduled { until } => {
+                write!(f, "the task is put off until {until}")
             }
             Refusal::TimedOut { fence, at } => {
                 write!(

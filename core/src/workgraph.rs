@@ -244,6 +244,7 @@ impl<S: Store> Authority<S> {
     /// The graph: every task with a place in it (at most
     /// [`GRAPH_READ_LIMIT`]), with state, readiness, holder and edges.
     pub async fn graph(&self) -> Result<Vec<GraphNode>> {
+        let now = self.now();
         let records = self.scan(None).await?;
         let mut cache = BTreeMap::new();
         let mut read = Vec::with_capacity(records.len());
@@ -278,6 +279,10 @@ impl<S: Store> Authority<S> {
                             },
                             None => Readiness::Waiting { on },
                         }
+                    }
+                    // Put off to a start that has not come: not ready yet.
+                    Readiness::Ready if node.not_before.is_some_and(|t| t > now) => {
+                        Readiness::Waiting { on: Vec::new() }
                     }
                     other => other,
                 }),
@@ -456,7 +461,14 @@ pub fn parse_graph(text: &str) -> Result<Vec<NewNode>> {
 }
 
 fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
-    const FIELDS: &[&str] = &["task", "queue", "priority", "after", "timeout"];
+    const FIELDS: &[&str] = &[
+        "task",
+        "queue",
+        "priority",
+        "after",
+        "timeout",
+        "not_before",
+    ];
     let o = v
         .as_object()
         .ok_or_else(|| Error::invalid("node", "must be an object"))?;
@@ -506,6 +518,18 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             ));
         }
     };
-    let spec = NodeSpec::new(&task, queue, priority, after)?.with_timeout(timeout)?;
+    let start = match o.get("not_before") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(crate::graph::Start::parse("not_before", s)?),
+        Some(_) => {
+            return Err(Error::invalid(
+                "not_before",
+                "must be an RFC 3339 time or a duration such as \"10m\"",
+            ));
+        }
+    };
+    let spec = NodeSpec::new(&task, queue, priority, after)?
+        .with_timeout(timeout)?
+        .with_start(start)?;
     Ok(NewNode { task, spec })
 }

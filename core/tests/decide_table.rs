@@ -168,6 +168,15 @@ fn bare_limited() -> TaskRecord {
     );
     renewed
 }
+/// A graph task added at T0 to start a minute later.
+fn bare_put_off() -> TaskRecord {
+    let t = id(TASK);
+    let node = baton_core::NodeSpec::new(&t, None, 0, [])
+        .unwrap()
+        .with_start(Some(baton_core::graph::Start::AfterMs(MIN)))
+        .unwrap();
+    then(None, Request::Add { node }, T0)
+}
 fn m(steps: usize, evidence: &[&str], max_attempts: u32) -> baton_core::Manifest {
     manifest(TASK, steps, evidence, 60, max_attempts)
 }
@@ -462,6 +471,19 @@ fn lease_rows() -> Vec<Row> {
         )
         .at(at(2 * MIN + 1))
         .conflict(),
+        row(
+            "claim before the start it was added with",
+            Some(bare_put_off()),
+            claim("b", MIN),
+            Refuse("scheduled"),
+        ),
+        row(
+            "claim once its start has come",
+            Some(bare_put_off()),
+            claim("b", MIN),
+            Commit(State::Claimed),
+        )
+        .at(at(MIN)),
         row(
             "renew an unknown task",
             None,
@@ -1482,6 +1504,7 @@ fn every_refusal_reason_has_a_row() {
         "not_holder",
         "lease_expired",
         "timed_out",
+        "scheduled",
         "lease_live",
         "completed",
         "illegal_transition",

@@ -616,7 +616,11 @@ impl Authority {
     /// `after` names: a `Record` or a `Refusal` (`manifest_conflict`).
     /// `timeout` (seconds): the most one attempt may run, however often
     /// it is renewed (a renewal after it is refused `timed_out`).
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None))]
+    /// `not_before`: not granted before it (a timezone-aware datetime, an
+    /// RFC 3339 string, or a delay from the add in seconds or as "10m");
+    /// an add repeated with another start is the same add.
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None))]
+    #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
         py: Python<'_>,
@@ -625,8 +629,10 @@ impl Authority {
         priority: i64,
         after: Option<Vec<String>>,
         timeout: Option<&Bound<'_, PyAny>>,
+        not_before: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let timeout = duration(Kind::Ttl, "timeout", timeout)?;
+        let start = convert::start("not_before", not_before)?;
         let t = id("task", task)?;
         let q = queue.map(|q| id("queue", q)).transpose()?;
         let deps = after
@@ -636,6 +642,7 @@ impl Authority {
             .collect::<PyResult<Vec<_>>>()?;
         let spec = NodeSpec::new(&t, q, priority, deps)
             .and_then(|s| s.with_timeout(timeout))
+            .and_then(|s| s.with_start(start))
             .map_err(errors::to_py)?;
         self.write(py, false, move |a| async move { a.add(&t, spec).await })
     }

@@ -114,6 +114,44 @@ pub(crate) fn millis(field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
     Ok(Some(ms as u64))
 }
 
+/// A start (`not_before`): a timezone-aware `datetime.datetime`, an RFC
+/// 3339 string or a duration from the add (`"10m"`), or seconds from the
+/// add (a number or a `datetime.timedelta`).
+pub(crate) fn start(
+    field: &str,
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<baton_core::graph::Start>> {
+    use baton_core::graph::Start;
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(text) = v.extract::<String>() {
+        return Start::parse(field, &text).map(Some).map_err(errors::to_py);
+    }
+    if v.hasattr("tzinfo")? && v.hasattr("timestamp")? {
+        if v.getattr("tzinfo")?.is_none() {
+            return Err(errors::invalid(
+                field,
+                "must be a timezone-aware datetime (a naive one names no moment)",
+            ));
+        }
+        let secs: f64 = v.call_method0("timestamp")?.extract()?;
+        let ms = (secs * 1000.0).round();
+        if !ms.is_finite() || ms.abs() > 9.0e15 {
+            return Err(errors::invalid(field, "is out of range"));
+        }
+        // Whole and well inside i64: checked just above.
+        return Ok(Some(Start::At(baton_core::Timestamp(ms as i64))));
+    }
+    match millis(field, Some(v))? {
+        Some(ms) => Start::AfterMs(ms)
+            .checked(field)
+            .map(Some)
+            .map_err(errors::to_py),
+        None => Ok(None),
+    }
+}
+
 /// A duration argument of the catalogue's `kind` (a TTL, a lock delay, a
 /// wait): seconds as [`millis`] reads them, within the bounds every front
 /// end applies to the kind (`baton_core::catalogue`).

@@ -185,3 +185,24 @@ def test_an_authority_is_a_context_manager_that_closes(sqlite_url):
         assert a.url == sqlite_url
     with pytest.raises(baton.Unavailable):
         a.claim("t", "w")
+
+
+def test_a_task_put_off_is_not_granted_before_its_start(auth):
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=0.3)
+    auth.add("soon", queue="later", not_before=soon)
+    auth.add("hour", queue="later", not_before="1h")
+    auth.add("secs", queue="later", not_before=3600)
+    refused = auth.claim("soon", "w1")
+    assert refused.reason == "scheduled"
+    assert auth.next("w1", ["later"]).reason == "none_ready"
+    # The same add with another start: the first start stands.
+    assert auth.add("hour", queue="later", not_before="1m").idempotent
+    time.sleep(0.4)
+    g = auth.next("w1", ["later"])
+    assert g.task == "soon"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.add("naive", not_before=datetime.datetime.now())
+    assert e.value.field == "not_before"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.add("far", not_before="400d")
+    assert e.value.field == "not_before"

@@ -66,6 +66,8 @@ def scenarios(a):
     yield "not_ready", a.claim("down", "w1")
     up = a.claim("up", "w1")
     yield "none_ready", a.next("w2", ["g"])
+    a.add("tomorrow", queue="later", not_before="1d")
+    yield "scheduled", a.claim("tomorrow", "w1")
     a.fail("up", "w1", up.fence)
     yield "upstream_failed", a.claim("down", "w1")
     yield "drained", a.next("w2", ["empty-queue"])

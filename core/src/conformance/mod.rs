@@ -253,6 +253,8 @@ macro_rules! conformance_tests {
             task_next_takes_declared_tasks_in_order,
             an_expired_grant_is_next_again,
             next_passes_over_many_lock_delayed_tasks,
+            a_task_added_to_start_later_is_not_granted_before,
+            next_grants_what_is_due_behind_many_tasks_put_off,
             a_chain_below_a_failed_task_is_drained,
             a_cascading_cancel_reaches_every_dependent
         );

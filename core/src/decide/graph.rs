@@ -33,12 +33,14 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
     r.node = Some(Node {
         spec: spec.clone(),
         ready_at: ready.then_some(now),
+        not_before: spec.start.map(|s| s.resolve(now)).filter(|t| *t > now),
     });
     let mut events = vec![
         draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
             "queue": spec.queue,
             "priority": spec.priority,
             "depends_on": spec.depends_on,
+            "not_before": r.node.as_ref().and_then(|n| n.not_before),
         })),
     ];
     if ready {
@@ -67,6 +69,7 @@ pub(super) fn declared_node(
         r => Ok(Node {
             spec,
             ready_at: (r == Readiness::Ready).then_some(op.now),
+            not_before: None,
         }),
     }
 }
@@ -80,7 +83,9 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> V
     let now = op.now;
     match &op.request {
         Request::Add { node } => match &rec.node {
-            Some(n) if rec.is_bare() && &n.spec == node => Verdict::Ack,
+            // The same task asked for again (with whatever start): the
+            // first add stands.
+            Some(n) if rec.is_bare() && n.spec.same_task(node) => Verdict::Ack,
             _ => refuse(Refusal::ManifestConflict),
         },
         Request::Link { dependent } => {
@@ -114,13 +119,19 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> V
 }
 
 /// A grant of a claimable graph task whose dependencies have not all
-/// succeeded: refused, by claim or by `next` alike.
-pub(super) fn not_ready(rec: &TaskRecord, upstream: &Upstream) -> Option<Refusal> {
+/// succeeded, or whose start has not come at `now`: refused, by claim or
+/// by `next` alike.
+pub(super) fn not_ready(rec: &TaskRecord, upstream: &Upstream, now: Timestamp) -> Option<Refusal> {
     if rec.state != State::Registered {
         return None;
     }
     match upstream.readiness(rec.depends_on()) {
-        Readiness::Ready => None,
+        Readiness::Ready => rec
+            .node
+            .as_ref()
+            .and_then(|n| n.not_before)
+            .filter(|t| *t > now)
+            .map(|until| Refusal::Scheduled { until }),
         Readiness::Waiting { on } => Some(Refusal::NotReady { waiting_on: on }),
         Readiness::Unknown { missing } => Some(Refusal::NotReady {
             waiting_on: vec![missing],

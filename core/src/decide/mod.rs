@@ -549,7 +549,7 @@ fn decide_request(
     if matches!(
         req,
         Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
-    ) && let Some(refusal) = graph::not_ready(rec, upstream)
+    ) && let Some(refusal) = graph::not_ready(rec, upstream, op.now)
     {
         return refuse(refusal);
     }

@@ -504,3 +504,73 @@ pub fn a_cascading_cancel_reaches_every_dependent<H: Harness>(ctx: &mut Ctx<H>) 
     let root = ctx.block_on(a.get(&id("root"))).unwrap().unwrap();
     assert_eq!(root.state, State::Failed);
 }
+
+/// A task added to start later is not granted before its start, by claim
+/// or by `next`, however high its priority; `next` meanwhile grants what
+/// is due, then answers `none_ready` counting it as queued (never
+/// `drained`); once the start has come, `next` grants it. An add repeated
+/// with another start is the same add.
+pub fn a_task_added_to_start_later_is_not_granted_before<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let later = 3 * ttl;
+    let w = id("w");
+    let put_off = spec("later", None, 9, &[])
+        .with_start(Some(crate::graph::Start::AfterMs(later)))
+        .unwrap();
+    ctx.block_on(a.add(&id("later"), put_off)).unwrap();
+    ctx.block_on(a.add(&id("due"), spec("due", None, 0, &[])))
+        .unwrap();
+    let again = spec("later", None, 9, &[])
+        .with_start(Some(crate::graph::Start::AfterMs(10 * later)))
+        .unwrap();
+    let r = ctx.block_on(a.add(&id("later"), again)).unwrap();
+    assert!(r.is_idempotent(), "the same task, another start: {r:?}");
+    let r = ctx.block_on(a.claim(&id("later"), &w, Some(ttl))).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::Scheduled { .. }),
+        "claimed before its start: {r:?}"
+    );
+    let r = ctx
+        .block_on(a.next(&w, &[], Some(10 * later), None))
+        .unwrap();
+    assert_eq!(
+        granted(&r).as_str(),
+        "due",
+        "what is due, not what is put off"
+    );
+    let r = ctx
+        .block_on(a.next(&w, &[], Some(10 * later), None))
+        .unwrap();
+    match refusal(&r) {
+        Refusal::NoneReady { census } => assert_eq!(census.queued, 1, "{r:?}"),
+        other => panic!("expected none_ready with the task queued: {other:?}"),
+    }
+    ctx.advance_ms(later + ctx.expiry_margin_ms());
+    let r = ctx
+        .block_on(a.next(&w, &[], Some(10 * later), None))
+        .unwrap();
+    assert_eq!(granted(&r).as_str(), "later", "its start has come");
+}
+
+/// More tasks put off to a later start than `next` looks at, all of a
+/// higher priority, do not keep it from the one task that is due.
+pub fn next_grants_what_is_due_behind_many_tasks_put_off<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let hour = crate::graph::Start::AfterMs(3_600_000);
+    let mut graph: Vec<NewNode> = (0..crate::next::NEXT_SCAN + 50)
+        .map(|i| {
+            let t = format!("later-{i:04}");
+            NewNode {
+                task: id(&t),
+                spec: spec(&t, None, 9, &[]).with_start(Some(hour)).unwrap(),
+            }
+        })
+        .collect();
+    graph.push(node("due", &[]));
+    ctx.block_on(a.add_graph(graph)).unwrap().unwrap();
+    let r = ctx
+        .block_on(a.next(&id("w"), &[], Some(ctx.short_ttl_ms()), None))
+        .unwrap();
+    assert_eq!(granted(&r).as_str(), "due", "{r:?}");
+}
