@@ -388,6 +388,10 @@ class Authority:
         after: Optional[Sequence[str]] = None,
         timeout: Optional[_Seconds] = None,
         not_before: Union[datetime.datetime, str, _Seconds, None] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
     ) -> Union[Record, Refusal]:
         """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
         `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds)."""

@@ -175,7 +175,22 @@ pub enum Command {
         /// An add repeated with another start is the same add.
         #[arg(long)]
         not_before: Option<String>,
-        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h"}...]}.
+        /// Attempts in all: a failure before the last is tried again after
+        /// a backoff (`--backoff`), the last one's is final (default 1).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// The wait after the first failed attempt (default 1s); each
+        /// wait after is `--backoff-factor` times longer, at most
+        /// `--backoff-max`, give or take a quarter.
+        #[arg(long)]
+        backoff: Option<String>,
+        /// How many times longer each wait is than the one before (default 2).
+        #[arg(long)]
+        backoff_factor: Option<u32>,
+        /// The longest wait (default 1h).
+        #[arg(long)]
+        backoff_max: Option<String>,
+        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h", "retry": {"max_attempts": 3, "backoff": "1s", "factor": 2, "max": "1m"}}...]}.
         #[arg(long)]
         file: Option<PathBuf>,
     },

@@ -905,8 +905,18 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             after,
             timeout,
             not_before,
+            max_attempts,
+            backoff,
+            backoff_factor,
+            backoff_max,
             file: None,
         } => {
+            let retry = baton_core::graph::RetryPolicy::from_parts(
+                *max_attempts,
+                backoff.as_deref(),
+                *backoff_factor,
+                backoff_max.as_deref(),
+            )?;
             let task = t(task)?;
             let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;
             let after = after
@@ -923,7 +933,8 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 .transpose()?;
             let node = NodeSpec::new(&task, queue, *priority, after)?
                 .with_timeout(timeout)?
-                .with_start(start)?;
+                .with_start(start)?
+                .with_retry(retry)?;
             write(task, R::Add { node })
         }
         Command::Add {
@@ -933,6 +944,10 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             after,
             timeout,
             not_before,
+            max_attempts,
+            backoff,
+            backoff_factor,
+            backoff_max,
             file,
         } => {
             if queue.is_some()
@@ -940,10 +955,14 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 || !after.is_empty()
                 || timeout.is_some()
                 || not_before.is_some()
+                || max_attempts.is_some()
+                || backoff.is_some()
+                || backoff_factor.is_some()
+                || backoff_max.is_some()
             {
                 return Err(Error::invalid(
                     "file",
-                    "--queue, --priority, --after, --timeout and --not-before describe one TASK; a graph file gives each node its own",
+                    "--queue, --priority, --after, --timeout, --not-before and the retry options describe one TASK; a graph file gives each node its own",
                 ));
             }
             P::AddGraph(read_graph(file.as_deref())?)

@@ -182,6 +182,19 @@ fn a_bad_graph_adds_nothing(backend: Backend) {
             "{bad}: {out:?}"
         );
     }
+    for (bad, field) in [
+        (r#"{"max_attempts": 0}"#, "max_attempts"),
+        (r#"{"backoff": "8d"}"#, "backoff"),
+        (r#"{"factor": 11}"#, "backoff_factor"),
+        (r#"{"tries": 3}"#, "tries"),
+    ] {
+        let (code, out) = env.add_graph(&format!(r#"[{{"task": "z", "retry": {bad}}}]"#));
+        assert_eq!(
+            (code, out[0]["error"]["field"].as_str()),
+            (2, Some(field)),
+            "{bad}: {out:?}"
+        );
+    }
     let (code, out) = env.add_graph(r#"[{"task": "z", "not_before": 5}]"#);
     assert_eq!(
         (code, out[0]["error"]["field"].as_str()),
@@ -296,4 +309,49 @@ fn waiting_processes_each_take_one_task_as_it_becomes_ready() {
     assert!(started.elapsed() < Duration::from_secs(20));
     taken.sort();
     assert_eq!(taken, ["job-0", "job-1", "job-2", "job-3"]);
+}
+
+/// A task added with retries: a failure before the last attempt puts it
+/// off by its backoff (a claim meanwhile is refused `scheduled`), then it
+/// is granted again as a new attempt; the last attempt's failure is final.
+#[test]
+fn a_failed_attempt_is_tried_again_after_its_backoff() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&["add", "flaky", "--max-attempts", "2", "--backoff", "300ms"]);
+    assert_eq!(code, 0, "{out:?}");
+    let (code, g) = env.baton(&["claim", "flaky", "--owner", "w"]);
+    assert_eq!(code, 0, "{g:?}");
+    let fence = g[0]["fence"].to_string();
+    let (code, out) = env.baton(&[
+        "fail",
+        "flaky",
+        "--owner",
+        "w",
+        "--fence",
+        &fence,
+        "--error",
+        r#"{"exit": 3}"#,
+    ]);
+    assert_eq!(
+        (code, out[0]["state"].as_str()),
+        (0, Some("REGISTERED")),
+        "{out:?}"
+    );
+    assert_eq!(out[0]["error"], serde_json::json!({"exit": 3}));
+    let (code, out) = env.baton(&["claim", "flaky", "--owner", "w"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str()),
+        (1, Some("scheduled")),
+        "{out:?}"
+    );
+    std::thread::sleep(Duration::from_millis(450));
+    let (code, g) = env.baton(&["claim", "flaky", "--owner", "w"]);
+    assert_eq!((code, &g[0]["attempt"]), (0, &Value::from(2)), "{g:?}");
+    let fence = g[0]["fence"].to_string();
+    let (code, out) = env.baton(&["fail", "flaky", "--owner", "w", "--fence", &fence]);
+    assert_eq!(
+        (code, out[0]["state"].as_str()),
+        (0, Some("FAILED")),
+        "{out:?}"
+    );
 }

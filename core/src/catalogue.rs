@@ -74,7 +74,7 @@ impl Kind {
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
             Kind::Node => {
-                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), and a start (a time, or a delay of at most a year)"
+                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), and a retry policy"
             }
             Kind::Flag => "true or false",
         }
@@ -120,6 +120,12 @@ impl Kind {
                     {"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}},
                     {"type": "object", "properties": {"after_ms": {"type": "integer", "minimum": 0}}},
                 ]},
+                "retry": {"type": "object", "properties": {
+                    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "backoff_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TTL_MS},
+                    "factor": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
+                }, "required": ["max_attempts", "backoff_ms"]},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
         }

@@ -41,6 +41,125 @@ pub struct NodeSpec {
     /// task is: an add repeated with another start is the same add.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<Start>,
+    /// How a failed attempt is tried again (`None`: a failure is final
+    /// until an operator redispatches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+}
+
+/// How a task's failed attempts are tried again: the task is put off by a
+/// wait that grows by `factor` each time (`backoff_ms`, then `backoff_ms *
+/// factor`, ...), at most `max_backoff_ms`, give or take a quarter, until
+/// `max_attempts` attempts have failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The wait after the first failed attempt.
+    pub backoff_ms: u64,
+    /// How many times longer each wait is than the one before.
+    #[serde(default = "RetryPolicy::default_factor")]
+    pub factor: u32,
+    /// No wait is longer than this (before its jitter).
+    #[serde(default = "RetryPolicy::default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+impl RetryPolicy {
+    /// The most attempts a policy may allow.
+    pub const MAX_ATTEMPTS: u32 = 1000;
+
+    fn default_factor() -> u32 {
+        2
+    }
+
+    fn default_max_backoff_ms() -> u64 {
+        3_600_000
+    }
+
+    /// A policy of `max_attempts` attempts, waiting `backoff_ms` after
+    /// the first failure, twice as long each time after, at most an hour.
+    pub fn new(max_attempts: u32, backoff_ms: u64) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            backoff_ms,
+            factor: Self::default_factor(),
+            max_backoff_ms: Self::default_max_backoff_ms(),
+        }
+    }
+
+    /// A policy from its parts as a person gives them (durations as
+    /// `1s`, `5m`), each defaulted when not given; `None` when none is.
+    pub fn from_parts(
+        max_attempts: Option<u32>,
+        backoff: Option<&str>,
+        factor: Option<u32>,
+        max_backoff: Option<&str>,
+    ) -> Result<Option<RetryPolicy>, Error> {
+        use crate::catalogue::{Kind, duration_ms};
+        if max_attempts.is_none() && backoff.is_none() && factor.is_none() && max_backoff.is_none()
+        {
+            return Ok(None);
+        }
+        let mut p = RetryPolicy::new(max_attempts.unwrap_or(1), 1000);
+        if let Some(b) = backoff {
+            p.backoff_ms = duration_ms(Kind::LockDelay, "backoff", b)?;
+        }
+        if let Some(f) = factor {
+            p.factor = f;
+        }
+        if let Some(m) = max_backoff {
+            p.max_backoff_ms = duration_ms(Kind::Ttl, "max_backoff", m)?;
+        }
+        p.checked().map(Some)
+    }
+
+    /// The policy, if within its bounds: 1 to 1000 attempts, waits of at
+    /// most 7 days, a factor of 1 to 10.
+    pub fn checked(self) -> Result<RetryPolicy, Error> {
+        use crate::catalogue::{Kind, check_ms};
+        if !(1..=Self::MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(Error::invalid(
+                "max_attempts",
+                format!(
+                    "must be from 1 to {} (got {})",
+                    Self::MAX_ATTEMPTS,
+                    self.max_attempts
+                ),
+            ));
+        }
+        check_ms(Kind::LockDelay, "backoff", self.backoff_ms)?;
+        check_ms(Kind::Ttl, "max_backoff", self.max_backoff_ms)?;
+        if !(1..=10).contains(&self.factor) {
+            return Err(Error::invalid(
+                "backoff_factor",
+                format!("must be from 1 to 10 (got {})", self.factor),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The wait after failed attempt `attempt` (1 for the first) of
+    /// `task`: `backoff_ms * factor^(attempt - 1)`, at most
+    /// `max_backoff_ms`, then give or take a quarter. The jitter comes from
+    /// the task and the attempt, so the decision stays a function of its
+    /// inputs while tasks that failed together retry apart.
+    pub fn wait_ms(&self, task: &TaskId, attempt: u64) -> u64 {
+        let exp = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        let grown = u64::from(self.factor)
+            .checked_pow(exp)
+            .and_then(|f| self.backoff_ms.checked_mul(f))
+            .unwrap_or(u64::MAX);
+        let wait = grown.min(self.max_backoff_ms);
+        // FNV-1a over the task id and the attempt: a spread, not a secret.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in task.as_str().bytes().chain(attempt.to_be_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let quarter = wait / 4;
+        wait - quarter + h % (2 * quarter + 1)
+    }
 }
 
 /// The most a start may be put off: a year.
@@ -101,6 +220,12 @@ impl NodeSpec {
         Ok(self)
     }
 
+    /// The spec with a retry policy (`None`: a failure is final).
+    pub fn with_retry(mut self, retry: Option<RetryPolicy>) -> Result<NodeSpec, Error> {
+        self.retry = retry.map(RetryPolicy::checked).transpose()?;
+        Ok(self)
+    }
+
     /// Whether `other` names the same task (everything but the start).
     pub fn same_task(&self, other: &NodeSpec) -> bool {
         let strip = |s: &NodeSpec| NodeSpec {
@@ -152,6 +277,7 @@ impl NodeSpec {
         Ok(NodeSpec {
             timeout_ms: None,
             start: None,
+            retry: None,
             queue,
             priority,
             depends_on: depends_on.into_iter().collect(),

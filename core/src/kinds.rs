@@ -129,10 +129,13 @@ pub enum EventKind {
     /// An attempt reached its run-time limit (the task's `timeout`) and
     /// its lease ended there, renewed or not: counted like a stall.
     TimedOut,
+    /// A failed attempt will be tried again: the task is put off until its
+    /// retry policy's wait has passed (`not_before`).
+    RetryScheduled,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 23] = [
+    pub const ALL: [EventKind; 24] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -156,6 +159,7 @@ impl EventKind {
         EventKind::Ready,
         EventKind::CancelRequested,
         EventKind::TimedOut,
+        EventKind::RetryScheduled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -183,6 +187,7 @@ impl EventKind {
             EventKind::Ready => "READY",
             EventKind::CancelRequested => "CANCEL_REQUESTED",
             EventKind::TimedOut => "TIMED_OUT",
+            EventKind::RetryScheduled => "RETRY_SCHEDULED",
         }
     }
 

@@ -234,6 +234,7 @@ impl Manifest {
             depends_on: self.depends_on.clone(),
             timeout_ms: self.timeout_ms(),
             start: None,
+            retry: None,
         }
     }
 

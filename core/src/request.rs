@@ -296,6 +296,12 @@ impl Request {
                         ),
                     ));
                 }
+                if let Some(p) = node.retry {
+                    p.checked()?;
+                }
+                if let Some(s) = node.start {
+                    s.checked("not_before")?;
+                }
                 match node.timeout_ms {
                     Some(ms) => {
                         crate::catalogue::check_ms(crate::catalogue::Kind::Ttl, "timeout", ms)

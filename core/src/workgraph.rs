@@ -468,6 +468,7 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         "after",
         "timeout",
         "not_before",
+        "retry",
     ];
     let o = v
         .as_object()
@@ -528,8 +529,45 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             ));
         }
     };
+    let retry = match o.get("retry") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Object(r)) => {
+            const RETRY: &[&str] = &["max_attempts", "backoff", "factor", "max"];
+            if let Some(k) = r.keys().find(|k| !RETRY.contains(&k.as_str())) {
+                return Err(Error::invalid(
+                    k.as_str(),
+                    format!("unknown retry field (known: {})", RETRY.join(", ")),
+                ));
+            }
+            let text = |k: &str| -> Result<Option<&str>> {
+                match r.get(k) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(serde_json::Value::String(s)) => Ok(Some(s.as_str())),
+                    Some(_) => Err(Error::invalid(k, "must be a duration such as \"1s\"")),
+                }
+            };
+            let whole = |k: &str| -> Result<Option<u32>> {
+                match r.get(k) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(v) => v
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .map(Some)
+                        .ok_or_else(|| Error::invalid(k, "must be a whole number")),
+                }
+            };
+            crate::graph::RetryPolicy::from_parts(
+                whole("max_attempts")?,
+                text("backoff")?,
+                whole("factor")?,
+                text("max")?,
+            )?
+        }
+        Some(_) => return Err(Error::invalid("retry", "must be an object")),
+    };
     let spec = NodeSpec::new(&task, queue, priority, after)?
         .with_timeout(timeout)?
-        .with_start(start)?;
+        .with_start(start)?
+        .with_retry(retry)?;
     Ok(NewNode { task, spec })
 }

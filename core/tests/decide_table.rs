@@ -168,6 +168,16 @@ fn bare_limited() -> TaskRecord {
     );
     renewed
 }
+/// A graph task that may be tried twice, claimed by `a` at 1 ms.
+fn bare_retried_claimed() -> TaskRecord {
+    let t = id(TASK);
+    let node = baton_core::NodeSpec::new(&t, None, 0, [])
+        .unwrap()
+        .with_retry(Some(baton_core::graph::RetryPolicy::new(2, MIN)))
+        .unwrap();
+    let added = then(None, Request::Add { node }, T0);
+    then(Some(added), claim("a", MIN), at(1))
+}
 /// A graph task added at T0 to start a minute later.
 fn bare_put_off() -> TaskRecord {
     let t = id(TASK);
@@ -471,6 +481,16 @@ fn lease_rows() -> Vec<Row> {
         )
         .at(at(2 * MIN + 1))
         .conflict(),
+        row(
+            "fail with an attempt left: put off by the backoff",
+            Some(bare_retried_claimed()),
+            Request::Fail {
+                owner: w("a"),
+                fence: fence_of(&bare_retried_claimed()),
+                error: Some(json!({"exit": 1})),
+            },
+            Commit(State::Registered),
+        ),
         row(
             "claim before the start it was added with",
             Some(bare_put_off()),

@@ -618,8 +618,11 @@ impl Authority {
     /// it is renewed (a renewal after it is refused `timed_out`).
     /// `not_before`: not granted before it (a timezone-aware datetime, an
     /// RFC 3339 string, or a delay from the add in seconds or as "10m");
-    /// an add repeated with another start is the same add.
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None))]
+    /// an add repeated with another start is the same add. `max_attempts`:
+    /// a failure before the last attempt is tried again after `backoff`
+    /// seconds (default 1), each wait `backoff_factor` times longer
+    /// (default 2), at most `backoff_max` (default an hour).
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -630,9 +633,32 @@ impl Authority {
         after: Option<Vec<String>>,
         timeout: Option<&Bound<'_, PyAny>>,
         not_before: Option<&Bound<'_, PyAny>>,
+        max_attempts: Option<u32>,
+        backoff: Option<&Bound<'_, PyAny>>,
+        backoff_factor: Option<u32>,
+        backoff_max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let timeout = duration(Kind::Ttl, "timeout", timeout)?;
         let start = convert::start("not_before", not_before)?;
+        let backoff = duration(Kind::LockDelay, "backoff", backoff)?;
+        let backoff_max = duration(Kind::Ttl, "max_backoff", backoff_max)?;
+        let retry = (max_attempts.is_some()
+            || backoff.is_some()
+            || backoff_factor.is_some()
+            || backoff_max.is_some())
+        .then(|| {
+            let mut p = baton_core::graph::RetryPolicy::new(
+                max_attempts.unwrap_or(1),
+                backoff.unwrap_or(1000),
+            );
+            if let Some(f) = backoff_factor {
+                p.factor = f;
+            }
+            if let Some(m) = backoff_max {
+                p.max_backoff_ms = m;
+            }
+            p
+        });
         let t = id("task", task)?;
         let q = queue.map(|q| id("queue", q)).transpose()?;
         let deps = after
@@ -643,6 +669,7 @@ impl Authority {
         let spec = NodeSpec::new(&t, q, priority, deps)
             .and_then(|s| s.with_timeout(timeout))
             .and_then(|s| s.with_start(start))
+            .and_then(|s| s.with_retry(retry))
             .map_err(errors::to_py)?;
         self.write(py, false, move |a| async move { a.add(&t, spec).await })
     }

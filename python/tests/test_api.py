@@ -187,6 +187,21 @@ def test_an_authority_is_a_context_manager_that_closes(sqlite_url):
         a.claim("t", "w")
 
 
+def test_a_failed_attempt_is_tried_again_after_its_backoff(auth):
+    auth.add("flaky", max_attempts=2, backoff=0.2)
+    g = auth.claim("flaky", "w1")
+    r = auth.fail("flaky", "w1", g.fence, {"exit": 3})
+    assert r.state == "REGISTERED" and r.error == {"exit": 3}
+    assert auth.claim("flaky", "w1").reason == "scheduled"
+    time.sleep(0.35)
+    g2 = auth.claim("flaky", "w1")
+    assert g2.attempt == 2
+    assert auth.fail("flaky", "w1", g2.fence).state == "FAILED"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.add("bad", max_attempts=0)
+    assert e.value.field == "max_attempts"
+
+
 def test_a_task_put_off_is_not_granted_before_its_start(auth):
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=0.3)
     auth.add("soon", queue="later", not_before=soon)

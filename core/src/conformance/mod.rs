@@ -255,6 +255,7 @@ macro_rules! conformance_tests {
             next_passes_over_many_lock_delayed_tasks,
             a_task_added_to_start_later_is_not_granted_before,
             next_grants_what_is_due_behind_many_tasks_put_off,
+            a_failed_attempt_is_retried_after_its_backoff,
             a_chain_below_a_failed_task_is_drained,
             a_cascading_cancel_reaches_every_dependent
         );

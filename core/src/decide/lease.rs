@@ -91,6 +91,13 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             );
             commit(r, vec![e])
         }
+        // A failure its task's policy tries again (unless an operator
+        // asked the holder to stop): put off, not FAILED.
+        Request::Fail { error, .. }
+            if rec.is_bare() && rec.cancel_requested.is_none() && retries(rec).is_some() =>
+        {
+            retry_later(rec, req, actor, error.clone(), now)
+        }
         Request::Complete { .. } | Request::Fail { .. } => {
             if !rec.is_bare() {
                 return illegal(rec, req);
@@ -109,6 +116,59 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
         // Every other request is decided by another concern's module.
         _ => illegal(rec, req),
     }
+}
+
+/// The retry policy that tries `rec`'s failed attempt again, if any
+/// (attempts are left).
+fn retries(rec: &TaskRecord) -> Option<crate::graph::RetryPolicy> {
+    let p = rec.node.as_ref()?.spec.retry?;
+    (rec.attempt < u64::from(p.max_attempts)).then_some(p)
+}
+
+/// A failed attempt tried again: the task waits (REGISTERED, put off by
+/// the policy's wait), with the failure's error; the holder's repeat of
+/// its report is recognised as done.
+fn retry_later(
+    rec: &TaskRecord,
+    req: &Request,
+    actor: Actor,
+    error: Option<serde_json::Value>,
+    now: Timestamp,
+) -> Verdict {
+    let Some(policy) = retries(rec) else {
+        return illegal(rec, req);
+    };
+    let wait = policy.wait_ms(&rec.task, rec.attempt);
+    let until = now.checked_plus_ms(wait).unwrap_or(Timestamp::MAX);
+    let mut r = next(rec, now);
+    r.state = State::Registered;
+    r.current_step = 0;
+    r.deadline_from = Some(now);
+    r.error = error.clone();
+    r.closure = Some(Closure {
+        request: req.kind(),
+        actor: actor.clone(),
+        fence: req.fence(),
+    });
+    if let Some(n) = r.node.as_mut() {
+        n.not_before = Some(until);
+    }
+    let e = draft(
+        &r,
+        EventKind::RetryScheduled,
+        Some(rec.state),
+        actor,
+        req.fence(),
+        now,
+    )
+    .details(json!({
+        "attempt": rec.attempt,
+        "max_attempts": policy.max_attempts,
+        "wait_ms": wait,
+        "not_before": until,
+        "error": error,
+    }));
+    commit(r, vec![e])
 }
 
 /// Grant (or re-grant) `owner` the task: a new fence always; a new attempt
@@ -173,6 +233,13 @@ pub(super) fn claim_like(
     r.state = State::Claimed;
     r.attempt += 1;
     r.current_step = 0;
+    // A start that has come is spent: given back, the task is ready again
+    // at once (in the ready index, not the held one).
+    if let Some(n) = r.node.as_mut()
+        && n.not_before.is_some_and(|t| t <= op.now)
+    {
+        n.not_before = None;
+    }
     if !r.is_bare() {
         r.executor = Some(owner.clone());
     }

@@ -574,3 +574,63 @@ pub fn next_grants_what_is_due_behind_many_tasks_put_off<H: Harness>(ctx: &mut C
         .unwrap();
     assert_eq!(granted(&r).as_str(), "due", "{r:?}");
 }
+
+/// A task with a retry policy: a failed attempt puts it off by the
+/// policy's wait (RETRY_SCHEDULED, the failure's error kept), during which
+/// neither a claim nor `next` gets it; then it is granted as a new attempt;
+/// the waits grow; the last attempt's failure is final. The holder's repeat
+/// of a failure that was retried is an acknowledgement.
+pub fn a_failed_attempt_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let policy = crate::graph::RetryPolicy {
+        max_attempts: 3,
+        backoff_ms: ttl,
+        factor: 2,
+        max_backoff_ms: 10 * ttl,
+    };
+    let t = id("flaky");
+    let w = id("w");
+    let spec = spec("flaky", None, 0, &[])
+        .with_retry(Some(policy))
+        .unwrap();
+    ctx.block_on(a.add(&t, spec)).unwrap();
+    for attempt in 1..=3u64 {
+        let g = ctx
+            .block_on(a.next(&w, &[], Some(10 * ttl), None))
+            .unwrap()
+            .grant()
+            .unwrap_or_else(|| panic!("attempt {attempt} not granted"));
+        assert_eq!(g.attempt, attempt);
+        let error = json!({"try": attempt});
+        let r = ctx
+            .block_on(a.fail(&t, &w, g.fence, Some(error.clone())))
+            .unwrap();
+        let rec = r.record().unwrap().clone();
+        if attempt == 3 {
+            assert_eq!(
+                rec.state,
+                State::Failed,
+                "the last attempt's failure is final"
+            );
+            break;
+        }
+        assert_eq!(rec.state, State::Registered, "{r:?}");
+        assert_eq!(rec.error, Some(error));
+        let again = ctx.block_on(a.fail(&t, &w, g.fence, None)).unwrap();
+        assert!(again.is_idempotent(), "a repeat of the report: {again:?}");
+        let r = ctx.block_on(a.claim(&t, &id("v"), Some(ttl))).unwrap();
+        assert!(matches!(refusal(&r), Refusal::Scheduled { .. }), "{r:?}");
+        let r = ctx.block_on(a.next(&w, &[], Some(ttl), None)).unwrap();
+        assert!(matches!(refusal(&r), Refusal::NoneReady { .. }), "{r:?}");
+        // The wait grows by the factor, give or take a quarter.
+        let wait = ttl * 2u64.pow(u32::try_from(attempt - 1).unwrap());
+        ctx.advance_ms(wait + wait / 4 + ctx.expiry_margin_ms());
+    }
+    let events = ctx.block_on(a.events(Some(&t), None, 100)).unwrap().items;
+    let retried = events
+        .iter()
+        .filter(|e| e.kind == EventKind::RetryScheduled)
+        .count();
+    assert_eq!(retried, 2, "{events:?}");
+}
