@@ -913,9 +913,15 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         } => {
             let retry = baton_core::graph::RetryPolicy::from_parts(
                 *max_attempts,
-                backoff.as_deref(),
+                backoff
+                    .as_deref()
+                    .map(|v| catalogue::duration_ms(Kind::LockDelay, "backoff", v))
+                    .transpose()?,
                 *backoff_factor,
-                backoff_max.as_deref(),
+                backoff_max
+                    .as_deref()
+                    .map(|v| catalogue::duration_ms(Kind::Ttl, "max_backoff", v))
+                    .transpose()?,
             )?;
             let task = t(task)?;
             let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;

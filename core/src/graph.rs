@@ -88,28 +88,28 @@ impl RetryPolicy {
         }
     }
 
-    /// A policy from its parts as a person gives them (durations as
-    /// `1s`, `5m`), each defaulted when not given; `None` when none is.
+    /// A policy from its parts as given (waits in ms), each defaulted when
+    /// not given (1 attempt, 1 s, a factor of 2, an hour); `None` when
+    /// none is.
     pub fn from_parts(
         max_attempts: Option<u32>,
-        backoff: Option<&str>,
+        backoff_ms: Option<u64>,
         factor: Option<u32>,
-        max_backoff: Option<&str>,
+        max_backoff_ms: Option<u64>,
     ) -> Result<Option<RetryPolicy>, Error> {
-        use crate::catalogue::{Kind, duration_ms};
-        if max_attempts.is_none() && backoff.is_none() && factor.is_none() && max_backoff.is_none()
+        if max_attempts.is_none()
+            && backoff_ms.is_none()
+            && factor.is_none()
+            && max_backoff_ms.is_none()
         {
             return Ok(None);
         }
-        let mut p = RetryPolicy::new(max_attempts.unwrap_or(1), 1000);
-        if let Some(b) = backoff {
-            p.backoff_ms = duration_ms(Kind::LockDelay, "backoff", b)?;
-        }
+        let mut p = RetryPolicy::new(max_attempts.unwrap_or(1), backoff_ms.unwrap_or(1000));
         if let Some(f) = factor {
             p.factor = f;
         }
-        if let Some(m) = max_backoff {
-            p.max_backoff_ms = duration_ms(Kind::Ttl, "max_backoff", m)?;
+        if let Some(m) = max_backoff_ms {
+            p.max_backoff_ms = m;
         }
         p.checked().map(Some)
     }
@@ -117,7 +117,7 @@ impl RetryPolicy {
     /// The policy, if within its bounds: 1 to 1000 attempts, waits of at
     /// most 7 days, a factor of 1 to 10.
     pub fn checked(self) -> Result<RetryPolicy, Error> {
-        use crate::catalogue::{Kind, check_ms};
+        use crate::time::{MAX_TTL_MS, MIN_TTL_MS, check_span};
         if !(1..=Self::MAX_ATTEMPTS).contains(&self.max_attempts) {
             return Err(Error::invalid(
                 "max_attempts",
@@ -128,8 +128,8 @@ impl RetryPolicy {
                 ),
             ));
         }
-        check_ms(Kind::LockDelay, "backoff", self.backoff_ms)?;
-        check_ms(Kind::Ttl, "max_backoff", self.max_backoff_ms)?;
+        check_span("backoff", self.backoff_ms, 0, MAX_TTL_MS)?;
+        check_span("max_backoff", self.max_backoff_ms, MIN_TTL_MS, MAX_TTL_MS)?;
         if !(1..=10).contains(&self.factor) {
             return Err(Error::invalid(
                 "backoff_factor",
@@ -239,7 +239,12 @@ impl NodeSpec {
     /// 1 ms to 7 days.
     pub fn with_timeout(mut self, timeout_ms: Option<u64>) -> Result<NodeSpec, Error> {
         if let Some(ms) = timeout_ms {
-            crate::catalogue::check_ms(crate::catalogue::Kind::Ttl, "timeout", ms)?;
+            crate::time::check_span(
+                "timeout",
+                ms,
+                crate::time::MIN_TTL_MS,
+                crate::time::MAX_TTL_MS,
+            )?;
         }
         self.timeout_ms = timeout_ms;
         Ok(self)

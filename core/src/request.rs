@@ -9,10 +9,7 @@ use crate::time::Timestamp;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The shortest TTL, in milliseconds.
-pub const MIN_TTL_MS: u64 = 1;
-/// The longest TTL: 7 days, in milliseconds.
-pub const MAX_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+pub use crate::time::{MAX_TTL_MS, MIN_TTL_MS};
 /// The default TTL of a bare task's lease.
 pub const DEFAULT_BARE_TTL_MS: u64 = 30_000;
 /// The largest error object, in bytes of JSON.
@@ -304,8 +301,7 @@ impl Request {
                 }
                 match node.timeout_ms {
                     Some(ms) => {
-                        crate::catalogue::check_ms(crate::catalogue::Kind::Ttl, "timeout", ms)
-                            .map(|_| ())
+                        crate::time::check_span("timeout", ms, MIN_TTL_MS, MAX_TTL_MS).map(|_| ())
                     }
                     None => Ok(()),
                 }

@@ -8,6 +8,37 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The shortest TTL, in milliseconds.
+pub const MIN_TTL_MS: u64 = 1;
+/// The longest TTL (and lock delay, run-time limit, backoff): 7 days, in
+/// milliseconds.
+pub const MAX_TTL_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// `ms` for `field` if it lies in `lo..=hi` (the rule of a TTL, a lock
+/// delay, a run-time limit), else the error naming the field and the rule.
+pub fn check_span(field: &str, ms: u64, lo: u64, hi: u64) -> Result<u64, crate::error::Error> {
+    if (lo..=hi).contains(&ms) {
+        return Ok(ms);
+    }
+    let days = |ms: u64| {
+        if ms == 0 {
+            "0".to_owned()
+        } else if ms.is_multiple_of(24 * 3600 * 1000) {
+            format!("{} days", ms / (24 * 3600 * 1000))
+        } else {
+            format!("{ms} ms")
+        }
+    };
+    Err(crate::error::Error::invalid(
+        field,
+        format!(
+            "must be a duration from {} to {} (got {ms}ms)",
+            days(lo),
+            days(hi)
+        ),
+    ))
+}
+
 /// Milliseconds since the Unix epoch, UTC. Serialised as RFC 3339 with
 /// milliseconds (`2026-12-02T10:36:43.000Z`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

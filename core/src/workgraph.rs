@@ -556,11 +556,16 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
                         .ok_or_else(|| Error::invalid(k, "must be a whole number")),
                 }
             };
+            let span = |k: &str, field: &str, kind| -> Result<Option<u64>> {
+                text(k)?
+                    .map(|t| crate::catalogue::duration_ms(kind, field, t))
+                    .transpose()
+            };
             crate::graph::RetryPolicy::from_parts(
                 whole("max_attempts")?,
-                text("backoff")?,
+                span("backoff", "backoff", crate::catalogue::Kind::LockDelay)?,
                 whole("factor")?,
-                text("max")?,
+                span("max", "max_backoff", crate::catalogue::Kind::Ttl)?,
             )?
         }
         Some(_) => return Err(Error::invalid("retry", "must be an object")),
