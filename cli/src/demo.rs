@@ -252,6 +252,83 @@ async fn drain_graph(
     Ok(Drained { order, in_order })
 }
 
+/// What act 6 saw: a failed attempt tried again after its backoff, and a
+/// task put off until its start.
+struct Later {
+    retried_after_ms: u64,
+    ran_after_start: bool,
+}
+
+/// Act 6: a task that may be tried twice fails once and runs again after
+/// its backoff; a task put off runs once its start has come, not before.
+async fn retry_and_later(
+    a: &Arc<DynAuthority>,
+    tag: &str,
+    tl: &mut Timeline,
+) -> Result<Later, Error> {
+    use baton_core::graph::{NodeSpec, RetryPolicy, Start, Taker};
+    let queue = id(&format!("demo-{tag}-later"))?;
+    let (flaky, later) = (id(&format!("{tag}-flaky"))?, id(&format!("{tag}-later"))?);
+    let spec = NodeSpec::new(&flaky, Some(queue.clone()), 1, [])?
+        .with_retry(Some(RetryPolicy::new(2, 300)))?;
+    a.add(&flaky, spec).await?;
+    let spec =
+        NodeSpec::new(&later, Some(queue.clone()), 0, [])?.with_start(Some(Start::AfterMs(900)))?;
+    a.add(&later, spec).await?;
+    let owner = id("later-worker")?;
+    let taker = || Taker::Owner {
+        owner: owner.clone(),
+        ttl_ms: Some(30_000),
+        lock_delay_ms: None,
+    };
+    let queues = std::slice::from_ref(&queue);
+    let first = a.next_waiting(taker(), queues, 5_000).await?;
+    let Some(g) = first.grant() else {
+        return Err(Error::unavailable(format!(
+            "demo: {flaky} was not granted: {first:?}"
+        )));
+    };
+    let failed_at = Instant::now();
+    a.fail(
+        &g.task,
+        &owner,
+        g.fence,
+        Some(serde_json::json!({"exit": 1})),
+    )
+    .await?;
+    tl.note(format!(
+        "{flaky} (2 attempts, 300 ms backoff) failed its first attempt: put off, not FAILED; {later} is put off 900 ms"
+    ));
+    let mut retried_after_ms = 0;
+    let mut ran_after_start = false;
+    for _ in 0..2 {
+        let r = a.next_waiting(taker(), queues, 5_000).await?;
+        let Some(g) = r.grant() else {
+            return Err(Error::unavailable(format!(
+                "demo: nothing was granted: {r:?}"
+            )));
+        };
+        let waited = u64::try_from(failed_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if g.task == flaky {
+            retried_after_ms = waited;
+            tl.note(format!(
+                "{flaky}: attempt {} granted {waited} ms after the failure",
+                g.attempt
+            ));
+        } else {
+            ran_after_start = waited >= 900;
+            tl.note(format!(
+                "{later}: granted {waited} ms after the first failure, once its start had come"
+            ));
+        }
+        a.complete(&g.task, &owner, g.fence).await?;
+    }
+    Ok(Later {
+        retried_after_ms,
+        ran_after_start,
+    })
+}
+
 pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
     // Task names of their own, so a named store can run the demo again.
     let tag = format!(
@@ -406,6 +483,9 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     // Act 5: four workers drain a small work graph with `next`.
     let graph = drain_graph(&a, &tag, &mut tl).await?;
 
+    // Act 6: a retry after a backoff, and a task run later.
+    let later = retry_and_later(&a, &tag, &mut tl).await?;
+
     let ok = double_grants == 0
         && outcome == "lost"
         && stopped_early_ms > 0
@@ -413,7 +493,9 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         && late_reason == "stale_fence"
         && !stale_current
         && gates_passed == 3
-        && graph.in_order;
+        && graph.in_order
+        && later.retried_after_ms >= 225
+        && later.ran_after_start;
     let summary = json!({
         "store": url,
         "tasks": TASKS + 1 + 3 + 1,
@@ -426,6 +508,8 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "gates_passed": gates_passed,
         "supervised_run": {"outcome": outcome, "stopped_before_lease_end_ms": stopped_early_ms},
         "graph": {"order": graph.order, "in_dependency_order": graph.in_order},
+        "retried_after_ms": later.retried_after_ms,
+        "ran_after_start": later.ran_after_start,
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
@@ -472,6 +556,14 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
                 "{} nodes by 4 workers, dependencies first: {}",
                 graph.order.len(),
                 if graph.in_order { "yes" } else { "NO" }
+            ),
+        ),
+        (
+            "retry, later",
+            format!(
+                "a failure tried again {} ms later; a task put off ran after its start: {}",
+                later.retried_after_ms,
+                if later.ran_after_start { "yes" } else { "NO" }
             ),
         ),
     ] {
