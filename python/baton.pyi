@@ -338,7 +338,7 @@ class Authority:
         operator: Optional[str] = None,
         force: bool = False,
         cascade: bool = False,
-    ) -> Union[Record, Refusal, tuple[Union[Record, Refusal], list[tuple[str, Union[Record, Refusal]]]]]:
+    ) -> Union[Record, Refusal, tuple[Union[Record, Refusal], List[tuple[str, Union[Record, Refusal]]]]]:
         """By the holder (owner and fence) or by an operator (operator=NAME):
         a live lease's holder is asked to stop, unless force=True. cascade=True
         (an operator's cancel) also cancels every dependent that has not ended,
@@ -396,6 +396,24 @@ class Authority:
         """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
         `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds)."""
     def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
+    def schedule(
+        self,
+        name: str,
+        every: _Seconds,
+        *,
+        queue: Optional[str] = None,
+        priority: int = 0,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[_Seconds] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
+    ) -> Union[Record, Refusal]:
+        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick."""
+    def schedules(self) -> List[Record]: ...
+    def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
+        """Make each live schedule's task for the current period (once, store-wide)."""
     def next(
         self,
         owner: str,

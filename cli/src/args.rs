@@ -156,40 +156,13 @@ pub enum Command {
     Add {
         #[arg(conflicts_with = "file")]
         task: Option<String>,
-        /// The queue `next` takes it from (default: default).
-        #[arg(long)]
-        queue: Option<String>,
-        /// Higher runs first among the ready tasks of its queue (default 0).
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        priority: i64,
-        /// A task that must SUCCEED first (repeatable).
-        #[arg(long)]
-        after: Vec<String>,
-        /// The most one attempt may run (`90s`, `10m`, `2h`), however often
-        /// its holder renews: the lease ends there, the attempt counts as a
-        /// stall (TIMED_OUT), and `baton run` stops its child before it.
-        #[arg(long)]
-        timeout: Option<String>,
+        #[command(flatten)]
+        node: NodeArgs,
         /// Not granted before this: an RFC 3339 time (2026-12-24T18:00:00Z)
         /// or a delay from the add (`90s`, `10m`, `2h`; at most a year).
         /// An add repeated with another start is the same add.
         #[arg(long)]
         not_before: Option<String>,
-        /// Attempts in all: a failure before the last is tried again after
-        /// a backoff (`--backoff`), the last one's is final (default 1).
-        #[arg(long)]
-        max_attempts: Option<u32>,
-        /// The wait after the first failed attempt (default 1s); each
-        /// wait after is `--backoff-factor` times longer, at most
-        /// `--backoff-max`, give or take a quarter.
-        #[arg(long)]
-        backoff: Option<String>,
-        /// How many times longer each wait is than the one before (default 2).
-        #[arg(long)]
-        backoff_factor: Option<u32>,
-        /// The longest wait (default 1h).
-        #[arg(long)]
-        backoff_max: Option<String>,
         /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h", "retry": {"max_attempts": 3, "backoff": "1s", "factor": 2, "max": "1m"}}...]}.
         #[arg(long)]
         file: Option<PathBuf>,
@@ -237,6 +210,10 @@ pub enum Command {
     /// The notification outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Recurring schedules: one task per period, enqueued once however
+    /// many schedulers run.
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     Demo,
     /// Serve the store over HTTP: one authority for many hosts and languages.
@@ -255,7 +232,8 @@ pub enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
         /// How often the server sweeps on its own, persisting expired leases
-        /// and passed deadlines with their events (DUR, or `off`).
+        /// and passed deadlines with their events, and ticks the recurring
+        /// schedules (DUR, or `off`).
         #[arg(long, default_value = "1s")]
         sweep_every: String,
         /// The most connections held at once; past it a new connection takes
@@ -540,6 +518,68 @@ pub enum TaskCommand {
         ttl: Option<String>,
         #[arg(long, allow_hyphen_values = true)]
         wait: Option<String>,
+    },
+}
+
+/// How a task added to the work graph waits and runs (`add`, and the
+/// tasks a schedule makes).
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// The queue `next` takes it from (default: default).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Higher runs first among the ready tasks of its queue (default 0).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i64,
+    /// A task that must SUCCEED first (repeatable).
+    #[arg(long)]
+    pub after: Vec<String>,
+    /// The most one attempt may run (`90s`, `10m`, `2h`), however often
+    /// its holder renews: the lease ends there, the attempt counts as a
+    /// stall (TIMED_OUT), and `baton run` stops its child before it.
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// Attempts in all: a failure before the last is tried again after
+    /// a backoff (`--backoff`), the last one's is final (default 1).
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// The wait after the first failed attempt (default 1s); each
+    /// wait after is `--backoff-factor` times longer, at most
+    /// `--backoff-max`, give or take a quarter.
+    #[arg(long)]
+    pub backoff: Option<String>,
+    /// How many times longer each wait is than the one before (default 2).
+    #[arg(long)]
+    pub backoff_factor: Option<u32>,
+    /// The longest wait (default 1h).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Set a recurring schedule: one task `NAME@START` per period of
+    /// `--every`, from now, made by whichever scheduler ticks first in the
+    /// period (`baton serve`, `schedule run`, `schedule tick`): the store
+    /// decides, so any number may run. Stop it with `cancel schedule:NAME
+    /// --operator ID`.
+    Add {
+        name: String,
+        /// The period (`30s`, `1h`, `1d`; from 1 s to a year).
+        #[arg(long)]
+        every: String,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Every schedule, with its period and state.
+    List,
+    /// Make each live schedule's task for the current period, once.
+    Tick,
+    /// Tick every `--tick` until stopped (a scheduler of its own).
+    Run {
+        /// How often to tick (default 1s).
+        #[arg(long)]
+        tick: Option<String>,
     },
 }
 

@@ -637,6 +637,10 @@ enum Plan {
     },
     ListGraph(GraphState, Option<Id>, usize),
     Graph,
+    Schedules,
+    Tick,
+    /// Tick every so many ms until stopped.
+    ScheduleRun(u64),
 }
 
 /// A write that prints the record it leaves.
@@ -900,72 +904,34 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         },
         Command::Add {
             task: Some(task),
-            queue,
-            priority,
-            after,
-            timeout,
+            node,
             not_before,
-            max_attempts,
-            backoff,
-            backoff_factor,
-            backoff_max,
             file: None,
         } => {
-            let retry = baton_core::graph::RetryPolicy::from_parts(
-                *max_attempts,
-                backoff
-                    .as_deref()
-                    .map(|v| catalogue::duration_ms(Kind::LockDelay, "backoff", v))
-                    .transpose()?,
-                *backoff_factor,
-                backoff_max
-                    .as_deref()
-                    .map(|v| catalogue::duration_ms(Kind::Ttl, "max_backoff", v))
-                    .transpose()?,
-            )?;
             let task = t(task)?;
-            let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;
-            let after = after
-                .iter()
-                .map(|d| id("after", d))
-                .collect::<Result<Vec<_>, _>>()?;
-            let timeout = timeout
-                .as_deref()
-                .map(|v| catalogue::duration_ms(Kind::Ttl, "timeout", v))
-                .transpose()?;
             let start = not_before
                 .as_deref()
                 .map(|v| baton_core::graph::Start::parse("not_before", v))
                 .transpose()?;
-            let node = NodeSpec::new(&task, queue, *priority, after)?
-                .with_timeout(timeout)?
-                .with_start(start)?
-                .with_retry(retry)?;
+            let node = node_spec(&task, node)?.with_start(start)?;
             write(task, R::Add { node })
         }
         Command::Add {
             task: None,
-            queue,
-            priority,
-            after,
-            timeout,
+            node,
             not_before,
-            max_attempts,
-            backoff,
-            backoff_factor,
-            backoff_max,
             file,
         } => {
-            if queue.is_some()
-                || *priority != 0
-                || !after.is_empty()
-                || timeout.is_some()
+            let given = node.queue.is_some()
+                || node.priority != 0
+                || !node.after.is_empty()
+                || node.timeout.is_some()
                 || not_before.is_some()
-                || max_attempts.is_some()
-                || backoff.is_some()
-                || backoff_factor.is_some()
-                || backoff_max.is_some()
-            {
+                || node.max_attempts.is_some()
+                || node.backoff.is_some()
+                || node.backoff_factor.is_some()
+                || node.backoff_max.is_some();
+            if given {
                 return Err(Error::invalid(
                     "file",
                     "--queue, --priority, --after, --timeout, --not-before and the retry options describe one TASK; a graph file gives each node its own",
@@ -992,6 +958,23 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             wait_ms: parse_wait(wait.as_deref())?,
         },
         Command::Graph(GraphCommand::Show) => P::Graph,
+        Command::Schedule(args::ScheduleCommand::Add { name, every, node }) => {
+            let task = baton_core::workgraph::schedule_id(name)?;
+            let every_ms = catalogue::duration_ms(Kind::Period, "every", every)?;
+            let schedule = baton_core::graph::Schedule {
+                every_ms,
+                template: node_spec(&task, node)?,
+            };
+            write(task, R::Schedule { schedule })
+        }
+        Command::Schedule(args::ScheduleCommand::List) => P::Schedules,
+        Command::Schedule(args::ScheduleCommand::Tick) => P::Tick,
+        Command::Schedule(args::ScheduleCommand::Run { tick }) => P::ScheduleRun(
+            tick.as_deref()
+                .map(|v| catalogue::duration_ms(Kind::Ttl, "tick", v))
+                .transpose()?
+                .unwrap_or(1000),
+        ),
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
@@ -1024,6 +1007,35 @@ fn parse_wait(value: Option<&str>) -> Result<Option<u64>, Error> {
 
 /// The largest graph file read, in bytes.
 const MAX_GRAPH_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A task a scheduler's tick made, as one JSON line.
+fn made_json(task: &Id, reply: &Reply) -> Value {
+    json!({"task": task, "state": reply.record().map(|r| r.state), "made": true})
+}
+
+/// The spec of a task added (or made by a schedule) as `node` describes it.
+fn node_spec(task: &baton_core::TaskId, node: &args::NodeArgs) -> Result<NodeSpec, Error> {
+    let queue = node.queue.as_deref().map(|q| id("queue", q)).transpose()?;
+    let after = node
+        .after
+        .iter()
+        .map(|d| id("after", d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let span = |v: &Option<String>, kind, field| {
+        v.as_deref()
+            .map(|v| catalogue::duration_ms(kind, field, v))
+            .transpose()
+    };
+    let retry = baton_core::graph::RetryPolicy::from_parts(
+        node.max_attempts,
+        span(&node.backoff, Kind::LockDelay, "backoff")?,
+        node.backoff_factor,
+        span(&node.backoff_max, Kind::Ttl, "max_backoff")?,
+    )?;
+    NodeSpec::new(task, queue, node.priority, after)?
+        .with_timeout(span(&node.timeout, Kind::Ttl, "timeout")?)?
+        .with_retry(retry)
+}
 
 fn read_graph(file: Option<&std::path::Path>) -> Result<Vec<NewNode>, Error> {
     let mut text = String::new();
@@ -1207,6 +1219,56 @@ impl Plan {
                 out.view = View::Graph;
                 out
             }
+            P::Schedules => Out::list(
+                a.schedules()
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        json!({
+                            "schedule": r.task,
+                            "state": r.state,
+                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms),
+                            "queue": r.schedule.as_ref().map(|s| &s.template.queue),
+                            "since": r.created_at,
+                        })
+                    })
+                    .collect(),
+                None,
+            ),
+            P::Tick => {
+                let made = a.tick_schedules().await?;
+                let mut out = Out::list(made.iter().map(|(t, r)| made_json(t, r)).collect(), None);
+                out.wrote = !made.is_empty();
+                out
+            }
+            P::ScheduleRun(tick_ms) => {
+                // A scheduler of its own until SIGINT or SIGTERM: each task
+                // it makes is a JSON line as it is made. A tick the store
+                // cannot answer is reported and tried again at the next.
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .map_err(|e| Error::unavailable(format!("cannot watch SIGTERM: {e}")))?;
+                loop {
+                    match a.tick_schedules().await {
+                        Ok(made) => {
+                            for (t, r) in &made {
+                                output::write_stdout(&format!("{}\n", made_json(t, r)));
+                            }
+                        }
+                        Err(e) => {
+                            eprintln!("{}", json!({"error": e.to_string(), "tick": "failed"}));
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(tick_ms)) => {}
+                        _ = tokio::signal::ctrl_c() => break,
+                        _ = term.recv() => break,
+                    }
+                }
+                let mut out = Out::list(Vec::new(), None);
+                out.printed = true;
+                out
+            }
         })
     }
 }
@@ -1266,6 +1328,7 @@ mod tests {
         let not_operations = [
             "run",
             "task run",
+            "schedule run",
             "demo",
             "serve",
             "bench",

@@ -355,3 +355,67 @@ fn a_failed_attempt_is_tried_again_after_its_backoff() {
         "{out:?}"
     );
 }
+
+/// Schedulers in four processes tick at once: the store makes the
+/// period's one task once. `schedule run` is a scheduler of its own that
+/// stops cleanly on SIGTERM.
+#[test]
+fn schedulers_in_several_processes_make_one_task_per_period() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&[
+        "schedule", "add", "nightly", "--every", "1h", "--queue", "cron",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    let ticks: Vec<_> = (0..4)
+        .map(|_| {
+            env.cmd(&["schedule", "tick"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut made = Vec::new();
+    for t in ticks {
+        let o = t.wait_with_output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            made.push(v["task"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(made.len(), 1, "one task for the period: {made:?}");
+    assert!(made[0].starts_with("nightly@"), "{made:?}");
+    let run = env
+        .cmd(&["schedule", "run", "--tick", "100ms"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let pid = run.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        o.stdout.is_empty(),
+        "nothing more in the same period: {o:?}"
+    );
+    let (code, list) = env.baton(&["schedule", "list"]);
+    assert_eq!(code, 0);
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["every_ms"], 3_600_000);
+    let (code, ready) = env.baton(&["task", "list", "--state", "READY", "--queue", "cron"]);
+    assert_eq!(code, 0);
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    let (code, out) = env.baton(&["schedule", "add", "nightly", "--every", "2h"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str()),
+        (1, Some("manifest_conflict"))
+    );
+}

@@ -518,6 +518,47 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         (400, Some("cascade")),
         "{r}"
     );
+    // A recurring schedule over the task API: set, listed, ticked once per period.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/schedules/nightly",
+        None,
+        r#"{"every_ms":3600000,"template":{"queue":"cron","priority":0,"depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("REGISTERED")), "{r}");
+    let (s, r) = http(a, "GET", "/v1/schedules", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{r}"
+    );
+    // The server's own beat (every `--sweep-every`) makes the period's
+    // task; a tick after it makes none.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ready = loop {
+        let (s, r) = http(a, "GET", "/v1/tasks?state=READY&queue=cron", None, "").unwrap();
+        assert_eq!(s, 200, "{r}");
+        let n = r["items"].as_array().map_or(0, Vec::len);
+        if n > 0 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(ready, 1, "the server's beat made the period's task");
+    let (s, r) = http(a, "POST", "/v1/scheduler/tick", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{r}"
+    );
+    let (s, r) = http(a, "POST", "/v1/schedules/fast", None, r#"{"every_ms":10}"#).unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("every_ms")),
+        "{r}"
+    );
 }
 
 #[test]

@@ -52,6 +52,8 @@ pub enum Kind {
     Node,
     /// Yes or no.
     Flag,
+    /// A schedule's period: 1 s to a year.
+    Period,
 }
 
 impl Kind {
@@ -77,6 +79,7 @@ impl Kind {
                 "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), and a retry policy"
             }
             Kind::Flag => "true or false",
+            Kind::Period => "a duration from 1 s to a year",
         }
     }
 
@@ -86,6 +89,10 @@ impl Kind {
             Kind::Ttl => Some((MIN_TTL_MS, MAX_TTL_MS)),
             Kind::LockDelay => Some((0, MAX_TTL_MS)),
             Kind::Wait => Some((0, MAX_WAIT_MS)),
+            Kind::Period => Some((
+                crate::graph::Schedule::MIN_EVERY_MS,
+                crate::graph::MAX_START_AFTER_MS,
+            )),
             _ => None,
         }
     }
@@ -128,6 +135,11 @@ impl Kind {
                 }, "required": ["max_attempts", "backoff_ms"]},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
+            Kind::Period => json!({
+                "type": "integer",
+                "minimum": crate::graph::Schedule::MIN_EVERY_MS,
+                "maximum": crate::graph::MAX_START_AFTER_MS,
+            }),
         }
     }
 }
@@ -356,6 +368,40 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("graph show"),
         http: get("/v1/graph"),
         python: Some("graph"),
+        inputs: &[],
+    },
+    Op {
+        name: "schedule",
+        summary: "Set a recurring schedule: one task per period, made once however many schedulers tick",
+        write: true,
+        operator: false,
+        cli: Some("schedule add"),
+        http: post("/v1/schedules/{name}"),
+        python: Some("schedule"),
+        inputs: &[
+            input("name", "name", Kind::Id, true),
+            input("every", "every_ms", Kind::Period, true),
+            input("node", "template", Kind::Node, false),
+        ],
+    },
+    Op {
+        name: "schedules",
+        summary: "Every recurring schedule, with its period and state",
+        write: false,
+        operator: false,
+        cli: Some("schedule list"),
+        http: get("/v1/schedules"),
+        python: Some("schedules"),
+        inputs: &[],
+    },
+    Op {
+        name: "tick",
+        summary: "Make each live schedule's task for the current period, once",
+        write: true,
+        operator: false,
+        cli: Some("schedule tick"),
+        http: post("/v1/scheduler/tick"),
+        python: Some("tick_schedules"),
         inputs: &[],
     },
     Op {

@@ -162,6 +162,59 @@ impl RetryPolicy {
     }
 }
 
+/// The id prefix of a schedule's record: `schedule:NAME`.
+pub const SCHEDULE_PREFIX: &str = "schedule:";
+
+/// A recurring schedule: one task from `template` per period of
+/// `every_ms`, counted from when its record was created, named
+/// `NAME@START` (the period's start), so that however many schedulers
+/// tick, the store's add of that one id decides which of them enqueues it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    pub every_ms: u64,
+    pub template: NodeSpec,
+}
+
+impl Schedule {
+    /// The shortest period: a second.
+    pub const MIN_EVERY_MS: u64 = 1000;
+
+    /// The schedule, if its period is from a second to a year and its
+    /// template has no start of its own (the period is its start).
+    pub fn checked(self) -> Result<Schedule, Error> {
+        crate::time::check_span(
+            "every",
+            self.every_ms,
+            Self::MIN_EVERY_MS,
+            MAX_START_AFTER_MS,
+        )?;
+        if self.template.start.is_some() {
+            return Err(Error::invalid(
+                "not_before",
+                "is not for a schedule's tasks: each starts with its period",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The task of the period that holds `now`, for the schedule whose
+    /// record is `record` (created at `anchor`): its id and spec. `None`
+    /// before the first period, or if the name cannot make an id.
+    pub fn due(
+        &self,
+        record: &TaskId,
+        anchor: Timestamp,
+        now: Timestamp,
+    ) -> Option<(TaskId, NodeSpec)> {
+        let since = u64::try_from(now.as_millis().checked_sub(anchor.as_millis())?).ok()?;
+        let k = since / self.every_ms;
+        let start = anchor.checked_plus_ms(k.checked_mul(self.every_ms)?)?;
+        let name = record.as_str().strip_prefix(SCHEDULE_PREFIX)?;
+        let task = Id::parse("task", &format!("{name}@{start}")).ok()?;
+        Some((task, self.template.clone()))
+    }
+}
+
 /// The most a start may be put off: a year.
 pub const MAX_START_AFTER_MS: u64 = 366 * 24 * 3600 * 1000;
 

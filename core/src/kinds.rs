@@ -132,10 +132,12 @@ pub enum EventKind {
     /// A failed attempt will be tried again: the task is put off until its
     /// retry policy's wait has passed (`not_before`).
     RetryScheduled,
+    /// A recurring schedule was set (`schedule:NAME`).
+    Scheduled,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 24] = [
+    pub const ALL: [EventKind; 25] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -160,6 +162,7 @@ impl EventKind {
         EventKind::CancelRequested,
         EventKind::TimedOut,
         EventKind::RetryScheduled,
+        EventKind::Scheduled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -188,6 +191,7 @@ impl EventKind {
             EventKind::CancelRequested => "CANCEL_REQUESTED",
             EventKind::TimedOut => "TIMED_OUT",
             EventKind::RetryScheduled => "RETRY_SCHEDULED",
+            EventKind::Scheduled => "SCHEDULED",
         }
     }
 
@@ -255,6 +259,8 @@ pub enum RequestKind {
     Annotate,
     Settle,
     Add,
+    /// A recurring schedule set.
+    Schedule,
     /// A new dependent written on a dependency's record (by the add of the dependent).
     Link,
     /// A dependent looked at again when a dependency succeeded.
@@ -288,6 +294,7 @@ impl RequestKind {
             RequestKind::Annotate => "annotate",
             RequestKind::Settle => "settle",
             RequestKind::Add => "add",
+            RequestKind::Schedule => "schedule",
             RequestKind::Link => "link",
             RequestKind::Wake => "wake",
             RequestKind::Expire => "expire",

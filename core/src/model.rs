@@ -119,6 +119,10 @@ pub struct TaskRecord {
     /// when the holder gives it back or its lease ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_requested: Option<CancelRequest>,
+    /// A recurring schedule this record holds (a `schedule:NAME` record:
+    /// never granted; cancelled by an operator to stop it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::graph::Schedule>,
 }
 
 impl TaskRecord {

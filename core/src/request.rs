@@ -127,6 +127,10 @@ pub enum Request {
     Add {
         node: crate::graph::NodeSpec,
     },
+    /// Sets a recurring schedule on a `schedule:NAME` record.
+    Schedule {
+        schedule: crate::graph::Schedule,
+    },
     /// Written by a store in the commit of a dependent's add (a follow-up,
     /// never sent by a caller): records `dependent` on this task.
     Link {
@@ -175,6 +179,7 @@ impl Request {
             Request::Annotate { .. } => RequestKind::Annotate,
             Request::Settle => RequestKind::Settle,
             Request::Add { .. } => RequestKind::Add,
+            Request::Schedule { .. } => RequestKind::Schedule,
             Request::Link { .. } => RequestKind::Link,
             Request::Wake => RequestKind::Wake,
         }
@@ -203,7 +208,7 @@ impl Request {
             | Request::TaskFail { executor, .. } => Actor::Worker(executor.clone()),
             Request::Annotate { actor, .. } => Actor::Worker(actor.clone()),
             Request::Settle | Request::Link { .. } | Request::Wake => Actor::System,
-            Request::Add { .. } => Actor::System,
+            Request::Add { .. } | Request::Schedule { .. } => Actor::System,
         }
     }
 
@@ -281,6 +286,13 @@ impl Request {
                 "must be a positive whole number",
             )),
             Request::Annotate { metadata, .. } => validate_metadata(metadata),
+            Request::Schedule { schedule } => {
+                schedule.clone().checked()?;
+                Request::Add {
+                    node: schedule.template.clone(),
+                }
+                .validate()
+            }
             Request::Add { node } => {
                 if node.depends_on.len() > crate::graph::MAX_DEPENDENCIES
                     || !node.depends_on.windows(2).all(|w| w[0] < w[1])

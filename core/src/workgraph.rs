@@ -64,6 +64,78 @@ pub enum GraphState {
 }
 
 impl<S: Store> Authority<S> {
+    /// Sets the recurring schedule `name` (its record is `schedule:NAME`):
+    /// one task from `template` every `every_ms`, made by whichever
+    /// scheduler ticks first in each period ([`Authority::tick_schedules`]).
+    /// The same schedule again is an acknowledgement, another one
+    /// `manifest_conflict`; an operator's cancel of the record stops it.
+    pub async fn schedule(&self, name: &str, every_ms: u64, template: NodeSpec) -> Result<Reply> {
+        let task = schedule_id(name)?;
+        let schedule = crate::graph::Schedule { every_ms, template };
+        self.send(&task, Request::Schedule { schedule }).await
+    }
+
+    /// Every schedule's record (`schedule:` ids, in name order, at most
+    /// [`GRAPH_READ_LIMIT`]), as derived now.
+    pub async fn schedules(&self) -> Result<Vec<TaskRecord>> {
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut cursor = TaskId::parse("task", crate::graph::SCHEDULE_PREFIX)?;
+        loop {
+            let query = ListQuery {
+                after: Some(cursor.clone()),
+                limit: 100,
+                clauses: None,
+                now,
+            };
+            let batch = self.store.list(&query).await?;
+            let exhausted = batch.len() < 100;
+            for snap in batch {
+                if !snap
+                    .record
+                    .task
+                    .as_str()
+                    .starts_with(crate::graph::SCHEDULE_PREFIX)
+                {
+                    return Ok(out);
+                }
+                cursor = snap.record.task.clone();
+                if snap.record.schedule.is_some() {
+                    out.push(crate::decide::derive(&snap.record, snap.judged, now));
+                }
+            }
+            if exhausted || out.len() >= GRAPH_READ_LIMIT {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// One tick of the scheduler: for each live schedule, the add of its
+    /// current period's task. However many schedulers tick (threads,
+    /// processes, servers), the store decides the one add of each id;
+    /// the others are acknowledgements. Returns the tasks this tick made
+    /// (a period no scheduler ticked in is not made up).
+    pub async fn tick_schedules(&self) -> Result<Vec<(TaskId, Reply)>> {
+        let now = self.now();
+        let mut made = Vec::new();
+        for rec in self.schedules().await? {
+            let Some(schedule) = &rec.schedule else {
+                continue;
+            };
+            if rec.state.is_terminal() {
+                continue;
+            }
+            let Some((task, spec)) = schedule.due(&rec.task, rec.created_at, now) else {
+                continue;
+            };
+            let r = self.add(&task, spec).await?;
+            if matches!(r, Reply::Committed(_)) {
+                made.push((task, r));
+            }
+        }
+        Ok(made)
+    }
+
     /// Adds a bare task to the work graph in REGISTERED (see [`crate::graph`]).
     /// An unknown dependency is bad input; the same definition again is an
     /// acknowledgement, another one `manifest_conflict`.
@@ -575,4 +647,15 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         .with_start(start)?
         .with_retry(retry)?;
     Ok(NewNode { task, spec })
+}
+
+/// The record id of the schedule `name`.
+pub fn schedule_id(name: &str) -> Result<TaskId> {
+    let name = name
+        .strip_prefix(crate::graph::SCHEDULE_PREFIX)
+        .unwrap_or(name);
+    if name.is_empty() {
+        return Err(Error::invalid("name", "must not be empty"));
+    }
+    TaskId::parse("name", &format!("{}{name}", crate::graph::SCHEDULE_PREFIX))
 }

@@ -638,40 +638,82 @@ impl Authority {
         backoff_factor: Option<u32>,
         backoff_max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let timeout = duration(Kind::Ttl, "timeout", timeout)?;
-        let start = convert::start("not_before", not_before)?;
-        let backoff = duration(Kind::LockDelay, "backoff", backoff)?;
-        let backoff_max = duration(Kind::Ttl, "max_backoff", backoff_max)?;
-        let retry = (max_attempts.is_some()
-            || backoff.is_some()
-            || backoff_factor.is_some()
-            || backoff_max.is_some())
-        .then(|| {
-            let mut p = baton_core::graph::RetryPolicy::new(
-                max_attempts.unwrap_or(1),
-                backoff.unwrap_or(1000),
-            );
-            if let Some(f) = backoff_factor {
-                p.factor = f;
-            }
-            if let Some(m) = backoff_max {
-                p.max_backoff_ms = m;
-            }
-            p
-        });
         let t = id("task", task)?;
-        let q = queue.map(|q| id("queue", q)).transpose()?;
-        let deps = after
-            .unwrap_or_default()
-            .iter()
-            .map(|d| id("after", d))
-            .collect::<PyResult<Vec<_>>>()?;
-        let spec = NodeSpec::new(&t, q, priority, deps)
-            .and_then(|s| s.with_timeout(timeout))
-            .and_then(|s| s.with_start(start))
-            .and_then(|s| s.with_retry(retry))
-            .map_err(errors::to_py)?;
+        let start = convert::start("not_before", not_before)?;
+        let shape = Shape {
+            queue,
+            priority,
+            after,
+            timeout,
+            max_attempts,
+            backoff,
+            backoff_factor,
+            backoff_max,
+        };
+        let spec = shape.spec(&t)?.with_start(start).map_err(errors::to_py)?;
         self.write(py, false, move |a| async move { a.add(&t, spec).await })
+    }
+
+    /// Sets the recurring schedule `name` (its record `schedule:NAME`): one
+    /// task `NAME@START` per period of `every` seconds (at least 1), with
+    /// the queue, priority, dependencies, limit and retries `add` takes,
+    /// made by whichever scheduler ticks first in each period. A `Record`,
+    /// or a `Refusal` (`manifest_conflict`) for another schedule of that name.
+    #[pyo3(signature = (name, every, *, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn schedule(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        every: &Bound<'_, PyAny>,
+        queue: Option<&str>,
+        priority: i64,
+        after: Option<Vec<String>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        max_attempts: Option<u32>,
+        backoff: Option<&Bound<'_, PyAny>>,
+        backoff_factor: Option<u32>,
+        backoff_max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let every_ms = duration(Kind::Period, "every", Some(every))?.unwrap_or(0);
+        let record = baton_core::workgraph::schedule_id(name).map_err(errors::to_py)?;
+        let shape = Shape {
+            queue,
+            priority,
+            after,
+            timeout,
+            max_attempts,
+            backoff,
+            backoff_factor,
+            backoff_max,
+        };
+        let template = shape.spec(&record)?;
+        let name = name.to_owned();
+        self.write(py, false, move |a| async move {
+            a.schedule(&name, every_ms, template).await
+        })
+    }
+
+    /// Every schedule's record (`schedule:NAME`), as `Record`s.
+    fn schedules(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let records = self.call(py, move |a| async move { a.schedules().await })?;
+        let mut out = Vec::with_capacity(records.len());
+        for r in &records {
+            out.push(Py::new(py, convert::Record::new(py, r, false)?)?);
+        }
+        Ok(out.into_pyobject(py)?.into_any().unbind())
+    }
+
+    /// One tick of a scheduler: each live schedule's task for the current
+    /// period, made once however many schedulers tick. The tasks this tick
+    /// made, as `(task, Record)` pairs.
+    fn tick_schedules(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let made = self.call(py, move |a| async move { a.tick_schedules().await })?;
+        let mut out = Vec::with_capacity(made.len());
+        for (t, r) in &made {
+            out.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
+        }
+        Ok(out.into_pyobject(py)?.into_any().unbind())
     }
 
     /// Adds many nodes in one commit where the store allows: `graph` is
@@ -801,5 +843,43 @@ fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
                 ))
             }
         }
+    }
+}
+
+/// How a task added to the work graph waits and runs, as `add` and
+/// `schedule` take it.
+struct Shape<'a, 'py> {
+    queue: Option<&'a str>,
+    priority: i64,
+    after: Option<Vec<String>>,
+    timeout: Option<&'a Bound<'py, PyAny>>,
+    max_attempts: Option<u32>,
+    backoff: Option<&'a Bound<'py, PyAny>>,
+    backoff_factor: Option<u32>,
+    backoff_max: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl Shape<'_, '_> {
+    /// The spec of `task` in this shape.
+    fn spec(self, task: &Id) -> PyResult<NodeSpec> {
+        let q = self.queue.map(|q| id("queue", q)).transpose()?;
+        let deps = self
+            .after
+            .unwrap_or_default()
+            .iter()
+            .map(|d| id("after", d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let retry = baton_core::graph::RetryPolicy::from_parts(
+            self.max_attempts,
+            duration(Kind::LockDelay, "backoff", self.backoff)?,
+            self.backoff_factor,
+            duration(Kind::Ttl, "max_backoff", self.backoff_max)?,
+        )
+        .map_err(errors::to_py)?;
+        let timeout = duration(Kind::Ttl, "timeout", self.timeout)?;
+        NodeSpec::new(task, q, self.priority, deps)
+            .and_then(|s| s.with_timeout(timeout))
+            .and_then(|s| s.with_retry(retry))
+            .map_err(errors::to_py)
     }
 }

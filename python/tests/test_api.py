@@ -221,3 +221,19 @@ def test_a_task_put_off_is_not_granted_before_its_start(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.add("far", not_before="400d")
     assert e.value.field == "not_before"
+
+
+def test_a_schedule_makes_one_task_per_period(auth):
+    r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
+    assert r.state == "REGISTERED"
+    assert auth.schedule("hourly", 3600, queue="cron", max_attempts=2).idempotent
+    assert [s.task for s in auth.schedules()] == ["schedule:hourly"]
+    made = auth.tick_schedules()
+    assert len(made) == 1 and made[0][0].startswith("hourly@")
+    assert auth.tick_schedules() == [], "one per period, however often it ticks"
+    g = auth.next("w1", ["cron"])
+    assert g.task == made[0][0]
+    assert auth.claim("schedule:hourly", "w1").reason == "illegal_transition"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.schedule("fast", 0.5)
+    assert e.value.field == "every"

@@ -42,6 +42,9 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("sweep"), post(sweep))
         .route(at("pending"), get(pending))
         .route(at("ack"), post(ack))
+        .route(at("schedule"), post(schedule))
+        .route(at("schedules"), get(schedules))
+        .route(at("tick"), post(tick))
 }
 
 /// The catalogue's path of operation `name` (a name not in it is a bug
@@ -407,6 +410,41 @@ async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     json(&json!({"items": swept, "next": null}))
 }
 
+/// The body of `POST /v1/schedules/{name}`: the period, and the task
+/// each period makes (its queue, priority, dependencies, limit, retries).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduleBody {
+    every_ms: u64,
+    #[serde(default)]
+    template: Option<baton_core::NodeSpec>,
+}
+
+async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answer {
+    let b: ScheduleBody = parse_strict(&body)?;
+    let every_ms = catalogue::check_ms(catalogue::Kind::Period, "every_ms", b.every_ms)?;
+    let template = match b.template {
+        Some(t) => t,
+        None => {
+            baton_core::NodeSpec::new(&baton_core::workgraph::schedule_id(&name)?, None, 0, [])?
+        }
+    };
+    answer(a.schedule(&name, every_ms, template).await?, false)
+}
+
+async fn schedules(Gate(a): Gate) -> Answer {
+    json(&json!({"items": a.schedules().await?, "next": null}))
+}
+
+async fn tick(Gate(a): Gate) -> Answer {
+    let made = a.tick_schedules().await?;
+    let items: Vec<Value> = made
+        .iter()
+        .map(|(t, r)| json!({"task": t, "state": r.record().map(|r| r.state), "made": true}))
+        .collect();
+    json(&json!({"items": items, "next": null}))
+}
+
 async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
     page(&a.pending(q.after.as_deref(), limit).await?)
@@ -434,8 +472,20 @@ mod tests {
     #[test]
     fn every_route_is_the_catalogues() {
         for name in [
-            "list", "show", "holder", "verify", "gate", "events", "next", "graph", "sweep",
-            "pending", "ack",
+            "list",
+            "show",
+            "holder",
+            "verify",
+            "gate",
+            "events",
+            "next",
+            "graph",
+            "sweep",
+            "pending",
+            "ack",
+            "schedule",
+            "schedules",
+            "tick",
         ] {
             assert_ne!(at(name), "/v1/not-in-the-catalogue", "{name}");
         }

@@ -309,6 +309,10 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
             _ = stopping.wait_for(|s| *s) => return,
         }
         let result = app.authority.sweep(false).await;
+        // The same beat makes each live schedule's task for its period:
+        // however many servers (or `baton schedule run`s) tick, the store
+        // makes each once. One the store cannot answer is made at a later tick.
+        let _ = app.authority.tick_schedules().await;
         let at = app.now();
         if let Ok(mut s) = app.sweeper.lock()
             && let Some(status) = s.as_mut()

@@ -256,6 +256,7 @@ macro_rules! conformance_tests {
             a_task_added_to_start_later_is_not_granted_before,
             next_grants_what_is_due_behind_many_tasks_put_off,
             a_failed_attempt_is_retried_after_its_backoff,
+            a_schedule_enqueues_one_task_per_period_however_many_tick,
             a_chain_below_a_failed_task_is_drained,
             a_cascading_cancel_reaches_every_dependent
         );

@@ -88,6 +88,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         node: None,
         dependents: Vec::new(),
         cancel_requested: None,
+        schedule: None,
     }
 }
 

@@ -49,6 +49,33 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
     commit(r, events)
 }
 
+/// Creates a schedule's record (`schedule:NAME`, REGISTERED, never
+/// granted) with its schedule.
+pub(super) fn create_schedule(op: &Operation, schedule: &crate::graph::Schedule) -> Verdict {
+    if !op.task.as_str().starts_with(crate::graph::SCHEDULE_PREFIX) {
+        return Verdict::Invalid(Error::invalid(
+            "task",
+            format!(
+                "a schedule's id starts with {:?} (got {:?})",
+                crate::graph::SCHEDULE_PREFIX,
+                op.task.as_str()
+            ),
+        ));
+    }
+    let mut r = first_record(&op.task, State::Registered, op.now);
+    r.schedule = Some(schedule.clone());
+    let e = draft(
+        &r,
+        EventKind::Scheduled,
+        None,
+        op.request.actor(),
+        None,
+        op.now,
+    )
+    .details(json!({"every_ms": schedule.every_ms, "queue": schedule.template.queue}));
+    commit(r, vec![e])
+}
+
 /// The node a declared task's manifest gives it, ready at `now` when every
 /// dependency has succeeded already.
 pub(super) fn declared_node(
@@ -82,6 +109,10 @@ pub(super) fn ready_event(r: &TaskRecord, now: Timestamp) -> EventDraft {
 pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> Verdict {
     let now = op.now;
     match &op.request {
+        Request::Schedule { schedule } => match &rec.schedule {
+            Some(s) if s == schedule => Verdict::Ack,
+            _ => refuse(Refusal::ManifestConflict),
+        },
         Request::Add { node } => match &rec.node {
             // The same task asked for again (with whatever start): the
             // first add stands.

@@ -543,9 +543,14 @@ fn decide_request(
                 Err(e) => Verdict::Invalid(e),
             },
             Request::Add { node } => graph::create_added(op, node, upstream),
+            Request::Schedule { schedule } => graph::create_schedule(op, schedule),
             _ => refuse(Refusal::NotFound),
         };
     };
+    // A schedule's record is never granted: it makes the tasks that are.
+    if req.may_grant() && rec.schedule.is_some() {
+        return illegal(rec, req);
+    }
     if matches!(
         req,
         Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
@@ -564,7 +569,7 @@ fn decide_request(
         | Request::Finalize { .. }
         | Request::Annotate { .. }
         | Request::Settle => operator::decide(op, rec, live),
-        Request::Add { .. } | Request::Link { .. } | Request::Wake => {
+        Request::Add { .. } | Request::Schedule { .. } | Request::Link { .. } | Request::Wake => {
             graph::decide(op, rec, upstream)
         }
         Request::Claim { .. }

@@ -634,3 +634,61 @@ pub fn a_failed_attempt_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H
         .count();
     assert_eq!(retried, 2, "{events:?}");
 }
+
+/// A recurring schedule enqueues exactly one task per period however many
+/// schedulers tick at once (the store decides the add of the period's one
+/// id); its record is never granted; an operator's cancel stops it.
+pub fn a_schedule_enqueues_one_task_per_period_however_many_tick<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let every = 3 * ctx.short_ttl_ms();
+    let q = id("nightly-q");
+    let template = spec("nightly", Some("nightly-q"), 0, &[]);
+    let r = ctx
+        .block_on(a.schedule("nightly", every, template.clone()))
+        .unwrap();
+    assert_eq!(
+        r.record().map(|r| r.state),
+        Some(State::Registered),
+        "{r:?}"
+    );
+    assert!(
+        ctx.block_on(a.schedule("nightly", every, template.clone()))
+            .unwrap()
+            .is_idempotent()
+    );
+    let r = ctx
+        .block_on(a.claim(&id("schedule:nightly"), &id("w"), None))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::IllegalTransition { .. }),
+        "a schedule is never granted: {r:?}"
+    );
+    // Four schedulers tick at once.
+    let made = |ctx: &mut Ctx<H>| -> usize {
+        let (t1, t2, t3, t4) = ctx.block_on(async {
+            tokio::join!(
+                a.tick_schedules(),
+                a.tick_schedules(),
+                a.tick_schedules(),
+                a.tick_schedules()
+            )
+        });
+        [t1, t2, t3, t4].into_iter().map(|r| r.unwrap().len()).sum()
+    };
+    assert_eq!(made(ctx), 1, "one task for the first period");
+    assert_eq!(made(ctx), 0, "none more in the same period");
+    ctx.advance_ms(every);
+    assert_eq!(made(ctx), 1, "one for the next period");
+    let graph = ctx
+        .block_on(a.list_graph(GraphState::Ready, Some(&q), 100))
+        .unwrap();
+    let names: Vec<&str> = graph.iter().map(|n| n.task.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("nightly@")), "{names:?}");
+    let r = ctx
+        .block_on(a.cancel_as(&id("schedule:nightly"), Actor::Operator(id("alice"))))
+        .unwrap();
+    assert_eq!(r.record().map(|r| r.state), Some(State::Cancelled), "{r:?}");
+    ctx.advance_ms(every);
+    assert_eq!(made(ctx), 0, "a cancelled schedule makes nothing");
+}
