@@ -203,11 +203,19 @@ fn decide_on(
         .pop()
         .flatten();
     let ids = crate::decide::upstream_ids(&op.request, current.as_ref().map(|s| &s.record));
-    let upstream = if ids.is_empty() {
-        crate::graph::Upstream::default()
+    let found = if ids.is_empty() {
+        None
     } else {
-        let found = r.load(ids.clone(), op.now, true)?;
-        upstream_of(ids.into_iter().zip(found), op.now)
+        Some(r.load(ids.clone(), op.now, true)?)
+    };
+    // Run again after its write: the decision is the one written (left in
+    // the journal for `write` to read back), not decided a second time.
+    if let Some(Supply::Written(w)) = r.journal.get(r.at) {
+        return Ok((**w).clone());
+    }
+    let upstream = match found {
+        None => crate::graph::Upstream::default(),
+        Some(found) => upstream_of(ids.into_iter().zip(found), op.now),
     };
     let (record, judged) = match &current {
         Some(s) => (Some(&s.record), s.judged),
