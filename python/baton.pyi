@@ -76,6 +76,7 @@ _Reason = Literal[
     "iteration_not_advanced",
     "not_found",
     "not_ready",
+    "key_full",
     "upstream_failed",
     "none_ready",
     "drained",
@@ -392,9 +393,11 @@ class Authority:
         backoff: Optional[_Seconds] = None,
         backoff_factor: Optional[int] = None,
         backoff_max: Optional[_Seconds] = None,
+        key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
         """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
-        `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds)."""
+        `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds);
+        `key`: a concurrency key (at most its limit of live grants at once)."""
     def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
     def schedule(
         self,
@@ -409,9 +412,15 @@ class Authority:
         backoff: Optional[_Seconds] = None,
         backoff_factor: Optional[int] = None,
         backoff_max: Optional[_Seconds] = None,
+        key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
         """A recurring schedule: one task NAME@START per period, made once however many schedulers tick."""
     def schedules(self) -> List[Record]: ...
+    def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[Record, Refusal]:
+        """An operator sets a concurrency key's limit (None: no limit)."""
+    def key_status(self, key: str) -> dict[str, Any]:
+        """A key's `limit`, live `holders` ({"task", "fence"}) and `parked` tasks."""
+    def keys(self) -> List[dict[str, Any]]: ...
     def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
         """Make each live schedule's task for the current period (once, store-wide)."""
     def next(

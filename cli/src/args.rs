@@ -163,7 +163,7 @@ pub enum Command {
         /// An add repeated with another start is the same add.
         #[arg(long)]
         not_before: Option<String>,
-        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h", "retry": {"max_attempts": 3, "backoff": "1s", "factor": 2, "max": "1m"}}...]}.
+        /// A graph: {"nodes": [{"task": ID, "queue": Q, "priority": N, "after": [ID...], "timeout": "10m", "not_before": "1h", "retry": {"max_attempts": 3, "backoff": "1s", "factor": 2, "max": "1m"}, "key": "repo"}...]}.
         #[arg(long)]
         file: Option<PathBuf>,
     },
@@ -214,6 +214,10 @@ pub enum Command {
     /// many schedulers run.
     #[command(subcommand)]
     Schedule(ScheduleCommand),
+    /// Concurrency limits: at most N live grants at once of the tasks
+    /// added with a key (`add --key KEY`), across queues, processes and hosts.
+    #[command(subcommand)]
+    Limit(LimitCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     Demo,
     /// Serve the store over HTTP: one authority for many hosts and languages.
@@ -554,6 +558,34 @@ pub struct NodeArgs {
     /// The longest wait (default 1h).
     #[arg(long)]
     pub backoff_max: Option<String>,
+    /// A concurrency key: at most the key's limit (`baton limit set KEY
+    /// N`) of the tasks with this key hold live grants at once; the rest
+    /// wait, refused `key_full`, and `next` passes over them.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LimitCommand {
+    /// Set a key's limit: at most N live grants at once of the tasks added
+    /// with `--key KEY` (0 holds every new grant back; `none` removes the
+    /// limit, its holders still counted). A lower limit ends no grant; it
+    /// holds new ones back until enough end.
+    ///
+    /// Example: baton limit set repo-api 2 --operator alice
+    Set {
+        key: String,
+        /// The most live grants at once (0 to 1000000), or `none`.
+        limit: String,
+        #[arg(long)]
+        operator: String,
+    },
+    /// A key's limit, its live holders and the tasks waiting for a slot.
+    ///
+    /// Example: baton limit show repo-api
+    Show { key: String },
+    /// Every key with its limit and counts.
+    List,
 }
 
 #[derive(Debug, Subcommand)]

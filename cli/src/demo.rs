@@ -252,6 +252,79 @@ async fn drain_graph(
     Ok(Drained { order, in_order })
 }
 
+/// What act 7 saw: the most tasks of one key granted at once by four
+/// workers asking together, and whether a holder's end let one more in.
+struct Keyed {
+    at_once: usize,
+    next_after_end: bool,
+}
+
+/// Act 7: four tasks share a key limited to 2; four workers ask `next` at
+/// once; two are granted, the others wait; a completion lets one more in.
+async fn key_limit(a: &Arc<DynAuthority>, tag: &str, tl: &mut Timeline) -> Result<Keyed, Error> {
+    use baton_core::graph::NodeSpec;
+    let queue = id(&format!("demo-{tag}-keyed"))?;
+    let key = id(&format!("demo-{tag}-deploy"))?;
+    a.set_limit(&key, Some(2), baton_core::Actor::Operator(id("demo")?))
+        .await?;
+    for i in 0..4 {
+        let t = id(&format!("{tag}-deploy-{i}"))?;
+        let spec = NodeSpec::new(&t, Some(queue.clone()), 0, [])?.with_key(Some(key.clone()))?;
+        a.add(&t, spec).await?;
+    }
+    let asks = (0..4).map(|i| {
+        let (a, queue) = (a.clone(), queue.clone());
+        async move {
+            let owner = id(&format!("deployer-{i}"))?;
+            let r = a
+                .next(&owner, std::slice::from_ref(&queue), Some(30_000), None)
+                .await?;
+            Ok::<_, Error>((owner, r))
+        }
+    });
+    let mut held = Vec::new();
+    for r in futures_util::future::join_all(asks).await {
+        let (owner, r) = r?;
+        if let Some(g) = r.grant() {
+            held.push((owner, g));
+        }
+    }
+    let at_once = held.len();
+    tl.note(format!(
+        "key {key} (limit 2): 4 workers asked at once, {at_once} granted, the rest wait for a slot"
+    ));
+    let Some((owner, g)) = held.first() else {
+        return Err(Error::unavailable(
+            "demo: no task of the key was granted".to_owned(),
+        ));
+    };
+    a.complete(&g.task, owner, g.fence).await?;
+    let fifth = id("deployer-4")?;
+    let r = a
+        .next(&fifth, std::slice::from_ref(&queue), Some(30_000), None)
+        .await?;
+    let next_after_end = r.grant().is_some();
+    tl.note(format!(
+        "{} completed: {}",
+        g.task,
+        if next_after_end {
+            "a waiting task took its slot"
+        } else {
+            "nothing took its slot"
+        }
+    ));
+    if let Some(g) = r.grant() {
+        held.push((fifth, g));
+    }
+    for (owner, g) in held.iter().skip(1) {
+        a.complete(&g.task, owner, g.fence).await?;
+    }
+    Ok(Keyed {
+        at_once,
+        next_after_end,
+    })
+}
+
 /// What act 6 saw: a failed attempt tried again after its backoff, and a
 /// task put off until its start.
 struct Later {
@@ -486,6 +559,9 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     // Act 6: a retry after a backoff, and a task run later.
     let later = retry_and_later(&a, &tag, &mut tl).await?;
 
+    // Act 7: a concurrency limit per key.
+    let keyed = key_limit(&a, &tag, &mut tl).await?;
+
     let ok = double_grants == 0
         && outcome == "lost"
         && stopped_early_ms > 0
@@ -495,7 +571,9 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         && gates_passed == 3
         && graph.in_order
         && later.retried_after_ms >= 225
-        && later.ran_after_start;
+        && later.ran_after_start
+        && keyed.at_once == 2
+        && keyed.next_after_end;
     let summary = json!({
         "store": url,
         "tasks": TASKS + 1 + 3 + 1,
@@ -510,6 +588,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "graph": {"order": graph.order, "in_dependency_order": graph.in_order},
         "retried_after_ms": later.retried_after_ms,
         "ran_after_start": later.ran_after_start,
+        "key_limit": {"limit": 2, "granted_at_once": keyed.at_once, "slot_reused": keyed.next_after_end},
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
@@ -564,6 +643,14 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
                 "a failure tried again {} ms later; a task put off ran after its start: {}",
                 later.retried_after_ms,
                 if later.ran_after_start { "yes" } else { "NO" }
+            ),
+        ),
+        (
+            "key limit",
+            format!(
+                "{} of 4 at once under a limit of 2; a completion let the next in: {}",
+                keyed.at_once,
+                if keyed.next_after_end { "yes" } else { "NO" }
             ),
         ),
     ] {

@@ -641,6 +641,8 @@ enum Plan {
     Tick,
     /// Tick every so many ms until stopped.
     ScheduleRun(u64),
+    KeyShow(Id),
+    Keys,
 }
 
 /// A write that prints the record it leaves.
@@ -930,11 +932,12 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 || node.max_attempts.is_some()
                 || node.backoff.is_some()
                 || node.backoff_factor.is_some()
-                || node.backoff_max.is_some();
+                || node.backoff_max.is_some()
+                || node.key.is_some();
             if given {
                 return Err(Error::invalid(
                     "file",
-                    "--queue, --priority, --after, --timeout, --not-before and the retry options describe one TASK; a graph file gives each node its own",
+                    "--queue, --priority, --after, --timeout, --not-before, --key and the retry options describe one TASK; a graph file gives each node its own",
                 ));
             }
             P::AddGraph(read_graph(file.as_deref())?)
@@ -975,6 +978,31 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 .transpose()?
                 .unwrap_or(1000),
         ),
+        Command::Limit(args::LimitCommand::Set {
+            key,
+            limit,
+            operator: op,
+        }) => {
+            let key = id("key", key)?;
+            let limit = match limit.as_str() {
+                "none" => None,
+                n => Some(n.parse::<u32>().map_err(|_| {
+                    Error::invalid(
+                        "limit",
+                        format!("must be a whole number from 0 to 1000000, or none (got {n:?})"),
+                    )
+                })?),
+            };
+            write(
+                baton_core::graph::key_record_id(&key)?,
+                R::Limit {
+                    by: operator(op)?,
+                    limit,
+                },
+            )
+        }
+        Command::Limit(args::LimitCommand::Show { key }) => P::KeyShow(id("key", key)?),
+        Command::Limit(args::LimitCommand::List) => P::Keys,
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
@@ -1034,7 +1062,8 @@ fn node_spec(task: &baton_core::TaskId, node: &args::NodeArgs) -> Result<NodeSpe
     )?;
     NodeSpec::new(task, queue, node.priority, after)?
         .with_timeout(span(&node.timeout, Kind::Ttl, "timeout")?)?
-        .with_retry(retry)
+        .with_retry(retry)?
+        .with_key(node.key.as_deref().map(|k| id("key", k)).transpose()?)
 }
 
 fn read_graph(file: Option<&std::path::Path>) -> Result<Vec<NewNode>, Error> {
@@ -1230,6 +1259,25 @@ impl Plan {
                             "every_ms": r.schedule.as_ref().map(|s| s.every_ms),
                             "queue": r.schedule.as_ref().map(|s| &s.template.queue),
                             "since": r.created_at,
+                        })
+                    })
+                    .collect(),
+                None,
+            ),
+            P::KeyShow(key) => match a.key_status(&key).await? {
+                Some(s) => Out::one(json!(s)),
+                None => Out::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),
+            },
+            P::Keys => Out::list(
+                a.keys()
+                    .await?
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "key": s.key,
+                            "limit": s.limit,
+                            "holders": s.holders.len(),
+                            "parked": s.parked.len(),
                         })
                     })
                     .collect(),

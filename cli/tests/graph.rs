@@ -419,3 +419,74 @@ fn schedulers_in_several_processes_make_one_task_per_period() {
         (1, Some("manifest_conflict"))
     );
 }
+
+/// A key limited to 2 against 8 worker processes, each running `run
+/// --next` until the queue says it is drained: every child records how many
+/// children of the key are alive as it starts (a file per child, removed
+/// before it exits, so a file only exists within its grant). Never more
+/// than 2, 2 reached, every task done once, and the workers stop on
+/// `drained` (tasks waiting for a slot keep the queue from being drained).
+#[test]
+fn a_key_limit_holds_against_eight_worker_processes() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&["limit", "set", "repo", "2", "--operator", "alice"]);
+    assert_eq!(code, 0, "{out:?}");
+    for i in 0..10 {
+        let t = format!("job-{i}");
+        let (code, out) = env.baton(&["add", &t, "--queue", "kq", "--key", "repo"]);
+        assert_eq!(code, 0, "{out:?}");
+    }
+    let live = env.dir.path().join("live");
+    std::fs::create_dir(&live).unwrap();
+    let counts = env.dir.path().join("counts");
+    let child = format!(
+        "touch {live}/$BATON_TASK; ls {live} | wc -l >> {counts}; sleep 0.3; rm {live}/$BATON_TASK",
+        live = live.display(),
+        counts = counts.display()
+    );
+    let worker = |i: usize| {
+        format!(
+            r#"while :; do
+  out=$("$BATON" --store '{store}' run --next --queue kq --owner w{i} --ttl 10m -- sh -c '{child}' 2>&1 >/dev/null); c=$?
+  if [ $c = 201 ]; then
+    case "$out" in *drained*) exit 0;; esac
+    sleep 0.05; continue
+  fi
+  [ $c = 0 ] || {{ echo "$out" >&2; exit $c; }}
+done"#,
+            store = env.store,
+        )
+    };
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            Command::new("sh")
+                .args(["-c", &worker(i)])
+                .env("BATON", BIN)
+                .env_remove("BATON_STORE")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in workers {
+        let o = w.wait_with_output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+    }
+    let counts: Vec<usize> = std::fs::read_to_string(&counts)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 10, "each task ran once: {counts:?}");
+    assert!(counts.iter().all(|&n| n <= 2), "over the limit: {counts:?}");
+    assert!(counts.contains(&2), "two ran at once: {counts:?}");
+    for i in 0..10 {
+        let (code, out) = env.baton(&["task", "show", &format!("job-{i}")]);
+        assert_eq!((code, out[0]["state"].as_str()), (0, Some("SUCCEEDED")));
+    }
+    let (code, out) = env.baton(&["limit", "show", "repo"]);
+    assert_eq!(code, 0, "{out:?}");
+    assert_eq!(out[0]["limit"], 2);
+    assert_eq!(out[0]["holders"], serde_json::json!([]));
+}

@@ -559,6 +559,57 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         (400, Some("every_ms")),
         "{r}"
     );
+    // A concurrency key over the task API: a limit of 1, a task with the
+    // key granted, the next refused `key_full` naming it.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/limits/deploy",
+        None,
+        r#"{"limit":1,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("REGISTERED")), "{r}");
+    for t in ["d1", "d2"] {
+        let (s, r) = http(
+            a,
+            "POST",
+            &format!("/v1/tasks/{t}/add"),
+            None,
+            r#"{"node":{"queue":"dq","priority":0,"depends_on":[],"key":"deploy"}}"#,
+        )
+        .unwrap();
+        assert_eq!(s, 200, "{r}");
+    }
+    let (s, r) = http(a, "POST", "/v1/tasks/d1/claim", None, r#"{"owner":"w1"}"#).unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = http(a, "POST", "/v1/tasks/d2/claim", None, r#"{"owner":"w2"}"#).unwrap();
+    assert_eq!(
+        (s, r["refused"].as_str(), r["holders"][0]["task"].as_str()),
+        (409, Some("key_full"), Some("d1")),
+        "{r}"
+    );
+    let (s, r) = http(a, "GET", "/v1/limits/deploy", None, "").unwrap();
+    assert_eq!(
+        (s, r["limit"].as_u64(), r["parked"][0].as_str()),
+        (200, Some(1), Some("d2")),
+        "{r}"
+    );
+    let (s, r) = http(a, "GET", "/v1/limits", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/limits/deploy",
+        None,
+        r#"{"limit":-1,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{r}");
 }
 
 #[test]

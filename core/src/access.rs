@@ -158,7 +158,10 @@ pub fn admit_taker(taker: &crate::graph::Taker, caller: Option<&Caller>) -> Resu
 /// Whether `request` is an operator's to make.
 pub fn needs_operator(request: &Request) -> bool {
     match request {
-        Request::Redispatch { .. } | Request::Finalize { .. } | Request::Settle => true,
+        Request::Redispatch { .. }
+        | Request::Finalize { .. }
+        | Request::Settle
+        | Request::Limit { .. } => true,
         Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
     }
@@ -176,10 +179,21 @@ fn not_permitted(caller: &Caller, what: &str) -> Error {
 /// caller's own name. `None` for `caller` is an unauthenticated transport:
 /// everything but a store's own follow-ups passes unchanged.
 pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
-    if matches!(op.request, Request::Link { .. } | Request::Wake) {
+    if matches!(
+        op.request,
+        Request::Link { .. }
+            | Request::Wake
+            | Request::KeyHold { .. }
+            | Request::KeyDrop { .. }
+            | Request::KeyPark { .. }
+            | Request::Unpark
+    ) {
         return Err(Error::invalid(
             "request",
-            "link and wake are written by a store in the commit that needs them, never sent",
+            format!(
+                "{} is written by a store in the commit that needs it, never sent",
+                op.request.kind()
+            ),
         ));
     }
     let Some(caller) = caller else {
@@ -206,6 +220,7 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
         Request::Redispatch { by: b, .. }
         | Request::Finalize { by: b, .. }
         | Request::Cancel { by: b, .. }
+        | Request::Limit { by: b, .. }
             if !matches!(b, Actor::Worker(_)) =>
         {
             *b = by

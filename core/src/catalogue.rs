@@ -76,7 +76,7 @@ impl Kind {
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
             Kind::Node => {
-                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), and a retry policy"
+                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), a retry policy, and a concurrency key"
             }
             Kind::Flag => "true or false",
             Kind::Period => "a duration from 1 s to a year",
@@ -133,6 +133,7 @@ impl Kind {
                     "factor": {"type": "integer", "minimum": 1, "maximum": 10},
                     "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
                 }, "required": ["max_attempts", "backoff_ms"]},
+                "key": {"type": "string"},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
             Kind::Period => json!({
@@ -402,6 +403,40 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("schedule tick"),
         http: post("/v1/scheduler/tick"),
         python: Some("tick_schedules"),
+        inputs: &[],
+    },
+    Op {
+        name: "limit",
+        summary: "Set a concurrency key's limit: at most N live grants at once of the tasks with that key (null: none)",
+        write: true,
+        operator: true,
+        cli: Some("limit set"),
+        http: post("/v1/limits/{key}"),
+        python: Some("set_limit"),
+        inputs: &[
+            input("key", "key", Kind::Id, true),
+            input("limit", "limit", Kind::Count, false),
+            input("operator", "by", Kind::Id, true),
+        ],
+    },
+    Op {
+        name: "key",
+        summary: "A concurrency key: its limit, live holders and the tasks waiting for a slot",
+        write: false,
+        operator: false,
+        cli: Some("limit show"),
+        http: get("/v1/limits/{key}"),
+        python: Some("key_status"),
+        inputs: &[input("key", "key", Kind::Id, true)],
+    },
+    Op {
+        name: "keys",
+        summary: "Every concurrency key with its limit, holders and waiting tasks",
+        write: false,
+        operator: false,
+        cli: Some("limit list"),
+        http: get("/v1/limits"),
+        python: Some("keys"),
         inputs: &[],
     },
     Op {

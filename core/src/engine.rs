@@ -208,15 +208,19 @@ fn decide_on(
     } else {
         Some(r.load(ids.clone(), op.now, true)?)
     };
+    let key = key_view(r, op, current.as_ref(), &ids, found.as_deref())?;
     // Run again after its write: the decision is the one written (left in
     // the journal for `write` to read back), not decided a second time.
     if let Some(Supply::Written(w)) = r.journal.get(r.at) {
         return Ok((**w).clone());
     }
-    let upstream = match found {
+    let mut upstream = match found {
         None => crate::graph::Upstream::default(),
         Some(found) => upstream_of(ids.into_iter().zip(found), op.now),
     };
+    if let Some(key) = key {
+        upstream = upstream.with_key(key);
+    }
     let (record, judged) = match &current {
         Some(s) => (Some(&s.record), s.judged),
         None => (None, Judged::default()),
@@ -224,6 +228,63 @@ fn decide_on(
     Ok(crate::decide::decide_in(
         op, record, judged, rules, &upstream,
     ))
+}
+
+/// For a grant of a task with a concurrency key: the key's record (read
+/// with the upstream) and, read now, its holders other than the task,
+/// each live or not by its own record as the store's judge of time says.
+fn key_view(
+    r: &mut Replay<'_>,
+    op: &Operation,
+    current: Option<&Snapshot>,
+    ids: &[TaskId],
+    found: Option<&[Option<Snapshot>]>,
+) -> std::result::Result<Option<crate::graph::KeyView>, Halt> {
+    if !op.request.may_grant() {
+        return Ok(None);
+    }
+    let Some(key) = current.and_then(|s| s.record.key()) else {
+        return Ok(None);
+    };
+    let Ok(kid) = crate::graph::key_record_id(key) else {
+        return Ok(None);
+    };
+    let record = ids
+        .iter()
+        .position(|id| *id == kid)
+        .and_then(|i| found.and_then(|f| f.get(i)))
+        .and_then(|s| s.as_ref())
+        .and_then(|s| s.record.key_limit.clone())
+        .unwrap_or_default();
+    let holders: Vec<TaskId> = record
+        .holders
+        .iter()
+        .filter(|t| **t != op.task)
+        .cloned()
+        .collect();
+    let read = if holders.is_empty() {
+        Vec::new()
+    } else {
+        r.load(holders, op.now, true)?
+    };
+    let live = read
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            crate::decide::derive(&s.record, s.judged, op.now)
+                .state
+                .is_held()
+        })
+        .map(|s| crate::graph::KeyHolder {
+            task: s.record.task.clone(),
+            fence: s.record.current_fence(),
+        })
+        .collect();
+    Ok(Some(crate::graph::KeyView {
+        key: key.clone(),
+        limit: record.limit,
+        live,
+    }))
 }
 
 /// One operation and its follow-ups, run on what `r` holds: the decision

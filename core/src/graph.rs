@@ -45,6 +45,11 @@ pub struct NodeSpec {
     /// until an operator redispatches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// The concurrency key: at most the key's limit of tasks with this key
+    /// hold live grants at once ([`KeyLimit`], set with a `Limit` request
+    /// on the key's record, `key:KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Id>,
 }
 
 /// How a task's failed attempts are tried again: the task is put off by a
@@ -160,6 +165,63 @@ impl RetryPolicy {
         let quarter = wait / 4;
         wait - quarter + h % (2 * quarter + 1)
     }
+}
+
+/// The id prefix of a concurrency key's record: `key:KEY`.
+pub const KEY_PREFIX: &str = "key:";
+
+/// The record id of concurrency key `key`: refused (naming the field
+/// `key`) when the prefix makes it longer than an id may be.
+pub fn key_record_id(key: &Id) -> Result<TaskId, Error> {
+    Id::parse("key", &format!("{KEY_PREFIX}{}", key.as_str()))
+}
+
+/// The key named by a key's record id (`key:KEY`), if it is one.
+pub fn key_of_record(task: &TaskId) -> Option<Id> {
+    let k = task.as_str().strip_prefix(KEY_PREFIX)?;
+    Id::parse("key", k).ok()
+}
+
+/// A concurrency key's record (`key:KEY`, never granted): its limit, the
+/// tasks granted under it that may still hold their lease, and the tasks
+/// that found it full and wait, in the order they came.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyLimit {
+    /// The most live grants at once (`None`: no limit, the holders are
+    /// still counted so a limit set later counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Granted under this key; each is live or not by its own record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<TaskId>,
+    /// Parked: ready, out of the ready index until a slot frees.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parked: Vec<TaskId>,
+}
+
+impl KeyLimit {
+    /// The highest limit a key may have.
+    pub const MAX: u32 = 1_000_000;
+    /// How many parked tasks a change of the key reads to put back (a
+    /// slot's worth and more; the rest on later changes).
+    pub const UNPARK_WINDOW: usize = 16;
+}
+
+/// A task holding a live grant under a key, as a refusal names it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyHolder {
+    pub task: TaskId,
+    pub fence: Option<u64>,
+}
+
+/// What a grant of a task with a concurrency key reads of the key in the
+/// granting commit: the key's record and which of its holders (other than
+/// the task itself) hold a live lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyView {
+    pub key: Id,
+    pub limit: Option<u32>,
+    pub live: Vec<KeyHolder>,
 }
 
 /// The id prefix of a schedule's record: `schedule:NAME`.
@@ -288,6 +350,16 @@ impl NodeSpec {
         strip(self) == strip(other)
     }
 
+    /// The spec with a concurrency key (`None`: none); refused when the
+    /// key's record id would be longer than an id may be.
+    pub fn with_key(mut self, key: Option<Id>) -> Result<NodeSpec, Error> {
+        if let Some(k) = &key {
+            key_record_id(k)?;
+        }
+        self.key = key;
+        Ok(self)
+    }
+
     /// The spec with a run-time limit per attempt (`None`: none), from
     /// 1 ms to 7 days.
     pub fn with_timeout(mut self, timeout_ms: Option<u64>) -> Result<NodeSpec, Error> {
@@ -336,6 +408,7 @@ impl NodeSpec {
             timeout_ms: None,
             start: None,
             retry: None,
+            key: None,
             queue,
             priority,
             depends_on: depends_on.into_iter().collect(),
@@ -357,6 +430,11 @@ pub struct Node {
     /// add was decided).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<Timestamp>,
+    /// Ready, but its key was full when a grant was asked for: out of the
+    /// ready index (so `next` passes over it without reading it) until a
+    /// slot frees and the key's record puts it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
 }
 
 impl Node {
@@ -490,6 +568,8 @@ fn rank_to_priority(rank: u64) -> i64 {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Upstream {
     states: BTreeMap<TaskId, Option<State>>,
+    /// For a grant of a task with a concurrency key: the key as read.
+    key: Option<KeyView>,
 }
 
 impl Upstream {
@@ -502,7 +582,21 @@ impl Upstream {
     pub fn of_states(states: impl IntoIterator<Item = (TaskId, Option<State>)>) -> Upstream {
         Upstream {
             states: states.into_iter().collect(),
+            key: None,
         }
+    }
+
+    /// With what the commit read of the deciding task's concurrency key.
+    pub fn with_key(mut self, key: KeyView) -> Upstream {
+        self.key = Some(key);
+        self
+    }
+
+    /// The deciding task's concurrency key as read, if it has one and the
+    /// store read it (a grant of a keyed task without it is refused:
+    /// fail closed).
+    pub fn key(&self) -> Option<&KeyView> {
+        self.key.as_ref()
     }
 
     /// The derived state of `dep`, if it was read and exists.
@@ -512,6 +606,11 @@ impl Upstream {
 
     fn read(&self, dep: &TaskId) -> bool {
         self.states.contains_key(dep)
+    }
+
+    /// Whether the commit read `task` (found, or found missing).
+    pub fn was_read(&self, task: &TaskId) -> bool {
+        self.read(task)
     }
 
     /// Where `depends_on` stands.

@@ -134,10 +134,15 @@ pub enum EventKind {
     RetryScheduled,
     /// A recurring schedule was set (`schedule:NAME`).
     Scheduled,
+    /// A ready task found its concurrency key full: it waits out of the
+    /// ready index until a slot frees.
+    Parked,
+    /// A concurrency key's limit was set (`key:KEY`).
+    LimitSet,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 25] = [
+    pub const ALL: [EventKind; 27] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -163,6 +168,8 @@ impl EventKind {
         EventKind::TimedOut,
         EventKind::RetryScheduled,
         EventKind::Scheduled,
+        EventKind::Parked,
+        EventKind::LimitSet,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -192,6 +199,8 @@ impl EventKind {
             EventKind::TimedOut => "TIMED_OUT",
             EventKind::RetryScheduled => "RETRY_SCHEDULED",
             EventKind::Scheduled => "SCHEDULED",
+            EventKind::Parked => "PARKED",
+            EventKind::LimitSet => "LIMIT_SET",
         }
     }
 
@@ -265,6 +274,16 @@ pub enum RequestKind {
     Link,
     /// A dependent looked at again when a dependency succeeded.
     Wake,
+    /// A concurrency key's limit set (by an operator).
+    Limit,
+    /// A grant recorded on its key's record (by the grant's commit).
+    KeyHold,
+    /// A holder's end recorded on its key's record (by the commit of the end).
+    KeyDrop,
+    /// A task that found its key full recorded on the key's record.
+    KeyPark,
+    /// A parked task put back in the ready index (by a change of its key).
+    Unpark,
     /// A lease that expired (written by the system).
     Expire,
     /// A start deadline that passed (written by the system).
@@ -297,6 +316,11 @@ impl RequestKind {
             RequestKind::Schedule => "schedule",
             RequestKind::Link => "link",
             RequestKind::Wake => "wake",
+            RequestKind::Limit => "limit",
+            RequestKind::KeyHold => "key_hold",
+            RequestKind::KeyDrop => "key_drop",
+            RequestKind::KeyPark => "key_park",
+            RequestKind::Unpark => "unpark",
             RequestKind::Expire => "expire",
             RequestKind::Deadline => "deadline",
         }

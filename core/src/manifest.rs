@@ -235,6 +235,7 @@ impl Manifest {
             timeout_ms: self.timeout_ms(),
             start: None,
             retry: None,
+            key: None,
         }
     }
 

@@ -123,6 +123,10 @@ pub struct TaskRecord {
     /// never granted; cancelled by an operator to stop it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<crate::graph::Schedule>,
+    /// A concurrency key this record holds (a `key:KEY` record: never
+    /// granted; its limit, holders and parked tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_limit: Option<crate::graph::KeyLimit>,
 }
 
 impl TaskRecord {
@@ -369,8 +373,9 @@ impl TaskRecord {
     pub fn ready_entry(&self) -> Option<ReadyEntry> {
         let node = self.node.as_ref()?;
         let ready_at = node.ready_at?;
-        if node.put_off() {
-            // In the held index by its start, until it is granted.
+        if node.put_off() || node.parked {
+            // In the held index by its start, until it is granted; or
+            // waiting for its key, out of every index.
             return None;
         }
         (self.state == State::Registered).then(|| ReadyEntry {
@@ -390,7 +395,7 @@ impl TaskRecord {
         let node = self.node.as_ref()?;
         let at = if self.state.is_held() {
             self.lease.as_ref()?.expires_at
-        } else if self.state == State::Registered && node.put_off() {
+        } else if self.state == State::Registered && node.put_off() && !node.parked {
             // A ready task put off to its start: found, like a grant that
             // ran out, once that time has come.
             node.due_at()?
@@ -401,6 +406,11 @@ impl TaskRecord {
         k.extend_from_slice(&millis_key(at));
         k.extend_from_slice(self.task.as_str().as_bytes());
         Some(k)
+    }
+
+    /// The task's concurrency key, if it has one.
+    pub fn key(&self) -> Option<&crate::id::Id> {
+        self.node.as_ref().and_then(|n| n.spec.key.as_ref())
     }
 
     /// The dependencies the decision must see for `self`.

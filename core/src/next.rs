@@ -162,8 +162,11 @@ impl Census {
             State::Declared | State::Registered if stuck => self.blocked += 1,
             State::Declared => self.queued += 1,
             State::Registered => match upstream.readiness(&node.spec.depends_on) {
-                // Put off to a start that has not come: it waits.
-                Readiness::Ready if node.not_before.is_some_and(|t| t > query.now) => {
+                // Put off to a start that has not come, or waiting for a
+                // slot of its key: it waits.
+                Readiness::Ready
+                    if node.parked || node.not_before.is_some_and(|t| t > query.now) =>
+                {
                     self.queued += 1
                 }
                 Readiness::Ready => self.ready += 1,

@@ -83,6 +83,13 @@ pub enum Refusal {
     NotReady {
         waiting_on: Vec<crate::id::TaskId>,
     },
+    /// The task's concurrency key has as many live grants as its limit
+    /// allows: `holders` hold them. The task waits (parked) until one ends.
+    KeyFull {
+        key: crate::id::Id,
+        limit: u32,
+        holders: Vec<crate::graph::KeyHolder>,
+    },
     /// A dependency ended without success; an operator's redispatch of it
     /// is the way on.
     UpstreamFailed {
@@ -131,6 +138,7 @@ impl Refusal {
             Refusal::IterationNotAdvanced { .. } => "iteration_not_advanced",
             Refusal::NotFound => "not_found",
             Refusal::NotReady { .. } => "not_ready",
+            Refusal::KeyFull { .. } => "key_full",
             Refusal::UpstreamFailed { .. } => "upstream_failed",
             Refusal::NoneReady { .. } => "none_ready",
             Refusal::Drained { .. } => "drained",
@@ -235,6 +243,29 @@ impl fmt::Display for Refusal {
                 write!(f, "waiting on {}", names.join(", "))?;
                 if waiting_on.len() > 10 {
                     write!(f, " and {} more", waiting_on.len() - 10)?;
+                }
+                Ok(())
+            }
+            Refusal::KeyFull {
+                key,
+                limit,
+                holders,
+            } => {
+                write!(f, "key {key} is full ({limit} at once): held by ")?;
+                let names: Vec<String> = holders
+                    .iter()
+                    .take(10)
+                    .map(|h| match h.fence {
+                        Some(fence) => format!("{} (fence {fence})", h.task),
+                        None => h.task.to_string(),
+                    })
+                    .collect();
+                if names.is_empty() {
+                    f.write_str("nobody (the limit is 0)")?;
+                }
+                write!(f, "{}", names.join(", "))?;
+                if holders.len() > 10 {
+                    write!(f, " and {} more", holders.len() - 10)?;
                 }
                 Ok(())
             }

@@ -140,6 +140,31 @@ pub enum Request {
     /// follow-up, never sent by a caller): the task becomes ready if every
     /// dependency has now succeeded.
     Wake,
+    /// Sets the limit of the concurrency key whose record (`key:KEY`) this
+    /// is: at most `limit` live grants of tasks with that key (`None`: no
+    /// limit). An operator's.
+    Limit {
+        by: Actor,
+        limit: Option<u32>,
+    },
+    /// Written by a store in the commit of a grant of a task with a key (a
+    /// follow-up on the key's record, never sent): `task` holds a grant.
+    KeyHold {
+        task: TaskId,
+    },
+    /// Written by a store in the commit that ends a keyed task's grant (a
+    /// follow-up on the key's record): a slot may be free.
+    KeyDrop {
+        task: TaskId,
+    },
+    /// Written by a store in the commit that found a keyed task's key full
+    /// (a follow-up on the key's record): `task` waits for a slot.
+    KeyPark {
+        task: TaskId,
+    },
+    /// Written by a store in the commit of a change of a key with a free
+    /// slot (a follow-up on a parked task): back in the ready index.
+    Unpark,
 }
 
 pub use crate::kinds::RequestKind;
@@ -182,6 +207,11 @@ impl Request {
             Request::Schedule { .. } => RequestKind::Schedule,
             Request::Link { .. } => RequestKind::Link,
             Request::Wake => RequestKind::Wake,
+            Request::Limit { .. } => RequestKind::Limit,
+            Request::KeyHold { .. } => RequestKind::KeyHold,
+            Request::KeyDrop { .. } => RequestKind::KeyDrop,
+            Request::KeyPark { .. } => RequestKind::KeyPark,
+            Request::Unpark => RequestKind::Unpark,
         }
     }
 
@@ -196,7 +226,8 @@ impl Request {
             | Request::Fail { owner, .. } => Actor::Worker(owner.clone()),
             Request::Cancel { by, .. }
             | Request::Redispatch { by, .. }
-            | Request::Finalize { by, .. } => by.clone(),
+            | Request::Finalize { by, .. }
+            | Request::Limit { by, .. } => by.clone(),
             Request::Declare { manifest } => Actor::Worker(manifest.executor.clone()),
             Request::Register { run_id } | Request::Retry { run_id } => {
                 Actor::Worker(run_id.clone())
@@ -207,7 +238,13 @@ impl Request {
             | Request::Succeed { executor, .. }
             | Request::TaskFail { executor, .. } => Actor::Worker(executor.clone()),
             Request::Annotate { actor, .. } => Actor::Worker(actor.clone()),
-            Request::Settle | Request::Link { .. } | Request::Wake => Actor::System,
+            Request::Settle
+            | Request::Link { .. }
+            | Request::Wake
+            | Request::KeyHold { .. }
+            | Request::KeyDrop { .. }
+            | Request::KeyPark { .. }
+            | Request::Unpark => Actor::System,
             Request::Add { .. } | Request::Schedule { .. } => Actor::System,
         }
     }
@@ -311,12 +348,24 @@ impl Request {
                 if let Some(s) = node.start {
                     s.checked("not_before")?;
                 }
+                if let Some(k) = &node.key {
+                    crate::graph::key_record_id(k)?;
+                }
                 match node.timeout_ms {
                     Some(ms) => {
                         crate::time::check_span("timeout", ms, MIN_TTL_MS, MAX_TTL_MS).map(|_| ())
                     }
                     None => Ok(()),
                 }
+            }
+            Request::Limit { limit: Some(n), .. } if *n > crate::graph::KeyLimit::MAX => {
+                Err(Error::invalid(
+                    "limit",
+                    format!(
+                        "must be from 0 to {} (got {n})",
+                        crate::graph::KeyLimit::MAX
+                    ),
+                ))
             }
             _ => Ok(()),
         }

@@ -54,6 +54,18 @@ impl GraphNode {
     }
 }
 
+/// A concurrency key as read now ([`Authority::key_status`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyStatus {
+    pub key: Id,
+    /// `None`: no limit (holders are still counted).
+    pub limit: Option<u32>,
+    /// The tasks holding a live grant under the key.
+    pub holders: Vec<crate::graph::KeyHolder>,
+    /// Ready tasks waiting for a slot, oldest first.
+    pub parked: Vec<TaskId>,
+}
+
 /// A filter of [`Authority::list_graph`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphState {
@@ -134,6 +146,89 @@ impl<S: Store> Authority<S> {
             }
         }
         Ok(made)
+    }
+
+    /// Sets concurrency key `key`'s limit (`None`: none): at most `limit`
+    /// tasks added with that key hold live grants at once, decided with
+    /// each grant. A lower limit ends no grant; it holds new ones back
+    /// until enough end. An operator's.
+    pub async fn set_limit(
+        &self,
+        key: &Id,
+        limit: Option<u32>,
+        by: crate::model::Actor,
+    ) -> Result<Reply> {
+        let task = crate::graph::key_record_id(key)?;
+        self.send(&task, Request::Limit { by, limit }).await
+    }
+
+    /// Concurrency key `key` as read now, if any task was ever granted
+    /// under it or a limit set: its limit, live holders (each by its own
+    /// record) and parked tasks.
+    pub async fn key_status(&self, key: &Id) -> Result<Option<KeyStatus>> {
+        let now = self.now();
+        let task = crate::graph::key_record_id(key)?;
+        let Some(snap) = self.store.read(&task, now).await? else {
+            return Ok(None);
+        };
+        let Some(k) = snap.record.key_limit else {
+            return Ok(None);
+        };
+        let mut holders = Vec::new();
+        for t in &k.holders {
+            if let Some(s) = self.store.read(t, now).await? {
+                let r = crate::decide::derive(&s.record, s.judged, now);
+                if r.state.is_held() {
+                    holders.push(crate::graph::KeyHolder {
+                        task: t.clone(),
+                        fence: r.current_fence(),
+                    });
+                }
+            }
+        }
+        Ok(Some(KeyStatus {
+            key: key.clone(),
+            limit: k.limit,
+            holders,
+            parked: k.parked,
+        }))
+    }
+
+    /// Every concurrency key's status (`key:` records, in key order, at
+    /// most [`GRAPH_READ_LIMIT`]).
+    pub async fn keys(&self) -> Result<Vec<KeyStatus>> {
+        let now = self.now();
+        let mut names = Vec::new();
+        let mut cursor = TaskId::parse("task", crate::graph::KEY_PREFIX)?;
+        'pages: loop {
+            let query = ListQuery {
+                after: Some(cursor.clone()),
+                limit: 100,
+                clauses: None,
+                now,
+            };
+            let batch = self.store.list(&query).await?;
+            let exhausted = batch.len() < 100;
+            for snap in batch {
+                cursor = snap.record.task.clone();
+                let Some(key) = crate::graph::key_of_record(&cursor) else {
+                    break 'pages;
+                };
+                if snap.record.key_limit.is_some() {
+                    names.push(key);
+                }
+            }
+            if exhausted || names.len() >= GRAPH_READ_LIMIT {
+                break;
+            }
+        }
+        let mut out = Vec::new();
+        for k in names {
+            if let Some(s) = self.key_status(&k).await? {
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
 
     /// Adds a bare task to the work graph in REGISTERED (see [`crate::graph`]).
@@ -541,6 +636,7 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         "timeout",
         "not_before",
         "retry",
+        "key",
     ];
     let o = v
         .as_object()
@@ -642,10 +738,16 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         }
         Some(_) => return Err(Error::invalid("retry", "must be an object")),
     };
+    let key = match o.get("key") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(Id::parse("key", s)?),
+        Some(_) => return Err(Error::invalid("key", "must be a string")),
+    };
     let spec = NodeSpec::new(&task, queue, priority, after)?
         .with_timeout(timeout)?
         .with_start(start)?
-        .with_retry(retry)?;
+        .with_retry(retry)?
+        .with_key(key)?;
     Ok(NewNode { task, spec })
 }
 

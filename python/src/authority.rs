@@ -510,7 +510,44 @@ impl Authority {
         )
     }
 
+    /// An operator sets concurrency key `key`'s limit: at most `limit`
+    /// live grants at once of the tasks added with that key (`None`: no
+    /// limit). A `Record` (the key's), or a `Refusal`.
+    #[pyo3(signature = (key, limit, operator))]
+    fn set_limit(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        limit: Option<u32>,
+        operator: &str,
+    ) -> PyResult<Py<PyAny>> {
+        let (k, by) = (id("key", key)?, self::operator(operator)?);
+        self.write(py, false, move |a| async move {
+            a.set_limit(&k, limit, by).await
+        })
+    }
+
     // ---- reads ----
+
+    /// Concurrency key `key` as read now: a dict with its `limit` (or
+    /// None), live `holders` (each `{"task", "fence"}`) and `parked`
+    /// tasks waiting for a slot, oldest first.
+    fn key_status(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
+        let k = id("key", key)?;
+        let kk = k.clone();
+        let status = self.call(py, move |a| async move { a.key_status(&kk).await })?;
+        let v = match status {
+            Some(s) => serde_json::json!(s),
+            None => serde_json::json!({"key": k, "limit": null, "holders": [], "parked": []}),
+        };
+        convert::json(py, &v)
+    }
+
+    /// Every concurrency key's status, as `key_status` gives each.
+    fn keys(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let all = self.call(py, move |a| async move { a.keys().await })?;
+        convert::json_of(py, &all)
+    }
 
     /// The task as it is now (a `Record`), or `None` if unknown.
     fn get(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
@@ -621,8 +658,10 @@ impl Authority {
     /// an add repeated with another start is the same add. `max_attempts`:
     /// a failure before the last attempt is tried again after `backoff`
     /// seconds (default 1), each wait `backoff_factor` times longer
-    /// (default 2), at most `backoff_max` (default an hour).
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
+    /// (default 2), at most `backoff_max` (default an hour). `key`: a
+    /// concurrency key; at most the key's limit (`set_limit`) of the tasks
+    /// with it hold live grants at once, the rest wait (`key_full`).
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         &self,
@@ -637,6 +676,7 @@ impl Authority {
         backoff: Option<&Bound<'_, PyAny>>,
         backoff_factor: Option<u32>,
         backoff_max: Option<&Bound<'_, PyAny>>,
+        key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let t = id("task", task)?;
         let start = convert::start("not_before", not_before)?;
@@ -649,6 +689,7 @@ impl Authority {
             backoff,
             backoff_factor,
             backoff_max,
+            key,
         };
         let spec = shape.spec(&t)?.with_start(start).map_err(errors::to_py)?;
         self.write(py, false, move |a| async move { a.add(&t, spec).await })
@@ -659,7 +700,7 @@ impl Authority {
     /// the queue, priority, dependencies, limit and retries `add` takes,
     /// made by whichever scheduler ticks first in each period. A `Record`,
     /// or a `Refusal` (`manifest_conflict`) for another schedule of that name.
-    #[pyo3(signature = (name, every, *, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
+    #[pyo3(signature = (name, every, *, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn schedule(
         &self,
@@ -674,6 +715,7 @@ impl Authority {
         backoff: Option<&Bound<'_, PyAny>>,
         backoff_factor: Option<u32>,
         backoff_max: Option<&Bound<'_, PyAny>>,
+        key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let every_ms = duration(Kind::Period, "every", Some(every))?.unwrap_or(0);
         let record = baton_core::workgraph::schedule_id(name).map_err(errors::to_py)?;
@@ -686,6 +728,7 @@ impl Authority {
             backoff,
             backoff_factor,
             backoff_max,
+            key,
         };
         let template = shape.spec(&record)?;
         let name = name.to_owned();
@@ -857,6 +900,7 @@ struct Shape<'a, 'py> {
     backoff: Option<&'a Bound<'py, PyAny>>,
     backoff_factor: Option<u32>,
     backoff_max: Option<&'a Bound<'py, PyAny>>,
+    key: Option<&'a str>,
 }
 
 impl Shape<'_, '_> {
@@ -877,9 +921,11 @@ impl Shape<'_, '_> {
         )
         .map_err(errors::to_py)?;
         let timeout = duration(Kind::Ttl, "timeout", self.timeout)?;
+        let key = self.key.map(|k| id("key", k)).transpose()?;
         NodeSpec::new(task, q, self.priority, deps)
             .and_then(|s| s.with_timeout(timeout))
             .and_then(|s| s.with_retry(retry))
+            .and_then(|s| s.with_key(key))
             .map_err(errors::to_py)
     }
 }

@@ -223,6 +223,30 @@ def test_a_task_put_off_is_not_granted_before_its_start(auth):
     assert e.value.field == "not_before"
 
 
+def test_a_key_limit_holds_grants_back_and_names_the_holders(auth):
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.add("bad", key="")
+    assert e.value.field == "key"
+    assert auth.set_limit("repo", 1, "alice").state == "REGISTERED"
+    for t in ("a", "b", "c"):
+        auth.add(t, queue="kq", key="repo")
+    g = auth.next("w1", ["kq"])
+    assert g.task == "a"
+    full = auth.claim("b", "w2")
+    assert full.reason == "key_full"
+    assert full.details["holders"] == [{"task": "a", "fence": g.fence}]
+    assert full.details["limit"] == 1
+    assert auth.next("w2", ["kq"]).reason == "none_ready", "waiting, not drained"
+    status = auth.key_status("repo")
+    assert status["limit"] == 1 and [h["task"] for h in status["holders"]] == ["a"]
+    assert status["parked"] == ["b", "c"]
+    auth.complete("a", "w1", g.fence)
+    assert auth.next("w2", ["kq"]).task == "b", "the oldest waiting task first"
+    assert [k["key"] for k in auth.keys()] == ["repo"]
+    assert auth.set_limit("repo", None, "alice").state == "REGISTERED"
+    assert auth.next("w3", ["kq"]).task == "c", "no limit: the rest go"
+
+
 def test_a_schedule_makes_one_task_per_period(auth):
     r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
     assert r.state == "REGISTERED"

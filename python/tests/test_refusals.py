@@ -70,6 +70,11 @@ def scenarios(a):
     yield "scheduled", a.claim("tomorrow", "w1")
     a.fail("up", "w1", up.fence)
     yield "upstream_failed", a.claim("down", "w1")
+    a.set_limit("one-at-a-time", 1, "alice")
+    a.add("k1", queue="k", key="one-at-a-time")
+    a.add("k2", queue="k", key="one-at-a-time")
+    a.claim("k1", "w1")
+    yield "key_full", a.claim("k2", "w2")
     yield "drained", a.next("w2", ["empty-queue"])
 
 

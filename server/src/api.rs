@@ -45,6 +45,8 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("schedule"), post(schedule))
         .route(at("schedules"), get(schedules))
         .route(at("tick"), post(tick))
+        .route(at("limit"), post(set_limit).get(key_status))
+        .route(at("keys"), get(keys))
 }
 
 /// The catalogue's path of operation `name` (a name not in it is a bug
@@ -445,6 +447,34 @@ async fn tick(Gate(a): Gate) -> Answer {
     json(&json!({"items": items, "next": null}))
 }
 
+/// The body of `POST /v1/limits/{key}`: the limit (`null`: none) and the
+/// operator setting it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitBody {
+    limit: Option<u32>,
+    operator: String,
+}
+
+async fn set_limit(Gate(a): Gate, Path(key): Path<String>, body: Bytes) -> Answer {
+    let b: LimitBody = parse_strict(&body)?;
+    let key = baton_core::Id::parse("key", &key)?;
+    let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
+    answer(a.set_limit(&key, b.limit, by).await?, false)
+}
+
+async fn key_status(Gate(a): Gate, Path(key): Path<String>) -> Answer {
+    let key = baton_core::Id::parse("key", &key)?;
+    match a.key_status(&key).await? {
+        Some(s) => json(&json!(s)),
+        None => json(&json!({"key": key, "limit": null, "holders": [], "parked": []})),
+    }
+}
+
+async fn keys(Gate(a): Gate) -> Answer {
+    json(&json!({"items": a.keys().await?, "next": null}))
+}
+
 async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
     page(&a.pending(q.after.as_deref(), limit).await?)
@@ -486,6 +516,9 @@ mod tests {
             "schedule",
             "schedules",
             "tick",
+            "limit",
+            "key",
+            "keys",
         ] {
             assert_ne!(at(name), "/v1/not-in-the-catalogue", "{name}");
         }
@@ -493,6 +526,11 @@ mod tests {
             at("add_graph"),
             at("graph"),
             "a graph's add and its show share a path"
+        );
+        assert_eq!(
+            at("limit"),
+            at("key"),
+            "a key's limit and status share a path"
         );
     }
 }

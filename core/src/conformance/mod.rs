@@ -258,7 +258,8 @@ macro_rules! conformance_tests {
             a_failed_attempt_is_retried_after_its_backoff,
             a_schedule_enqueues_one_task_per_period_however_many_tick,
             a_chain_below_a_failed_task_is_drained,
-            a_cascading_cancel_reaches_every_dependent
+            a_cascading_cancel_reaches_every_dependent,
+            a_key_limit_holds_however_grants_race
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -89,6 +89,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         dependents: Vec::new(),
         cancel_requested: None,
         schedule: None,
+        key_limit: None,
     }
 }
 

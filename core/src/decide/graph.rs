@@ -34,6 +34,7 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         spec: spec.clone(),
         ready_at: ready.then_some(now),
         not_before: spec.start.map(|s| s.resolve(now)).filter(|t| *t > now),
+        parked: false,
     });
     let mut events = vec![
         draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
@@ -97,6 +98,7 @@ pub(super) fn declared_node(
             spec,
             ready_at: (r == Readiness::Ready).then_some(op.now),
             not_before: None,
+            parked: false,
         }),
     }
 }
@@ -229,10 +231,23 @@ pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecor
     match request {
         Request::Add { node } => node.depends_on.clone(),
         Request::Declare { manifest } => manifest.depends_on.clone(),
-        Request::Claim { .. }
-        | Request::Recover { .. }
-        | Request::TaskClaim { .. }
-        | Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. } => {
+            let mut ids = record.map(|r| r.depends_on().to_vec()).unwrap_or_default();
+            // A keyed task's grant reads its key's record too (and then
+            // the key's holders: the engine's second read).
+            if let Some(kid) = record
+                .and_then(TaskRecord::key)
+                .and_then(|k| crate::graph::key_record_id(k).ok())
+            {
+                ids.push(kid);
+            }
+            ids
+        }
+        Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        Request::Limit { .. }
+        | Request::KeyHold { .. }
+        | Request::KeyDrop { .. }
+        | Request::KeyPark { .. } => super::key::key_reads(record),
         _ => Vec::new(),
     }
 }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 mod build;
 mod checks;
 mod graph;
+mod key;
 mod lease;
 mod notify;
 mod operator;
@@ -353,11 +354,14 @@ pub fn decide_in(
         lock_delay: TimerEffect::Unchanged,
         follow_ups: Vec::new(),
     };
+    key::park(&mut d, op.now);
     d.lease = lease_effect(&d, current, op.now);
     d.deadline = deadline_effect(&d, op.now);
     d.lock_delay = lock_delay_effect(&d);
     graph::stamp_ready(&mut d.verdict, op.now);
     d.follow_ups = graph::follow_ups(op, &d);
+    d.follow_ups.extend(key::follow_ups(op, current, &d));
+    d.follow_ups.extend(key::unparked(op, &d, upstream));
     d
 }
 
@@ -500,7 +504,10 @@ fn decide_request(
     // Authority first, so a refusal says why rather than blaming the state.
     if matches!(
         req,
-        Request::Redispatch { .. } | Request::Finalize { .. } | Request::Cancel { fence: None, .. }
+        Request::Redispatch { .. }
+            | Request::Finalize { .. }
+            | Request::Cancel { fence: None, .. }
+            | Request::Limit { .. }
     ) && !actor.is_operator()
     {
         return refuse(Refusal::OperatorRequired {
@@ -521,6 +528,20 @@ fn decide_request(
     }
     if let Some(refusal) = check_preconditions(&op.pre, rec) {
         return refuse(refusal);
+    }
+    if matches!(
+        req,
+        Request::Limit { .. }
+            | Request::KeyHold { .. }
+            | Request::KeyDrop { .. }
+            | Request::KeyPark { .. }
+    ) {
+        return key::decide(op, rec, upstream);
+    }
+    if rec.is_none()
+        && let Some(v) = key::reserved(op)
+    {
+        return v;
     }
     let Some(rec) = rec else {
         return match req {
@@ -547,14 +568,21 @@ fn decide_request(
             _ => refuse(Refusal::NotFound),
         };
     };
-    // A schedule's record is never granted: it makes the tasks that are.
-    if req.may_grant() && rec.schedule.is_some() {
+    // A schedule's record is never granted: it makes the tasks that are;
+    // nor is a key's.
+    if req.may_grant() && (rec.schedule.is_some() || rec.key_limit.is_some()) {
         return illegal(rec, req);
     }
     if matches!(
         req,
         Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. }
     ) && let Some(refusal) = graph::not_ready(rec, upstream, op.now)
+    {
+        return refuse(refusal);
+    }
+    if req.may_grant()
+        && rec.state == State::Registered
+        && let Some(refusal) = key::key_full(rec, upstream)
     {
         return refuse(refusal);
     }
@@ -572,6 +600,12 @@ fn decide_request(
         Request::Add { .. } | Request::Schedule { .. } | Request::Link { .. } | Request::Wake => {
             graph::decide(op, rec, upstream)
         }
+        Request::Unpark => key::unpark(rec, op.now),
+        // Decided above, record or not.
+        Request::Limit { .. }
+        | Request::KeyHold { .. }
+        | Request::KeyDrop { .. }
+        | Request::KeyPark { .. } => key::decide(op, Some(rec), upstream),
         Request::Claim { .. }
         | Request::Recover { .. }
         | Request::Renew { .. }

@@ -692,3 +692,154 @@ pub fn a_schedule_enqueues_one_task_per_period_however_many_tick<H: Harness>(ctx
     ctx.advance_ms(every);
     assert_eq!(made(ctx), 0, "a cancelled schedule makes nothing");
 }
+
+/// A concurrency key's limit holds however grants race: eight `next`s at
+/// once grant two tasks of a key limited to two (and the unkeyed task
+/// beside them); the rest of the key's tasks are parked (each once, out of
+/// the ready index) and refused `key_full` by name, with the holders; a
+/// holder's end, a holder's expired lease and a higher limit each let one
+/// more through, never more than the limit.
+pub fn a_key_limit_holds_however_grants_race<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let long = 600_000;
+    let key = id("repo");
+    let q = [id("kq")];
+    let keyed = |t: &str| {
+        let mut s = spec(t, Some("kq"), 5, &[]);
+        s.key = Some(key.clone());
+        s
+    };
+    let alice = Actor::Operator(id("alice"));
+    let r = ctx
+        .block_on(a.set_limit(&key, Some(2), Actor::Worker(id("w"))))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::OperatorRequired { .. }),
+        "a worker sets no limit: {r:?}"
+    );
+    let r = ctx
+        .block_on(a.set_limit(&key, Some(2), alice.clone()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let r = ctx.block_on(a.add(&id("key:other"), spec("key:other", None, 0, &[])));
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|r| r.refusal().is_some()),
+        "no task stands in for a key's record: {r:?}"
+    );
+    for i in 0..6 {
+        let t = format!("k{i}");
+        ctx.block_on(a.add(&id(&t), keyed(&t))).unwrap();
+    }
+    ctx.block_on(a.add(&id("free"), spec("free", Some("kq"), 0, &[])))
+        .unwrap();
+    // Eight takers at once, each on its own thread.
+    let replies: Vec<Reply> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (ctx, q) = (&*ctx, &q);
+                s.spawn(move || {
+                    let a = ctx.auth();
+                    ctx.block_on(a.next(&id(&format!("w{i}")), q, Some(long), None))
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let grants: Vec<crate::model::Grant> = replies.iter().filter_map(Reply::grant).collect();
+    let keyed_grants: Vec<&crate::model::Grant> = grants
+        .iter()
+        .filter(|g| g.task.as_str() != "free")
+        .collect();
+    assert_eq!(keyed_grants.len(), 2, "two of the key at once: {grants:?}");
+    assert!(
+        grants.iter().any(|g| g.task.as_str() == "free"),
+        "the unkeyed task is not held back: {grants:?}"
+    );
+    for r in &replies {
+        if let Some(f) = r.refusal() {
+            assert!(
+                matches!(f, Refusal::NoneReady { .. }),
+                "the key's tasks wait, the queue is not drained: {f:?}"
+            );
+        }
+    }
+    // One more `next` parks what the race did not reach.
+    let r = ctx
+        .block_on(a.next(&id("w9"), &q, Some(long), None))
+        .unwrap();
+    match refusal(&r) {
+        Refusal::NoneReady { census } => assert_eq!(census.queued, 4, "{r:?}"),
+        other => panic!("expected none_ready with four waiting: {other:?}"),
+    }
+    let status = ctx.block_on(a.key_status(&key)).unwrap().unwrap();
+    assert_eq!(status.limit, Some(2));
+    assert_eq!(status.holders.len(), 2, "{status:?}");
+    assert_eq!(status.parked.len(), 4, "{status:?}");
+    let waiting = status.parked[0].clone();
+    let r = ctx
+        .block_on(a.claim(&waiting, &id("w9"), Some(long)))
+        .unwrap();
+    match refusal(&r) {
+        Refusal::KeyFull {
+            key: k,
+            limit,
+            holders,
+        } => {
+            assert_eq!((k, *limit), (&key, 2));
+            let mut named: Vec<&str> = holders.iter().map(|h| h.task.as_str()).collect();
+            let mut held: Vec<&str> = keyed_grants.iter().map(|g| g.task.as_str()).collect();
+            named.sort();
+            held.sort();
+            assert_eq!(named, held, "the refusal names the holders");
+        }
+        other => panic!("expected key_full: {other:?}"),
+    }
+    for p in &status.parked {
+        let events = ctx.block_on(a.events(Some(p), None, 100)).unwrap().items;
+        let parked = events
+            .iter()
+            .filter(|e| e.kind == EventKind::Parked)
+            .count();
+        assert_eq!(
+            parked, 1,
+            "{p} parked once, then passed over unread: {events:?}"
+        );
+    }
+    // A holder's end lets one more through.
+    let g = keyed_grants[0];
+    let r = ctx
+        .block_on(a.complete(&g.task, &g.owner, g.fence))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let third = ctx
+        .block_on(a.next(&id("w10"), &q, Some(ttl), None))
+        .unwrap();
+    let third = third
+        .grant()
+        .unwrap_or_else(|| panic!("a slot freed: {third:?}"));
+    let r = ctx
+        .block_on(a.next(&id("w11"), &q, Some(long), None))
+        .unwrap();
+    assert!(r.refusal().is_some(), "still two at once: {r:?}");
+    // A holder whose lease runs out frees its slot too.
+    ctx.advance_ms(ttl + ctx.expiry_margin_ms());
+    let r = ctx
+        .block_on(a.next(&id("w12"), &q, Some(long), None))
+        .unwrap();
+    let fourth = r
+        .grant()
+        .unwrap_or_else(|| panic!("the expired holder's slot: {r:?}"));
+    assert!(fourth.task.as_str().starts_with('k'), "{fourth:?}");
+    let status = ctx.block_on(a.key_status(&key)).unwrap().unwrap();
+    assert_eq!(status.holders.len(), 2, "{status:?} after {third:?}");
+    // A higher limit lets one more through at once.
+    ctx.block_on(a.set_limit(&key, Some(3), alice)).unwrap();
+    let r = ctx
+        .block_on(a.next(&id("w13"), &q, Some(long), None))
+        .unwrap();
+    assert!(r.grant().is_some(), "the third slot: {r:?}");
+    let status = ctx.block_on(a.key_status(&key)).unwrap().unwrap();
+    assert_eq!(status.holders.len(), 3, "{status:?}");
+}
