@@ -77,6 +77,7 @@ _Reason = Literal[
     "not_found",
     "not_ready",
     "key_full",
+    "pruned",
     "upstream_failed",
     "none_ready",
     "drained",
@@ -378,6 +379,8 @@ class Authority:
         """Unacknowledged notifications as dicts."""
     def ack(self, intent_ids: Sequence[str]) -> int: ...
     def sweep(self, dry_run: bool = False) -> builtins.list[dict[str, Any]]: ...
+    def prune(self, finished_before: _Seconds, operator: str, max: Optional[int] = None) -> int:
+        """Retention: tasks that ended at least `finished_before` ago keep only a tombstone."""
 
     # the work graph
     def add(

@@ -8,8 +8,8 @@ use baton_core::{
     Operation, Result, Snapshot, Store, TaskId, TaskRecord, TimerEffect, Timestamp, decide_with,
 };
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions,
-    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue,
+    LeaseGrantOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -1069,6 +1069,15 @@ impl FabricStore {
                         None,
                     ));
                 }
+            }
+            if d.drops_history() {
+                // A prune: every event of the task (events are numbered by
+                // etcd's revisions, which never go back; acknowledged
+                // notifications were deleted when acknowledged).
+                ops.push(TxnOp::delete(
+                    self.keys.events_of(&task),
+                    Some(DeleteOptions::new().with_prefix()),
+                ));
             }
             let notes: Vec<NotificationDraft> = d.notifications().cloned().collect();
             for (idx, n) in notes.iter().enumerate() {

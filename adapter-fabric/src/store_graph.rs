@@ -432,6 +432,13 @@ impl FabricStore {
         }
         for (task, d) in wrote {
             let revision = written.get(task).map_or(0, |r| r.revision);
+            if d.drops_history() {
+                // A prune (see the single-decision path).
+                ops.push(TxnOp::delete(
+                    self.keys.events_of(task.as_str()),
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                ));
+            }
             for e in d.events() {
                 let stored = Stored {
                     item: Event::from_draft(0, e.clone()),

@@ -207,6 +207,22 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Retention: tasks that ended before `--finished-before` ago lose
+    /// their body and events; each keeps a tombstone (its state, fences and
+    /// times), so its id is never granted again. In commits of 64 tasks.
+    ///
+    /// Example: baton prune --finished-before 30d --operator alice
+    Prune {
+        /// How long ago a task must have ended (`7d`, `12h`, `0s` for every ended task).
+        #[arg(long)]
+        finished_before: String,
+        /// Who prunes (an operator's act).
+        #[arg(long)]
+        operator: String,
+        /// The most tasks this run prunes (default: all it finds).
+        #[arg(long)]
+        max: Option<usize>,
+    },
     /// The notification outbox.
     #[command(subcommand)]
     Outbox(OutboxCommand),
@@ -240,6 +256,10 @@ pub enum Command {
         /// schedules (DUR, or `off`).
         #[arg(long, default_value = "1s")]
         sweep_every: String,
+        /// Retention on the sweep's beat: prune tasks that ended more than
+        /// this long ago (`30d`), at most 640 a beat (default: keep everything).
+        #[arg(long)]
+        prune_after: Option<String>,
         /// The most connections held at once; past it a new connection takes
         /// the place of the one idle longest.
         #[arg(long, default_value_t = 1024)]

@@ -484,6 +484,7 @@ fn refused(r: Refusal) -> Out {
 #[cfg_attr(not(feature = "serve"), allow(dead_code))]
 struct ServeLimits<'a> {
     sweep_every: &'a str,
+    prune_after: Option<&'a str>,
     max_connections: usize,
     read_timeout: &'a str,
 }
@@ -522,6 +523,10 @@ async fn serve(
             .map_err(|e| Error::invalid("sweep_every", format!("{} (or `off`)", e.message)))?
             .map(std::time::Duration::from_millis),
     };
+    let prune_after = limits
+        .prune_after
+        .map(|v| catalogue::duration_ms(Kind::Retention, "prune_after", v))
+        .transpose()?;
     let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
     let tls = tls
         .map(|(cert, key)| baton_store_http::tls::server_config(cert, key))
@@ -540,6 +545,7 @@ async fn serve(
     opts.tokens = tokens;
     opts.tls = tls;
     opts.sweep_every = sweep_every;
+    opts.prune_after_ms = prune_after;
     opts.max_connections = limits.max_connections;
     opts.read_timeout = read_timeout;
     opts.check()?;
@@ -572,12 +578,14 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             tls_cert,
             tls_key,
             sweep_every,
+            prune_after,
             max_connections,
             read_timeout,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
             let limits = ServeLimits {
                 sweep_every,
+                prune_after: prune_after.as_deref(),
                 max_connections: *max_connections,
                 read_timeout,
             };
@@ -643,6 +651,11 @@ enum Plan {
     ScheduleRun(u64),
     KeyShow(Id),
     Keys,
+    Prune {
+        by: Actor,
+        older_than_ms: u64,
+        max: usize,
+    },
 }
 
 /// A write that prints the record it leaves.
@@ -1004,6 +1017,19 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
         Command::Limit(args::LimitCommand::Show { key }) => P::KeyShow(id("key", key)?),
         Command::Limit(args::LimitCommand::List) => P::Keys,
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
+        Command::Prune {
+            finished_before,
+            operator: op,
+            max,
+        } => P::Prune {
+            by: operator(op)?,
+            older_than_ms: catalogue::duration_ms(
+                Kind::Retention,
+                "finished_before",
+                finished_before,
+            )?,
+            max: max.unwrap_or(usize::MAX),
+        },
         Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
             baton_core::model::validate_intent_ids(intent_ids)?;
@@ -1264,6 +1290,16 @@ impl Plan {
                     .collect(),
                 None,
             ),
+            P::Prune {
+                by,
+                older_than_ms,
+                max,
+            } => {
+                let pruned = a.prune(by, older_than_ms, max).await?;
+                let mut out = Out::one(json!({"pruned": pruned}));
+                out.wrote = pruned > 0;
+                out
+            }
             P::KeyShow(key) => match a.key_status(&key).await? {
                 Some(s) => Out::one(json!(s)),
                 None => Out::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),

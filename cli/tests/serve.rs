@@ -1274,3 +1274,56 @@ fn one_input_contract_for_the_cli_and_rest() {
         assert!(!err.contains(secret), "the secret was echoed: {err}");
     }
 }
+
+/// Retention on the server's beat (`--prune-after`): a task that ended is
+/// pruned without anyone running `baton prune`, its tombstone refuses a
+/// new grant, and `POST /v1/prune` prunes as an operator asks.
+#[test]
+fn a_server_prunes_on_its_beat_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start_with(&store, &["--sweep-every", "200ms", "--prune-after", "1s"]);
+    let url = server.url();
+    let (code, g) = baton(&url, None, &["claim", "old", "--owner", "w"]);
+    assert_eq!(code, 0, "{g}");
+    let fence = g["fence"].to_string();
+    let (code, out) = baton(
+        &url,
+        None,
+        &["complete", "old", "--owner", "w", "--fence", &fence],
+    );
+    assert_eq!(code, 0, "{out}");
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, r) = baton(&url, None, &["task", "show", "old"]);
+        if r["pruned_at"].is_string() {
+            break;
+        }
+        assert!(Instant::now() < until, "the beat never pruned it: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, r) = baton(&url, None, &["claim", "old", "--owner", "w"]);
+    assert_eq!((code, r["refused"].as_str()), (1, Some("pruned")), "{r}");
+    // By hand, over the task API.
+    let (code, g) = baton(&url, None, &["claim", "new", "--owner", "w"]);
+    assert_eq!(code, 0, "{g}");
+    assert!(g["fence"].as_u64().unwrap() > fence.parse::<u64>().unwrap());
+    let (s, r) = http(
+        server.addr,
+        "POST",
+        "/v1/prune",
+        None,
+        r#"{"finished_before_ms":0,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["pruned"].as_u64()), (200, Some(0)), "{r}");
+    let (s, r) = http(
+        server.addr,
+        "POST",
+        "/v1/prune",
+        None,
+        r#"{"finished_before_ms":-5,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{r}");
+}

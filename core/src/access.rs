@@ -161,7 +161,8 @@ pub fn needs_operator(request: &Request) -> bool {
         Request::Redispatch { .. }
         | Request::Finalize { .. }
         | Request::Settle
-        | Request::Limit { .. } => true,
+        | Request::Limit { .. }
+        | Request::Prune { .. } => true,
         Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
     }
@@ -221,6 +222,7 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
         | Request::Finalize { by: b, .. }
         | Request::Cancel { by: b, .. }
         | Request::Limit { by: b, .. }
+        | Request::Prune { by: b, .. }
             if !matches!(b, Actor::Worker(_)) =>
         {
             *b = by

@@ -123,6 +123,9 @@ pub const MAX_PAGE: usize = 10_000;
 /// The most dependents one cascading cancel cancels.
 pub const MAX_CASCADE: usize = 10_000;
 
+/// How many tasks one commit of a retention pass prunes.
+pub const PRUNE_BATCH: usize = 64;
+
 /// The authority and the registry over one store.
 pub struct Authority<S> {
     pub(crate) store: S,
@@ -694,6 +697,78 @@ impl<S: Store> Authority<S> {
     /// Persists the derived change of every task whose lease or start
     /// deadline has passed (with its events and notifications). Never needed
     /// for correctness; it makes the outbox speak for tasks nobody touches.
+    /// Retention: prunes tasks that ended at least `older_than_ms` ago
+    /// (by this authority's clock), at most `max` of them, in commits of
+    /// [`PRUNE_BATCH`]: each becomes its tombstone and loses its events and
+    /// acknowledged notifications ([`Request::Prune`]). Finds them through
+    /// the stores' (state, due) index, where an ended task is due at its
+    /// end and a tombstone is not at all, so a pass never reads what an
+    /// earlier one pruned. Returns how many it pruned.
+    pub async fn prune(&self, by: Actor, older_than_ms: u64, max: usize) -> Result<u64> {
+        let now = self.clock.now();
+        let before = Timestamp(
+            now.as_millis()
+                .saturating_sub(i64::try_from(older_than_ms).unwrap_or(i64::MAX)),
+        );
+        let mut pruned: u64 = 0;
+        for state in State::ALL.into_iter().filter(|s| s.is_terminal()) {
+            let mut cursor: Option<TaskId> = None;
+            loop {
+                let left = max.saturating_sub(usize::try_from(pruned).unwrap_or(usize::MAX));
+                if left == 0 {
+                    return Ok(pruned);
+                }
+                let limit = PRUNE_BATCH.min(left);
+                let query = ListQuery {
+                    after: cursor.clone(),
+                    limit,
+                    clauses: Some(vec![Clause {
+                        state,
+                        due: crate::store::Due::Passed,
+                    }]),
+                    now: before,
+                };
+                let batch = self.store.list(&query).await?;
+                let Some(last) = batch.last() else {
+                    break;
+                };
+                cursor = Some(last.record.task.clone());
+                let at = self.clock.now();
+                let ops: Vec<Operation> = batch
+                    .iter()
+                    .map(|s| Operation {
+                        task: s.record.task.clone(),
+                        request: Request::Prune {
+                            by: by.clone(),
+                            before,
+                        },
+                        pre: Preconditions::none(),
+                        now: at,
+                    })
+                    .collect();
+                let decided = self.store.apply_all(ops).await?;
+                // A refusal (an operator's act asked by a worker) or bad
+                // input stops the pass: nothing of this batch was written.
+                for d in &decided {
+                    match &d.verdict {
+                        Verdict::Refuse { refusal, .. } => {
+                            return Err(Error::not_permitted(format!(
+                                "prune was refused: {refusal}"
+                            )));
+                        }
+                        Verdict::Invalid(e) => return Err(e.clone()),
+                        _ => {}
+                    }
+                }
+                pruned += decided.iter().filter(|d| d.drops_history()).count() as u64;
+                if batch.len() < limit {
+                    break;
+                }
+            }
+        }
+        Ok(pruned)
+    }
+
     pub async fn sweep(&self, dry_run: bool) -> Result<Vec<Swept>> {
         // An operator's act: a store that authenticates its callers (a
         // server with tokens) refuses it up front, whether or not

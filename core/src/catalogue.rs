@@ -54,6 +54,8 @@ pub enum Kind {
     Flag,
     /// A schedule's period: 1 s to a year.
     Period,
+    /// How long ago a task must have ended to be pruned: 0 to 100 years.
+    Retention,
 }
 
 impl Kind {
@@ -80,6 +82,7 @@ impl Kind {
             }
             Kind::Flag => "true or false",
             Kind::Period => "a duration from 1 s to a year",
+            Kind::Retention => "a duration from 0 to 100 years",
         }
     }
 
@@ -93,6 +96,7 @@ impl Kind {
                 crate::graph::Schedule::MIN_EVERY_MS,
                 crate::graph::MAX_START_AFTER_MS,
             )),
+            Kind::Retention => Some((0, MAX_RETENTION_MS)),
             _ => None,
         }
     }
@@ -136,6 +140,9 @@ impl Kind {
                 "key": {"type": "string"},
             }}),
             Kind::Flag => json!({"type": "boolean"}),
+            Kind::Retention => {
+                json!({"type": "integer", "minimum": 0, "maximum": MAX_RETENTION_MS})
+            }
             Kind::Period => json!({
                 "type": "integer",
                 "minimum": crate::graph::Schedule::MIN_EVERY_MS,
@@ -440,6 +447,25 @@ pub const OPERATIONS: &[Op] = &[
         inputs: &[],
     },
     Op {
+        name: "prune",
+        summary: "Retention: tasks that ended long enough ago lose their body and events and keep a tombstone",
+        write: true,
+        operator: true,
+        cli: Some("prune"),
+        http: post("/v1/prune"),
+        python: Some("prune"),
+        inputs: &[
+            input(
+                "finished_before",
+                "finished_before_ms",
+                Kind::Retention,
+                true,
+            ),
+            input("operator", "by", Kind::Id, true),
+            input("max", "max", Kind::Count, false),
+        ],
+    },
+    Op {
         name: "sweep",
         summary: "Persist every derived change that is due (expired leases, passed deadlines)",
         write: true,
@@ -680,6 +706,9 @@ pub fn check_ms(kind: Kind, field: &str, ms: u64) -> Result<u64> {
 
 /// Reads a duration of `kind` as a person writes it (`750ms`, `30s`,
 /// `5m`, `2h`; `0` where the kind allows none), within the kind's bounds.
+/// The longest retention window: 100 years.
+pub const MAX_RETENTION_MS: u64 = 100 * 366 * 24 * 3600 * 1000;
+
 pub fn duration_ms(kind: Kind, field: &str, text: &str) -> Result<u64> {
     let text = text.trim();
     let ms = if text == "0" {

@@ -284,6 +284,8 @@ pub enum RequestKind {
     KeyPark,
     /// A parked task put back in the ready index (by a change of its key).
     Unpark,
+    /// An ended task's body and events removed, its tombstone kept.
+    Prune,
     /// A lease that expired (written by the system).
     Expire,
     /// A start deadline that passed (written by the system).
@@ -321,6 +323,7 @@ impl RequestKind {
             RequestKind::KeyDrop => "key_drop",
             RequestKind::KeyPark => "key_park",
             RequestKind::Unpark => "unpark",
+            RequestKind::Prune => "prune",
             RequestKind::Expire => "expire",
             RequestKind::Deadline => "deadline",
         }

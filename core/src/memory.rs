@@ -26,8 +26,11 @@ struct Inner {
     ready: BTreeMap<Vec<u8>, TaskId>,
     /// The held index: [`crate::model::TaskRecord::held_key`] to task.
     held: BTreeMap<Vec<u8>, TaskId>,
-    events: Vec<Event>,
-    conflicts: HashMap<(TaskId, String), usize>,
+    /// By sequence number: a prune removes some, and a number is never
+    /// given out again (`event_seq` only grows).
+    events: BTreeMap<u64, Event>,
+    event_seq: u64,
+    conflicts: HashMap<(TaskId, String), u64>,
     outbox: BTreeMap<u64, Notification>,
     outbox_seq: u64,
     fence: u64,
@@ -75,18 +78,31 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
             inner.held.insert(k, r.task.clone());
         }
     }
+    if decision.drops_history()
+        && let Some(r) = decision.record_to_write()
+    {
+        let task = r.task.clone();
+        inner.events.retain(|_, e| e.task != task);
+        inner.conflicts.retain(|(t, _), _| *t != task);
+    }
     for draft in decision.events() {
         if let Some(key) = &draft.conflict_key {
-            if let Some(&i) = inner.conflicts.get(&(draft.task.clone(), key.clone())) {
-                inner.events[i].count += 1;
+            if let Some(&seq) = inner.conflicts.get(&(draft.task.clone(), key.clone()))
+                && let Some(e) = inner.events.get_mut(&seq)
+            {
+                e.count += 1;
                 continue;
             }
+            let seq = inner.event_seq + 1;
             inner
                 .conflicts
-                .insert((draft.task.clone(), key.clone()), inner.events.len());
+                .insert((draft.task.clone(), key.clone()), seq);
         }
-        let seq = inner.events.len() as u64 + 1;
-        inner.events.push(Event::from_draft(seq, draft.clone()));
+        inner.event_seq += 1;
+        let seq = inner.event_seq;
+        inner
+            .events
+            .insert(seq, Event::from_draft(seq, draft.clone()));
     }
     for n in decision.notifications() {
         inner.outbox_seq += 1;
@@ -239,11 +255,10 @@ impl Store for MemoryStore {
 
     async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
         let inner = self.lock()?;
-        let from = usize::try_from(after)
-            .unwrap_or(usize::MAX)
-            .min(inner.events.len());
-        Ok(inner.events[from..]
-            .iter()
+        Ok(inner
+            .events
+            .range(after.saturating_add(1)..)
+            .map(|(_, e)| e)
             .filter(|e| task.is_none_or(|t| &e.task == t))
             .take(limit)
             .cloned()

@@ -127,6 +127,11 @@ pub struct TaskRecord {
     /// granted; its limit, holders and parked tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_limit: Option<crate::graph::KeyLimit>,
+    /// When retention pruned this ended task: its body and events are
+    /// gone, this record is its tombstone (state, fences, times), and no
+    /// request but another prune is ever decided on it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned_at: Option<Timestamp>,
 }
 
 impl TaskRecord {
@@ -162,6 +167,12 @@ impl TaskRecord {
             State::Declared | State::Registered => {
                 let m = self.manifest.as_ref()?;
                 self.deadline_from.map(|t| t.plus_ms(m.start_deadline_ms()))
+            }
+            // An ended task not yet pruned: when it ended, so that
+            // retention finds what it may prune through the stores'
+            // (state, due) index and never reads a tombstone again.
+            s if s.is_terminal() && self.pruned_at.is_none() => {
+                Some(self.finished_at.unwrap_or(self.updated_at))
             }
             _ => None,
         }

@@ -90,6 +90,11 @@ pub enum Refusal {
         limit: u32,
         holders: Vec<crate::graph::KeyHolder>,
     },
+    /// Retention pruned the task at `at`: its tombstone stands for it, and
+    /// nothing is decided on it again.
+    Pruned {
+        at: Timestamp,
+    },
     /// A dependency ended without success; an operator's redispatch of it
     /// is the way on.
     UpstreamFailed {
@@ -139,6 +144,7 @@ impl Refusal {
             Refusal::NotFound => "not_found",
             Refusal::NotReady { .. } => "not_ready",
             Refusal::KeyFull { .. } => "key_full",
+            Refusal::Pruned { .. } => "pruned",
             Refusal::UpstreamFailed { .. } => "upstream_failed",
             Refusal::NoneReady { .. } => "none_ready",
             Refusal::Drained { .. } => "drained",
@@ -269,6 +275,10 @@ impl fmt::Display for Refusal {
                 }
                 Ok(())
             }
+            Refusal::Pruned { at } => write!(
+                f,
+                "the task ended and was pruned at {at}: only its tombstone is kept"
+            ),
             Refusal::UpstreamFailed { upstream, state } => write!(
                 f,
                 "dependency {upstream} ended {state}; an operator's redispatch of it unblocks this task"

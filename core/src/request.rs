@@ -165,6 +165,14 @@ pub enum Request {
     /// Written by a store in the commit of a change of a key with a free
     /// slot (a follow-up on a parked task): back in the ready index.
     Unpark,
+    /// Retention: if the task ended at or before `before`, its body and
+    /// events are removed and its record becomes a tombstone (the id is
+    /// never granted again; its fences stay). An operator's, or the
+    /// system's (a server's retention beat).
+    Prune {
+        by: Actor,
+        before: Timestamp,
+    },
 }
 
 pub use crate::kinds::RequestKind;
@@ -212,6 +220,7 @@ impl Request {
             Request::KeyDrop { .. } => RequestKind::KeyDrop,
             Request::KeyPark { .. } => RequestKind::KeyPark,
             Request::Unpark => RequestKind::Unpark,
+            Request::Prune { .. } => RequestKind::Prune,
         }
     }
 
@@ -227,7 +236,8 @@ impl Request {
             Request::Cancel { by, .. }
             | Request::Redispatch { by, .. }
             | Request::Finalize { by, .. }
-            | Request::Limit { by, .. } => by.clone(),
+            | Request::Limit { by, .. }
+            | Request::Prune { by, .. } => by.clone(),
             Request::Declare { manifest } => Actor::Worker(manifest.executor.clone()),
             Request::Register { run_id } | Request::Retry { run_id } => {
                 Actor::Worker(run_id.clone())

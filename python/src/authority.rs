@@ -527,6 +527,24 @@ impl Authority {
         })
     }
 
+    /// Retention, an operator's act: tasks that ended at least
+    /// `finished_before` ago (seconds, or "30d") lose their body and
+    /// events and keep a tombstone; at most `max` of them. How many.
+    #[pyo3(signature = (finished_before, operator, max = None))]
+    fn prune(
+        &self,
+        py: Python<'_>,
+        finished_before: &Bound<'_, PyAny>,
+        operator: &str,
+        max: Option<usize>,
+    ) -> PyResult<u64> {
+        let ms = duration(Kind::Retention, "finished_before", Some(finished_before))?.unwrap_or(0);
+        let by = self::operator(operator)?;
+        self.call(py, move |a| async move {
+            a.prune(by, ms, max.unwrap_or(usize::MAX)).await
+        })
+    }
+
     // ---- reads ----
 
     /// Concurrency key `key` as read now: a dict with its `limit` (or

@@ -75,6 +75,10 @@ def scenarios(a):
     a.add("k2", queue="k", key="one-at-a-time")
     a.claim("k1", "w1")
     yield "key_full", a.claim("k2", "w2")
+    g = a.claim("short-lived", "w1")
+    a.complete("short-lived", "w1", g.fence)
+    assert a.prune(0, "alice") >= 1
+    yield "pruned", a.claim("short-lived", "w1")
     yield "drained", a.next("w2", ["empty-queue"])
 
 

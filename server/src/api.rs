@@ -47,6 +47,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("tick"), post(tick))
         .route(at("limit"), post(set_limit).get(key_status))
         .route(at("keys"), get(keys))
+        .route(at("prune"), post(prune))
 }
 
 /// The catalogue's path of operation `name` (a name not in it is a bug
@@ -475,6 +476,30 @@ async fn keys(Gate(a): Gate) -> Answer {
     json(&json!({"items": a.keys().await?, "next": null}))
 }
 
+/// The body of `POST /v1/prune`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PruneBody {
+    finished_before_ms: u64,
+    operator: String,
+    #[serde(default)]
+    max: Option<usize>,
+}
+
+async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
+    // The operator's check comes before the body is read.
+    access::require_operator(a.store().caller(), "a prune")?;
+    let b: PruneBody = parse_strict(&body)?;
+    let ms = catalogue::check_ms(
+        catalogue::Kind::Retention,
+        "finished_before_ms",
+        b.finished_before_ms,
+    )?;
+    let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
+    let pruned = a.prune(by, ms, b.max.unwrap_or(usize::MAX)).await?;
+    json(&json!({"pruned": pruned}))
+}
+
 async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
     page(&a.pending(q.after.as_deref(), limit).await?)
@@ -519,6 +544,7 @@ mod tests {
             "limit",
             "key",
             "keys",
+            "prune",
         ] {
             assert_ne!(at(name), "/v1/not-in-the-catalogue", "{name}");
         }

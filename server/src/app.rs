@@ -56,6 +56,8 @@ pub(crate) struct App {
     pub sweeper: Mutex<Option<SweepStatus>>,
     /// Turns true when the server begins to stop: blocking queries end.
     pub stopping: watch::Receiver<bool>,
+    /// Retention on the sweeper's beat (see `ServeOptions::prune_after_ms`).
+    pub prune_after_ms: Option<u64>,
 }
 
 pub(crate) type Shared = Arc<App>;

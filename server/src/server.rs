@@ -62,7 +62,13 @@ pub struct ServeOptions {
     /// How often the server sweeps on its own (persists expired leases and
     /// passed deadlines, with their events); `None`: never.
     pub sweep_every: Option<Duration>,
+    /// Retention on the sweep's beat: tasks that ended more than this many
+    /// ms ago are pruned, at most 640 a beat; `None`: never.
+    pub prune_after_ms: Option<u64>,
 }
+
+/// The most tasks one beat of the sweeper prunes.
+pub const PRUNE_PER_BEAT: usize = 640;
 
 impl ServeOptions {
     /// Refuses options a server must not run with: a non-loopback
@@ -96,6 +102,7 @@ impl ServeOptions {
             read_timeout: READ_TIMEOUT,
             tls: None,
             sweep_every: Some(SWEEP_EVERY),
+            prune_after_ms: None,
             max_connections: MAX_CONNECTIONS,
         }
     }
@@ -248,6 +255,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
             ..Default::default()
         })),
         stopping: stopping.clone(),
+        prune_after_ms: opts.prune_after_ms,
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
@@ -313,6 +321,13 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
         // however many servers (or `baton schedule run`s) tick, the store
         // makes each once. One the store cannot answer is made at a later tick.
         let _ = app.authority.tick_schedules().await;
+        // Retention, when asked for: a bounded batch a beat, as the system.
+        if let Some(ms) = app.prune_after_ms {
+            let _ = app
+                .authority
+                .prune(baton_core::Actor::System, ms, PRUNE_PER_BEAT)
+                .await;
+        }
         let at = app.now();
         if let Ok(mut s) = app.sweeper.lock()
             && let Some(status) = s.as_mut()

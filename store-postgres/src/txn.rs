@@ -73,9 +73,11 @@ struct Stmts {
     notify: Statement,
     ready: Statement,
     held: Statement,
+    drop_events: Statement,
+    drop_notes: Statement,
 }
 
-const SQL: [&str; 11] = [
+const SQL: [&str; 13] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
     "SELECT task_id, record FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE",
@@ -109,6 +111,9 @@ const SQL: [&str; 11] = [
     // held: expired leases, likewise.
     "SELECT task_id, record FROM tasks WHERE held_key > $1 AND held_key < $2
      ORDER BY held_key LIMIT $3 FOR UPDATE SKIP LOCKED",
+    // drop_events, drop_notes: a prune's (sequences never go back).
+    "DELETE FROM events WHERE task_id = $1",
+    "DELETE FROM outbox WHERE task_id = $1 AND acked_at IS NOT NULL",
 ];
 
 impl Stmts {
@@ -132,6 +137,8 @@ impl Stmts {
             notify: next()?,
             ready: next()?,
             held: next()?,
+            drop_events: next()?,
+            drop_notes: next()?,
         })
     }
 
@@ -228,6 +235,9 @@ struct Pending {
     /// Each lane and queue a task entered the ready index of
     /// ([`wake_key`]), and how many did.
     queues: Vec<(String, i64)>,
+    /// Tasks pruned: their events and acknowledged notifications go,
+    /// after this round trip's other writes.
+    drops: Vec<String>,
 }
 
 impl Pending {
@@ -236,6 +246,7 @@ impl Pending {
             && self.events.is_empty()
             && self.notes.is_empty()
             && self.queues.is_empty()
+            && self.drops.is_empty()
     }
 
     /// Every pending statement, sent in order when first polled; the
@@ -277,6 +288,10 @@ impl Pending {
         for (intent, task, body) in &self.notes {
             let p: Vec<&(dyn ToSql + Sync)> = vec![intent, task, body];
             sent.push(client.execute_raw(&st.note, p).boxed());
+        }
+        for task in &self.drops {
+            sent.push(client.execute_raw(&st.drop_events, [task]).boxed());
+            sent.push(client.execute_raw(&st.drop_notes, [task]).boxed());
         }
         for (key, n) in &self.queues {
             sent.push(
@@ -479,6 +494,11 @@ impl PgTx<'_> {
             d.assign_fence(self.inner.stored_u64("a fence", fence)?);
         }
         let p = &mut self.pending;
+        if d.drops_history()
+            && let Some(r) = d.record_to_write()
+        {
+            p.drops.push(r.task.as_str().to_owned());
+        }
         if let Some(r) = d.record_to_write() {
             let task = r.task.as_str().to_owned();
             let row = TaskRow {

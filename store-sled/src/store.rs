@@ -667,6 +667,32 @@ impl Inner {
     /// each of which may move a page of them to the ready index) plus an
     /// entry for each change of the batch, then four times more each time.
     fn prefetch(&self, jobs: &[Job], widen: u32) -> Result<Prefetched> {
+        let mut out = self.prefetch_next(jobs, widen)?;
+        let pruned = jobs.iter().flat_map(|j| match j {
+            Job::One(op) => std::slice::from_ref(op),
+            Job::All(ops) => ops.as_slice(),
+            Job::Next(_) => &[],
+        });
+        for op in pruned {
+            if !matches!(op.request, baton_core::Request::Prune { .. }) {
+                continue;
+            }
+            let prefix = prefixed_key(op.task.as_str(), &[]);
+            let keys = |tree: &sled::Tree| -> Result<Vec<Vec<u8>>> {
+                tree.scan_prefix(&prefix)
+                    .map(|kv| kv.map(|(k, _)| k.to_vec()).map_err(|e| self.err(e)))
+                    .collect()
+            };
+            let found = (
+                keys(&self.trees.events_by_task)?,
+                keys(&self.trees.conflicts)?,
+            );
+            out.history.insert(op.task.as_str().to_owned(), found);
+        }
+        Ok(out)
+    }
+
+    fn prefetch_next(&self, jobs: &[Job], widen: u32) -> Result<Prefetched> {
         let nexts: Vec<&NextQuery> = jobs
             .iter()
             .filter_map(|j| match j {
@@ -906,7 +932,14 @@ type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 struct Prefetched {
     ready: std::collections::HashMap<(Lane, Id), (Entries, bool)>,
     held: std::collections::HashMap<(Lane, Id), (Entries, bool)>,
+    /// For each task a prune of the batch names: the keys of its events
+    /// (in `events_by_task`) and conflict counters, read before the
+    /// transaction (a transaction cannot scan).
+    history: std::collections::HashMap<String, History>,
 }
+
+/// A task's keys in `events_by_task` and in `conflicts`.
+type History = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
 /// One sled transaction, as core's commit helpers see it.
 struct SledTx<'a> {
@@ -1052,6 +1085,11 @@ impl SledTx<'_> {
                 .insert(prefixed_key(r.state.as_str(), key), due)?;
             self.tasks.insert(key, encode(r)?)?;
         }
+        if d.drops_history()
+            && let Some(r) = d.record_to_write()
+        {
+            self.drop_history(r.task.as_str())?;
+        }
         for e in d.events() {
             append_event(e, self.events, self.events_by_task, self.conflicts, meta)?;
         }
@@ -1061,6 +1099,29 @@ impl SledTx<'_> {
             meta.insert("outbox_seq", &be(seq))?;
             self.outbox.insert(&be(seq), encode(n)?)?;
             self.intents.insert(n.intent_id.as_bytes(), &be(seq))?;
+        }
+        Ok(())
+    }
+}
+
+impl SledTx<'_> {
+    /// A prune: the task's events (found through its index before the
+    /// transaction;
+    /// an ended task's events no longer change but for a refusal counted
+    /// meanwhile, which would merely stay) and its conflict counters. The
+    /// event sequence lives in `meta` and never goes back; acknowledged
+    /// notifications are removed when acknowledged.
+    fn drop_history(&mut self, task: &str) -> TxResult<()> {
+        let prefix = prefixed_key(task, &[]);
+        let Some((events, conflicts)) = self.index.history.get(task) else {
+            return Ok(());
+        };
+        for k in events {
+            self.events.remove(&k[prefix.len()..])?;
+            self.events_by_task.remove(k.as_slice())?;
+        }
+        for k in conflicts {
+            self.conflicts.remove(k.as_slice())?;
         }
         Ok(())
     }

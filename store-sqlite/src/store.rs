@@ -835,6 +835,26 @@ impl Inner {
         };
         let fence_top = minted.unwrap_or(top);
         let mut carried = false;
+        if d.drops_history()
+            && let Some(r) = d.record_to_write()
+        {
+            // The newest event row carries the fence counter and the
+            // newest outbox row the outbox's sequence: both stay, so no
+            // number is ever given out twice (SQLite numbers a row after
+            // the highest one left).
+            tx.prepare_cached(
+                "DELETE FROM events WHERE task_id = ?1
+                   AND seq < (SELECT max(seq) FROM events)",
+            )
+            .and_then(|mut s| s.execute(params![r.task.as_str()]))
+            .map_err(err)?;
+            tx.prepare_cached(
+                "DELETE FROM outbox WHERE task_id = ?1 AND acked_at IS NOT NULL
+                   AND seq < (SELECT max(seq) FROM outbox)",
+            )
+            .and_then(|mut s| s.execute(params![r.task.as_str()]))
+            .map_err(err)?;
+        }
         if let Some(r) = d.record_to_write() {
             let json = encode(r)?;
             tx.prepare_cached(
@@ -942,6 +962,15 @@ impl Inner {
                                     &[&s, &after, &now, &limit],
                                 )?
                             }
+                            // Schema 7: ended tasks by when they ended
+                                // (retention's index; tombstones are not in it).
+                                Due::Passed if state.is_terminal() => collect(
+                                "SELECT task_id, record FROM tasks INDEXED BY tasks_ended
+                                 WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'NOT_STARTED', 'STALLED')
+                                 AND state = ?1 AND due_at <= ?3 AND task_id > ?2
+                                 ORDER BY task_id LIMIT ?4",
+                                &[&s, &after, &now, &limit],
+                            )?,
                             Due::Passed => collect(
                                 "SELECT task_id, record FROM tasks INDEXED BY tasks_by_state
                                  WHERE state = ?1 AND task_id > ?2 AND due_at <= ?3

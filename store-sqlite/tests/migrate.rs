@@ -64,7 +64,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 6, "migrated to version 6");
+        assert_eq!(v, 7, "migrated to version 7");
         for name in ["tasks_ready", "tasks_held", "tasks_by_due"] {
             let sql: String = c
                 .query_row(
@@ -145,7 +145,7 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 6);
+        assert_eq!(v, 7);
         let due: String = c
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE name = 'tasks_by_due'",
@@ -168,5 +168,41 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
     rt.block_on(async {
         let h = fence_of(&a.claim(&id("a"), &id("w"), Some(600_000)).await);
         assert_eq!(h, last + 43, "a re-grant after reopening");
+    });
+}
+
+/// Version 7 indexes ended tasks by when they ended: a task that ended in
+/// a version 6 store (no due time on its row) is found and pruned after
+/// the migration, and its fence is never handed out again.
+#[test]
+fn a_version_6_store_prunes_what_ended_before_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    let rt = rt();
+    let done = {
+        let a = open_with(&path, Duration::from_secs(5)).unwrap();
+        rt.block_on(async {
+            let f = fence_of(&a.claim(&id("done"), &id("w"), Some(600_000)).await);
+            a.complete(&id("done"), &id("w"), f).await.unwrap();
+            f
+        })
+    };
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "DROP INDEX tasks_ended; DROP INDEX outbox_acked_by_task;
+             UPDATE tasks SET due_at = NULL; PRAGMA user_version = 6;",
+        )
+        .unwrap();
+    }
+    let a = open_with(&path, Duration::from_secs(5)).unwrap();
+    rt.block_on(async {
+        let operator = baton_core::Actor::Operator(id("alice"));
+        let pruned = a.prune(operator, 0, 100).await.unwrap();
+        assert_eq!(pruned, 1, "the task that ended before the upgrade");
+        let r = a.get(&id("done")).await.unwrap().unwrap();
+        assert!(r.pruned_at.is_some(), "{r:?}");
+        let f = fence_of(&a.claim(&id("new"), &id("w"), Some(600_000)).await);
+        assert!(f > done, "{f} after {done}");
     });
 }

@@ -259,7 +259,8 @@ macro_rules! conformance_tests {
             a_schedule_enqueues_one_task_per_period_however_many_tick,
             a_chain_below_a_failed_task_is_drained,
             a_cascading_cancel_reaches_every_dependent,
-            a_key_limit_holds_however_grants_race
+            a_key_limit_holds_however_grants_race,
+            retention_prunes_ended_tasks_and_keeps_tombstones
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -46,6 +46,11 @@ pub struct Change {
     /// The change holds a new grant whose fence the store assigns at commit
     /// ([`PENDING_FENCE`] stands in for it until [`Decision::assign_fence`]).
     pub mints_fence: bool,
+    /// Retention: the store removes the task's events and its acknowledged
+    /// notifications in the same commit (the record is its tombstone). A
+    /// store never lets a sequence or the fence counter go back for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drops_history: bool,
 }
 
 /// What the request itself comes to.
@@ -259,6 +264,12 @@ impl Decision {
     /// Whether the commit needs anything written at all.
     pub fn writes(&self) -> bool {
         self.record_to_write().is_some() || self.events().next().is_some()
+    }
+
+    /// Whether the store removes the task's events and acknowledged
+    /// notifications in this commit (a prune).
+    pub fn drops_history(&self) -> bool {
+        matches!(&self.verdict, Verdict::Commit(c) if c.drops_history)
     }
 
     /// Whether the store must assign a new fence at commit.
@@ -543,6 +554,26 @@ fn decide_request(
     {
         return v;
     }
+    if let Request::Prune { before, .. } = req {
+        if !actor.is_operator() && actor != Actor::System {
+            return refuse(Refusal::OperatorRequired {
+                request: req.kind(),
+            });
+        }
+        return match rec {
+            Some(r) => operator::prune(r, *before, op.now),
+            None => refuse(Refusal::NotFound),
+        };
+    }
+    if let Some(r) = rec
+        && let Some(at) = r.pruned_at
+    {
+        // A tombstone: a new dependent's link asks nothing of it.
+        return match req {
+            Request::Link { .. } => Verdict::Ack,
+            _ => refuse(Refusal::Pruned { at }),
+        };
+    }
     let Some(rec) = rec else {
         return match req {
             Request::Claim { owner, ttl_ms, .. } | Request::Recover { owner, ttl_ms } => {
@@ -601,6 +632,8 @@ fn decide_request(
             graph::decide(op, rec, upstream)
         }
         Request::Unpark => key::unpark(rec, op.now),
+        // Decided above.
+        Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.
         Request::Limit { .. }
         | Request::KeyHold { .. }

@@ -42,6 +42,7 @@ pub(super) fn finish(record: TaskRecord, events: Vec<EventDraft>, mints_fence: b
         events,
         notifications,
         mints_fence,
+        drops_history: false,
     }
 }
 

@@ -109,3 +109,29 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool) -> Verdict {
         _ => illegal(rec, req),
     }
 }
+
+/// Retention: an ended task that ended at or before `before` becomes its
+/// tombstone (state, attempt, iteration, the last lease with its fence,
+/// its closure and times; nothing of its body), and the store drops its
+/// events with it. Anything else is left as it is (an acknowledgement):
+/// a task still live, one that ended later, one pruned already.
+pub(super) fn prune(rec: &TaskRecord, before: Timestamp, now: Timestamp) -> Verdict {
+    let ended = rec.finished_at.unwrap_or(rec.updated_at);
+    if !rec.state.is_terminal() || rec.pruned_at.is_some() || ended > before {
+        return Verdict::Ack;
+    }
+    let mut r = super::build::first_record(&rec.task, rec.state, rec.created_at);
+    r.revision = rec.revision + 1;
+    r.attempt = rec.attempt;
+    r.stalls = rec.stalls;
+    r.iteration = rec.iteration;
+    r.lease = rec.lease.clone();
+    r.closure = rec.closure.clone();
+    r.started_at = rec.started_at;
+    r.finished_at = rec.finished_at;
+    r.updated_at = now;
+    r.pruned_at = Some(now);
+    let mut c = notify::finish(r, Vec::new(), false);
+    c.drops_history = true;
+    Verdict::Commit(c)
+}

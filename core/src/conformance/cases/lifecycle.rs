@@ -500,3 +500,114 @@ pub fn cancel_is_cooperative<H: Harness>(ctx: &mut Ctx<H>) {
     let r = ctx.block_on(a.cancel_as(&t, alice)).unwrap();
     assert_eq!(r.record().unwrap().state, State::Cancelled, "{r:?}");
 }
+
+/// Every event of the store, in order (all pages).
+fn all_events<H: Harness>(ctx: &Ctx<H>, task: Option<&TaskId>) -> Vec<Event> {
+    let a = ctx.auth();
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = ctx
+            .block_on(a.events(task, cursor.as_deref(), 1000))
+            .unwrap();
+        out.extend(page.items);
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => return out,
+        }
+    }
+}
+
+/// Retention: tasks that ended before the window are pruned (their
+/// bodies and events gone, a tombstone kept), in batches, through the
+/// index (a second pass finds nothing); tasks live or ended within the
+/// window are untouched. A pruned id is refused `pruned` to every request,
+/// a dependent added after it sees its success, the fence counter and the
+/// event sequence go on past every number given before, and only an
+/// operator (or the system) may prune.
+pub fn retention_prunes_ended_tasks_and_keeps_tombstones<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let w = id("w");
+    let alice = Actor::Operator(id("alice"));
+    let mut fences = Vec::new();
+    // 70 ended tasks (more than one batch), three ways.
+    for i in 0..70 {
+        let t = id(&format!("old-{i:02}"));
+        let f = fence(&ctx.block_on(a.claim(&t, &w, None)).unwrap());
+        fences.push(f);
+        let r = match i % 3 {
+            0 => ctx.block_on(a.complete(&t, &w, f)),
+            1 => ctx.block_on(a.fail(&t, &w, f, Some(json!({"exit": 1})))),
+            _ => ctx.block_on(a.cancel(&t, &w, f)),
+        }
+        .unwrap();
+        assert!(r.record().is_some_and(|r| r.state.is_terminal()), "{r:?}");
+    }
+    let live = id("still-running");
+    let live_fence = fence(&ctx.block_on(a.claim(&live, &w, Some(600_000))).unwrap());
+    let before = all_events(ctx, None);
+    let top_seq = before.iter().map(|e| e.seq).max().unwrap();
+    let window = 2 * ctx.short_ttl_ms();
+    ctx.advance_ms(window + ctx.expiry_margin_ms());
+    // Ended within the window: kept.
+    let recent = id("recent");
+    let f = fence(&ctx.block_on(a.claim(&recent, &w, None)).unwrap());
+    ctx.block_on(a.complete(&recent, &w, f)).unwrap();
+    let r = ctx.block_on(a.prune(Actor::Worker(w.clone()), window, 1000));
+    assert!(r.is_err(), "a worker prunes nothing: {r:?}");
+    assert!(!all_events(ctx, Some(&id("old-00"))).is_empty());
+    let pruned = ctx.block_on(a.prune(alice.clone(), window, 1000)).unwrap();
+    assert_eq!(pruned, 70, "every task that ended before the window");
+    assert_eq!(
+        ctx.block_on(a.prune(alice.clone(), window, 1000)).unwrap(),
+        0,
+        "a second pass finds nothing"
+    );
+    for i in [0, 1, 2, 69] {
+        let t = id(&format!("old-{i:02}"));
+        let r = ctx
+            .block_on(a.get(&t))
+            .unwrap()
+            .expect("the tombstone stays");
+        assert!(r.pruned_at.is_some() && r.state.is_terminal(), "{r:?}");
+        assert!(r.evidence.is_empty() && r.error.is_none() && r.node.is_none());
+        assert_eq!(r.current_fence(), Some(fences[i]), "its fence stays");
+        assert!(
+            all_events(ctx, Some(&t)).is_empty(),
+            "{t}: its events are gone"
+        );
+        let again = ctx.block_on(a.claim(&t, &w, None)).unwrap();
+        assert!(
+            matches!(refusal(&again), Refusal::Pruned { .. }),
+            "a pruned id is never granted again: {again:?}"
+        );
+    }
+    for t in [&live, &recent] {
+        let r = ctx.block_on(a.get(t)).unwrap().unwrap();
+        assert!(r.pruned_at.is_none(), "{r:?}");
+        assert!(!all_events(ctx, Some(t)).is_empty());
+    }
+    // A dependent added after its pruned dependency sees the success.
+    ctx.block_on(a.add(
+        &id("after-old"),
+        crate::graph::NodeSpec::new(&id("after-old"), None, 0, [id("old-00")]).unwrap(),
+    ))
+    .unwrap();
+    let g = ctx.block_on(a.next(&w, &[], Some(600_000), None)).unwrap();
+    assert_eq!(
+        g.grant().map(|g| g.task.to_string()).as_deref(),
+        Some("after-old"),
+        "{g:?}"
+    );
+    // Fences and the event sequence go on past every number given out.
+    let newest = g.grant().unwrap().fence;
+    assert!(
+        newest > live_fence && fences.iter().all(|f| newest > *f),
+        "{newest} after {fences:?}"
+    );
+    let after = all_events(ctx, None);
+    let newest_seq = after.iter().map(|e| e.seq).max().unwrap();
+    assert!(newest_seq > top_seq, "{newest_seq} after {top_seq}");
+    let seqs: Vec<u64> = after.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "one order: {seqs:?}");
+}
