@@ -87,12 +87,13 @@ impl<S: Store> Authority<S> {
         self.send(&task, Request::Schedule { schedule }).await
     }
 
-    /// Every schedule's record (`schedule:` ids, in name order, at most
-    /// [`GRAPH_READ_LIMIT`]), as derived now.
-    pub async fn schedules(&self) -> Result<Vec<TaskRecord>> {
+    /// The records whose id starts with `prefix` (a record kind of its own:
+    /// `schedule:`, `key:`), in id order, at most [`GRAPH_READ_LIMIT`], as
+    /// derived now.
+    async fn with_prefix(&self, prefix: &str) -> Result<Vec<TaskRecord>> {
         let now = self.now();
         let mut out = Vec::new();
-        let mut cursor = TaskId::parse("task", crate::graph::SCHEDULE_PREFIX)?;
+        let mut cursor = TaskId::parse("task", prefix)?;
         loop {
             let query = ListQuery {
                 after: Some(cursor.clone()),
@@ -103,23 +104,24 @@ impl<S: Store> Authority<S> {
             let batch = self.store.list(&query).await?;
             let exhausted = batch.len() < 100;
             for snap in batch {
-                if !snap
-                    .record
-                    .task
-                    .as_str()
-                    .starts_with(crate::graph::SCHEDULE_PREFIX)
-                {
+                if !snap.record.task.as_str().starts_with(prefix) {
                     return Ok(out);
                 }
                 cursor = snap.record.task.clone();
-                if snap.record.schedule.is_some() {
-                    out.push(crate::decide::derive(&snap.record, snap.judged, now));
-                }
+                out.push(crate::decide::derive(&snap.record, snap.judged, now));
             }
             if exhausted || out.len() >= GRAPH_READ_LIMIT {
                 return Ok(out);
             }
         }
+    }
+
+    /// Every schedule's record (`schedule:` ids, in name order, at most
+    /// [`GRAPH_READ_LIMIT`]), as derived now.
+    pub async fn schedules(&self) -> Result<Vec<TaskRecord>> {
+        let mut out = self.with_prefix(crate::graph::SCHEDULE_PREFIX).await?;
+        out.retain(|r| r.schedule.is_some());
+        Ok(out)
     }
 
     /// One tick of the scheduler: for each live schedule, the add of its
@@ -197,31 +199,13 @@ impl<S: Store> Authority<S> {
     /// Every concurrency key's status (`key:` records, in key order, at
     /// most [`GRAPH_READ_LIMIT`]).
     pub async fn keys(&self) -> Result<Vec<KeyStatus>> {
-        let now = self.now();
-        let mut names = Vec::new();
-        let mut cursor = TaskId::parse("task", crate::graph::KEY_PREFIX)?;
-        'pages: loop {
-            let query = ListQuery {
-                after: Some(cursor.clone()),
-                limit: 100,
-                clauses: None,
-                now,
-            };
-            let batch = self.store.list(&query).await?;
-            let exhausted = batch.len() < 100;
-            for snap in batch {
-                cursor = snap.record.task.clone();
-                let Some(key) = crate::graph::key_of_record(&cursor) else {
-                    break 'pages;
-                };
-                if snap.record.key_limit.is_some() {
-                    names.push(key);
-                }
-            }
-            if exhausted || names.len() >= GRAPH_READ_LIMIT {
-                break;
-            }
-        }
+        let names: Vec<Id> = self
+            .with_prefix(crate::graph::KEY_PREFIX)
+            .await?
+            .iter()
+            .filter(|r| r.key_limit.is_some())
+            .filter_map(|r| crate::graph::key_of_record(&r.task))
+            .collect();
         let mut out = Vec::new();
         for k in names {
             if let Some(s) = self.key_status(&k).await? {
