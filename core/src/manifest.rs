@@ -39,6 +39,8 @@ const FIELDS: &[&str] = &[
     "depends_on",
     "queue",
     "priority",
+    "retry",
+    "key",
 ];
 
 /// A validated, normalised manifest. Build one with [`Manifest::from_json`]
@@ -76,6 +78,14 @@ pub struct Manifest {
     /// Higher runs first among ready tasks of its queue.
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     pub priority: i64,
+    /// How a failed attempt (`task fail`) is tried again, as a graph
+    /// node's `retry` (`None`: a failure is final). Stalls stay counted by
+    /// `max_attempts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::graph::RetryPolicy>,
+    /// A concurrency key, as a graph node's `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Id>,
 }
 
 fn is_zero_i64(n: &i64) -> bool {
@@ -198,7 +208,14 @@ impl Manifest {
                 .as_i64()
                 .ok_or_else(|| Error::invalid("priority", "must be a whole number"))?,
         };
-        let node = crate::graph::NodeSpec::new(&task_id, queue, priority, depends_on)?;
+        let key = match obj.get("key") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(Id::parse("key", s)?),
+            Some(_) => return Err(Error::invalid("key", "must be a string")),
+        };
+        let node = crate::graph::NodeSpec::new(&task_id, queue, priority, depends_on)?
+            .with_retry(crate::workgraph::parse_retry(obj.get("retry"))?)?
+            .with_key(key)?;
         Ok(Manifest {
             task_id,
             executor,
@@ -218,6 +235,8 @@ impl Manifest {
             depends_on: node.depends_on,
             queue: (node.queue.as_str() != crate::graph::DEFAULT_QUEUE).then_some(node.queue),
             priority: node.priority,
+            retry: node.retry,
+            key: node.key,
         })
     }
 
@@ -234,8 +253,8 @@ impl Manifest {
             depends_on: self.depends_on.clone(),
             timeout_ms: self.timeout_ms(),
             start: None,
-            retry: None,
-            key: None,
+            retry: self.retry,
+            key: self.key.clone(),
         }
     }
 

@@ -681,7 +681,37 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             ));
         }
     };
-    let retry = match o.get("retry") {
+    let retry = parse_retry(o.get("retry"))?;
+    let key = match o.get("key") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(Id::parse("key", s)?),
+        Some(_) => return Err(Error::invalid("key", "must be a string")),
+    };
+    let spec = NodeSpec::new(&task, queue, priority, after)?
+        .with_timeout(timeout)?
+        .with_start(start)?
+        .with_retry(retry)?
+        .with_key(key)?;
+    Ok(NewNode { task, spec })
+}
+
+/// The record id of the schedule `name`.
+pub fn schedule_id(name: &str) -> Result<TaskId> {
+    let name = name
+        .strip_prefix(crate::graph::SCHEDULE_PREFIX)
+        .unwrap_or(name);
+    if name.is_empty() {
+        return Err(Error::invalid("name", "must not be empty"));
+    }
+    TaskId::parse("name", &format!("{}{name}", crate::graph::SCHEDULE_PREFIX))
+}
+
+/// A retry policy as a graph file's node or a manifest gives it:
+/// `{"max_attempts": N, "backoff": DUR, "factor": F, "max": DUR}`.
+pub(crate) fn parse_retry(
+    v: Option<&serde_json::Value>,
+) -> Result<Option<crate::graph::RetryPolicy>> {
+    Ok(match v {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::Object(r)) => {
             const RETRY: &[&str] = &["max_attempts", "backoff", "factor", "max"];
@@ -721,27 +751,5 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             )?
         }
         Some(_) => return Err(Error::invalid("retry", "must be an object")),
-    };
-    let key = match o.get("key") {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(s)) => Some(Id::parse("key", s)?),
-        Some(_) => return Err(Error::invalid("key", "must be a string")),
-    };
-    let spec = NodeSpec::new(&task, queue, priority, after)?
-        .with_timeout(timeout)?
-        .with_start(start)?
-        .with_retry(retry)?
-        .with_key(key)?;
-    Ok(NewNode { task, spec })
-}
-
-/// The record id of the schedule `name`.
-pub fn schedule_id(name: &str) -> Result<TaskId> {
-    let name = name
-        .strip_prefix(crate::graph::SCHEDULE_PREFIX)
-        .unwrap_or(name);
-    if name.is_empty() {
-        return Err(Error::invalid("name", "must not be empty"));
-    }
-    TaskId::parse("name", &format!("{}{name}", crate::graph::SCHEDULE_PREFIX))
+    })
 }

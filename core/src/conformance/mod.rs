@@ -260,7 +260,8 @@ macro_rules! conformance_tests {
             a_chain_below_a_failed_task_is_drained,
             a_cascading_cancel_reaches_every_dependent,
             a_key_limit_holds_however_grants_race,
-            retention_prunes_ended_tasks_and_keeps_tombstones
+            retention_prunes_ended_tasks_and_keeps_tombstones,
+            a_declared_task_is_retried_after_its_backoff
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

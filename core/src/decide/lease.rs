@@ -120,7 +120,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
 
 /// The retry policy that tries `rec`'s failed attempt again, if any
 /// (attempts are left).
-fn retries(rec: &TaskRecord) -> Option<crate::graph::RetryPolicy> {
+pub(super) fn retries(rec: &TaskRecord) -> Option<crate::graph::RetryPolicy> {
     let p = rec.node.as_ref()?.spec.retry?;
     (rec.attempt < u64::from(p.max_attempts)).then_some(p)
 }
@@ -128,7 +128,7 @@ fn retries(rec: &TaskRecord) -> Option<crate::graph::RetryPolicy> {
 /// A failed attempt tried again: the task waits (REGISTERED, put off by
 /// the policy's wait), with the failure's error; the holder's repeat of
 /// its report is recognised as done.
-fn retry_later(
+pub(super) fn retry_later(
     rec: &TaskRecord,
     req: &Request,
     actor: Actor,
@@ -144,6 +144,9 @@ fn retry_later(
     r.state = State::Registered;
     r.current_step = 0;
     r.deadline_from = Some(now);
+    // A declared task's next attempt proves its steps and evidence anew.
+    r.evidence.clear();
+    r.started_at = None;
     r.error = error.clone();
     r.closure = Some(Closure {
         request: req.kind(),

@@ -209,6 +209,9 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
             if let Some(r) = run_mismatch(rec, run_id) {
                 return refuse(r);
             }
+            if rec.cancel_requested.is_none() && super::lease::retries(rec).is_some() {
+                return super::lease::retry_later(rec, req, actor, Some(error.clone()), now);
+            }
             close(
                 rec,
                 req,

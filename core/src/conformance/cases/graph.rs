@@ -843,3 +843,69 @@ pub fn a_key_limit_holds_however_grants_race<H: Harness>(ctx: &mut Ctx<H>) {
     let status = ctx.block_on(a.key_status(&key)).unwrap().unwrap();
     assert_eq!(status.holders.len(), 3, "{status:?}");
 }
+
+/// A declared task whose manifest has a retry policy: the executor's
+/// `task fail` before the last attempt puts the task off by its backoff
+/// (REGISTERED, RETRY_SCHEDULED, the error kept, the repeat acknowledged,
+/// a claim meanwhile refused `scheduled`), then the same run claims it
+/// again as a new attempt; the last attempt's failure is final.
+pub fn a_declared_task_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let t = id("declared-flaky");
+    let (run, ex) = (id("run-1"), id("ci"));
+    let m = Manifest::from_value(&json!({
+        "task_id": "declared-flaky", "executor": "ci", "source_branch": "main",
+        "source_oid": "0a1b2c", "target_version": "1.0", "steps": ["build"],
+        "start_deadline_seconds": 600, "heartbeat_timeout_seconds": 180, "max_attempts": 3,
+        "retry": {"max_attempts": 2, "backoff": format!("{ttl}ms"), "factor": 1},
+    }))
+    .unwrap();
+    assert_eq!(m.retry.map(|p| p.max_attempts), Some(2));
+    ctx.block_on(a.declare(m)).unwrap();
+    ctx.block_on(a.register(&t, &run)).unwrap();
+    let g = ctx
+        .block_on(a.task_claim(&t, &run, &ex, Some(10 * ttl)))
+        .unwrap()
+        .grant()
+        .expect("the first attempt");
+    let r = ctx
+        .block_on(a.task_fail(&t, &run, &ex, g.fence, json!({"exit": 1})))
+        .unwrap();
+    let rec = r.record().unwrap().clone();
+    assert_eq!(rec.state, State::Registered, "tried again: {r:?}");
+    assert_eq!(rec.error, Some(json!({"exit": 1})));
+    let again = ctx
+        .block_on(a.task_fail(&t, &run, &ex, g.fence, json!({"exit": 1})))
+        .unwrap();
+    assert!(again.is_idempotent(), "a repeat of the report: {again:?}");
+    let r = ctx
+        .block_on(a.task_claim(&t, &run, &ex, Some(10 * ttl)))
+        .unwrap();
+    assert!(matches!(refusal(&r), Refusal::Scheduled { .. }), "{r:?}");
+    ctx.advance_ms(ttl + ttl / 4 + ctx.expiry_margin_ms());
+    let g2 = ctx
+        .block_on(a.task_claim(&t, &run, &ex, Some(10 * ttl)))
+        .unwrap()
+        .grant()
+        .expect("the second attempt, after the backoff");
+    assert_eq!(g2.attempt, 2);
+    assert!(g2.fence > g.fence);
+    let r = ctx
+        .block_on(a.task_fail(&t, &run, &ex, g2.fence, json!({"exit": 2})))
+        .unwrap();
+    assert_eq!(
+        r.record().map(|r| r.state),
+        Some(State::Failed),
+        "the last attempt's failure is final: {r:?}"
+    );
+    let events = ctx.block_on(a.events(Some(&t), None, 100)).unwrap().items;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == EventKind::RetryScheduled)
+            .count(),
+        1,
+        "{events:?}"
+    );
+}
