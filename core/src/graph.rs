@@ -816,6 +816,53 @@ pub fn plan(nodes: Vec<NewNode>, exists: impl Fn(&TaskId) -> bool) -> Result<Vec
     Ok(order.into_iter().filter_map(|t| by_id.remove(&t)).collect())
 }
 
+/// A retry policy as a graph file's node or a manifest gives it:
+/// `{"max_attempts": N, "backoff": DUR, "factor": F, "max": DUR}`.
+pub fn parse_retry(v: Option<&serde_json::Value>) -> Result<Option<RetryPolicy>, Error> {
+    Ok(match v {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Object(r)) => {
+            const RETRY: &[&str] = &["max_attempts", "backoff", "factor", "max"];
+            if let Some(k) = r.keys().find(|k| !RETRY.contains(&k.as_str())) {
+                return Err(Error::invalid(
+                    k.as_str(),
+                    format!("unknown retry field (known: {})", RETRY.join(", ")),
+                ));
+            }
+            let text = |k: &str| -> Result<Option<&str>, Error> {
+                match r.get(k) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(serde_json::Value::String(s)) => Ok(Some(s.as_str())),
+                    Some(_) => Err(Error::invalid(k, "must be a duration such as \"1s\"")),
+                }
+            };
+            let whole = |k: &str| -> Result<Option<u32>, Error> {
+                match r.get(k) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(v) => v
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .map(Some)
+                        .ok_or_else(|| Error::invalid(k, "must be a whole number")),
+                }
+            };
+            // Bounds: the policy's own check.
+            let span = |k: &str, field: &str| -> Result<Option<u64>, Error> {
+                text(k)?
+                    .map(|t| crate::time::parse_ms(field, t))
+                    .transpose()
+            };
+            RetryPolicy::from_parts(
+                whole("max_attempts")?,
+                span("backoff", "backoff")?,
+                whole("factor")?,
+                span("max", "max_backoff")?,
+            )?
+        }
+        Some(_) => return Err(Error::invalid("retry", "must be an object")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

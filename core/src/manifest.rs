@@ -214,7 +214,7 @@ impl Manifest {
             Some(_) => return Err(Error::invalid("key", "must be a string")),
         };
         let node = crate::graph::NodeSpec::new(&task_id, queue, priority, depends_on)?
-            .with_retry(crate::workgraph::parse_retry(obj.get("retry"))?)?
+            .with_retry(crate::graph::parse_retry(obj.get("retry"))?)?
             .with_key(key)?;
         Ok(Manifest {
             task_id,

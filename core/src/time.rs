@@ -39,6 +39,22 @@ pub fn check_span(field: &str, ms: u64, lo: u64, hi: u64) -> Result<u64, crate::
     ))
 }
 
+/// A duration written as people write one (`750ms`, `30s`, `5m`, `2h`,
+/// `0`) in ms, for `field`; its bounds are the caller's to check.
+pub fn parse_ms(field: &str, text: &str) -> Result<u64, crate::error::Error> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(0);
+    }
+    let d = humantime::parse_duration(text).map_err(|e| {
+        crate::error::Error::invalid(
+            field,
+            format!("must be a duration: a number with a unit such as 750ms, 30s, 5m or 2h ({e})"),
+        )
+    })?;
+    Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Milliseconds since the Unix epoch, UTC. Serialised as RFC 3339 with
 /// milliseconds (`2026-12-02T10:36:43.000Z`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

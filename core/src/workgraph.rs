@@ -681,7 +681,7 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
             ));
         }
     };
-    let retry = parse_retry(o.get("retry"))?;
+    let retry = crate::graph::parse_retry(o.get("retry"))?;
     let key = match o.get("key") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(Id::parse("key", s)?),
@@ -704,52 +704,4 @@ pub fn schedule_id(name: &str) -> Result<TaskId> {
         return Err(Error::invalid("name", "must not be empty"));
     }
     TaskId::parse("name", &format!("{}{name}", crate::graph::SCHEDULE_PREFIX))
-}
-
-/// A retry policy as a graph file's node or a manifest gives it:
-/// `{"max_attempts": N, "backoff": DUR, "factor": F, "max": DUR}`.
-pub(crate) fn parse_retry(
-    v: Option<&serde_json::Value>,
-) -> Result<Option<crate::graph::RetryPolicy>> {
-    Ok(match v {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::Object(r)) => {
-            const RETRY: &[&str] = &["max_attempts", "backoff", "factor", "max"];
-            if let Some(k) = r.keys().find(|k| !RETRY.contains(&k.as_str())) {
-                return Err(Error::invalid(
-                    k.as_str(),
-                    format!("unknown retry field (known: {})", RETRY.join(", ")),
-                ));
-            }
-            let text = |k: &str| -> Result<Option<&str>> {
-                match r.get(k) {
-                    None | Some(serde_json::Value::Null) => Ok(None),
-                    Some(serde_json::Value::String(s)) => Ok(Some(s.as_str())),
-                    Some(_) => Err(Error::invalid(k, "must be a duration such as \"1s\"")),
-                }
-            };
-            let whole = |k: &str| -> Result<Option<u32>> {
-                match r.get(k) {
-                    None | Some(serde_json::Value::Null) => Ok(None),
-                    Some(v) => v
-                        .as_u64()
-                        .and_then(|n| u32::try_from(n).ok())
-                        .map(Some)
-                        .ok_or_else(|| Error::invalid(k, "must be a whole number")),
-                }
-            };
-            let span = |k: &str, field: &str, kind| -> Result<Option<u64>> {
-                text(k)?
-                    .map(|t| crate::catalogue::duration_ms(kind, field, t))
-                    .transpose()
-            };
-            crate::graph::RetryPolicy::from_parts(
-                whole("max_attempts")?,
-                span("backoff", "backoff", crate::catalogue::Kind::LockDelay)?,
-                whole("factor")?,
-                span("max", "max_backoff", crate::catalogue::Kind::Ttl)?,
-            )?
-        }
-        Some(_) => return Err(Error::invalid("retry", "must be an object")),
-    })
 }

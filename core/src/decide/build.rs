@@ -188,3 +188,9 @@ impl WithDetails for EventDraft {
         self
     }
 }
+
+/// A task entered the ready index (every dependency done, or put back
+/// when its key had a slot).
+pub(super) fn ready_event(r: &TaskRecord, now: Timestamp) -> EventDraft {
+    draft(r, EventKind::Ready, Some(r.state), Actor::System, None, now)
+}

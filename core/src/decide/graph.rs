@@ -103,9 +103,6 @@ pub(super) fn declared_node(
     }
 }
 
-pub(super) fn ready_event(r: &TaskRecord, now: Timestamp) -> EventDraft {
-    draft(r, EventKind::Ready, Some(r.state), Actor::System, None, now)
-}
 
 /// Add, link and wake on an existing task.
 pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> Verdict {

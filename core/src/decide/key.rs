@@ -284,6 +284,6 @@ pub(super) fn unpark(rec: &TaskRecord, now: Timestamp) -> Verdict {
     }
     let mut r = next(rec, now);
     set_parked(&mut r, false);
-    let e = super::graph::ready_event(&r, now);
+    let e = ready_event(&r, now);
     commit(r, vec![e])
 }
