@@ -103,7 +103,6 @@ pub(super) fn declared_node(
     }
 }
 
-
 /// Add, link and wake on an existing task.
 pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> Verdict {
     let now = op.now;
