@@ -424,6 +424,19 @@ class Authority:
     def key_status(self, key: str) -> dict[str, Any]:
         """A key's `limit`, live `holders` ({"task", "fence"}) and `parked` tasks."""
     def keys(self) -> List[dict[str, Any]]: ...
+    def set_queue_policy(
+        self,
+        queue: str,
+        operator: str,
+        *,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
+    ) -> Union[Record, Refusal]:
+        """An operator sets a queue's retry policy (none of the retry arguments: removed)."""
+    def queue_policy(self, queue: str) -> dict[str, Any]:
+        """A queue's `retry` policy (a dict, or None)."""
     def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
         """Make each live schedule's task for the current period (once, store-wide)."""
     def next(

@@ -234,6 +234,10 @@ pub enum Command {
     /// added with a key (`add --key KEY`), across queues, processes and hosts.
     #[command(subcommand)]
     Limit(LimitCommand),
+    /// Queue policies: the retry policy of the tasks added to a queue
+    /// without their own.
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     Demo,
     /// Serve the store over HTTP: one authority for many hosts and languages.
@@ -563,8 +567,22 @@ pub struct NodeArgs {
     /// stall (TIMED_OUT), and `baton run` stops its child before it.
     #[arg(long)]
     pub timeout: Option<String>,
-    /// Attempts in all: a failure before the last is tried again after
-    /// a backoff (`--backoff`), the last one's is final (default 1).
+    #[command(flatten)]
+    pub retry: RetryArgs,
+    /// A concurrency key: at most the key's limit (`baton limit set KEY
+    /// N`) of the tasks with this key hold live grants at once; the rest
+    /// wait, refused `key_full`, and `next` passes over them.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
+/// A retry policy: how often a failed or stalled attempt is tried again,
+/// and after how long.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RetryArgs {
+    /// Attempts in all: a failure (or a stall, or a time-out) before the
+    /// last is tried again after a backoff (`--backoff`), the last one's
+    /// is final (default 1).
     #[arg(long)]
     pub max_attempts: Option<u32>,
     /// The wait after the first failed attempt (default 1s); each
@@ -578,11 +596,38 @@ pub struct NodeArgs {
     /// The longest wait (default 1h).
     #[arg(long)]
     pub backoff_max: Option<String>,
-    /// A concurrency key: at most the key's limit (`baton limit set KEY
-    /// N`) of the tasks with this key hold live grants at once; the rest
-    /// wait, refused `key_full`, and `next` passes over them.
-    #[arg(long)]
-    pub key: Option<String>,
+}
+
+impl RetryArgs {
+    /// Whether any retry option was given.
+    pub fn given(&self) -> bool {
+        self.max_attempts.is_some()
+            || self.backoff.is_some()
+            || self.backoff_factor.is_some()
+            || self.backoff_max.is_some()
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Set a queue's retry policy: a task added to QUEUE without retry
+    /// options of its own takes it, fixed when it is added (a task added
+    /// before, or with its own options, keeps what it has). With no retry
+    /// option the queue's policy is removed.
+    ///
+    /// Example: baton queue set builds --max-attempts 5 --backoff 30s --operator alice
+    Set {
+        queue: String,
+        #[command(flatten)]
+        retry: RetryArgs,
+        /// Who sets it (an operator's act).
+        #[arg(long)]
+        operator: String,
+    },
+    /// A queue's policy (`{"retry": null}` when none was set).
+    ///
+    /// Example: baton queue show builds
+    Show { queue: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -651,6 +651,7 @@ enum Plan {
     ScheduleRun(u64),
     KeyShow(Id),
     Keys,
+    QueueShow(Id),
     Prune {
         by: Actor,
         older_than_ms: u64,
@@ -942,10 +943,7 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
                 || !node.after.is_empty()
                 || node.timeout.is_some()
                 || not_before.is_some()
-                || node.max_attempts.is_some()
-                || node.backoff.is_some()
-                || node.backoff_factor.is_some()
-                || node.backoff_max.is_some()
+                || node.retry.given()
                 || node.key.is_some();
             if given {
                 return Err(Error::invalid(
@@ -1015,6 +1013,18 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             )
         }
         Command::Limit(args::LimitCommand::Show { key }) => P::KeyShow(id("key", key)?),
+        Command::Queue(args::QueueCommand::Set {
+            queue,
+            retry,
+            operator: op,
+        }) => write(
+            baton_core::graph::queue_record_id(&id("queue", queue)?)?,
+            R::QueuePolicy {
+                by: operator(op)?,
+                retry: retry_policy(retry)?,
+            },
+        ),
+        Command::Queue(args::QueueCommand::Show { queue }) => P::QueueShow(id("queue", queue)?),
         Command::Limit(args::LimitCommand::List) => P::Keys,
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Prune {
@@ -1080,16 +1090,25 @@ fn node_spec(task: &baton_core::TaskId, node: &args::NodeArgs) -> Result<NodeSpe
             .map(|v| catalogue::duration_ms(kind, field, v))
             .transpose()
     };
-    let retry = baton_core::graph::RetryPolicy::from_parts(
-        node.max_attempts,
-        span(&node.backoff, Kind::LockDelay, "backoff")?,
-        node.backoff_factor,
-        span(&node.backoff_max, Kind::Ttl, "max_backoff")?,
-    )?;
     NodeSpec::new(task, queue, node.priority, after)?
         .with_timeout(span(&node.timeout, Kind::Ttl, "timeout")?)?
-        .with_retry(retry)?
+        .with_retry(retry_policy(&node.retry)?)?
         .with_key(node.key.as_deref().map(|k| id("key", k)).transpose()?)
+}
+
+/// The retry policy the options give, if any is given.
+fn retry_policy(r: &args::RetryArgs) -> Result<Option<baton_core::graph::RetryPolicy>, Error> {
+    let span = |v: &Option<String>, kind, field| {
+        v.as_deref()
+            .map(|v| catalogue::duration_ms(kind, field, v))
+            .transpose()
+    };
+    baton_core::graph::RetryPolicy::from_parts(
+        r.max_attempts,
+        span(&r.backoff, Kind::LockDelay, "backoff")?,
+        r.backoff_factor,
+        span(&r.backoff_max, Kind::Ttl, "max_backoff")?,
+    )
 }
 
 fn read_graph(file: Option<&std::path::Path>) -> Result<Vec<NewNode>, Error> {
@@ -1304,6 +1323,10 @@ impl Plan {
                 Some(s) => Out::one(json!(s)),
                 None => Out::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),
             },
+            P::QueueShow(queue) => {
+                let policy = a.queue_policy(&queue).await?.unwrap_or_default();
+                Out::one(json!({"queue": queue, "retry": policy.retry}))
+            }
             P::Keys => Out::list(
                 a.keys()
                     .await?

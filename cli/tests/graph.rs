@@ -490,3 +490,87 @@ done"#,
     assert_eq!(out[0]["limit"], 2);
     assert_eq!(out[0]["holders"], serde_json::json!([]));
 }
+
+/// A queue's retry policy, the hard way: the supervisor of the first
+/// attempt is killed with SIGKILL mid-run; once its lease has run out the
+/// task is not granted again before the queue's backoff, and then a
+/// second worker process runs attempt 2 to success.
+#[test]
+fn a_killed_workers_attempt_is_retried_after_the_queues_backoff() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&[
+        "queue",
+        "set",
+        "jobs",
+        "--max-attempts",
+        "2",
+        "--backoff",
+        "3s",
+        "--backoff-factor",
+        "1",
+        "--operator",
+        "alice",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    let (code, out) = env.baton(&["queue", "show", "jobs"]);
+    assert_eq!(
+        (code, out[0]["retry"]["max_attempts"].as_u64()),
+        (0, Some(2)),
+        "{out:?}"
+    );
+    let (code, out) = env.baton(&["add", "job", "--queue", "jobs"]);
+    assert_eq!(code, 0, "{out:?}");
+    let started = env.dir.path().join("started");
+    let script = format!("touch {}; sleep 60", started.display());
+    let mut first = env
+        .cmd(&[
+            "run", "--next", "--queue", "jobs", "--owner", "w1", "--ttl", "2s", "--", "sh", "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "attempt 1 never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Its lease runs out unrenewed.
+    loop {
+        let (_, h) = env.baton(&["holder", "job"]);
+        if h[0]["live"] == Value::Bool(false) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lease never ran out: {h:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, out) = env.baton(&["next", "--queue", "jobs", "--owner", "w2"]);
+    assert_eq!(
+        (code, out[0]["refused"].as_str()),
+        (1, Some("none_ready")),
+        "not granted before the backoff: {out:?}"
+    );
+    let (code, out) = env.baton(&["task", "events", "job"]);
+    assert_eq!(code, 0, "{out:?}");
+    let kinds: Vec<&str> = out.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(
+        kinds.ends_with(&["STALLED", "RETRY_SCHEDULED"]),
+        "{kinds:?}"
+    );
+    let out = env
+        .cmd(&[
+            "run", "--next", "--queue", "jobs", "--owner", "w2", "--wait", "20s", "--", "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (code, out) = env.baton(&["task", "show", "job"]);
+    assert_eq!(
+        (code, out[0]["state"].as_str(), out[0]["attempt"].as_u64()),
+        (0, Some("SUCCEEDED"), Some(2)),
+        "{out:?}"
+    );
+}

@@ -146,10 +146,31 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
     assert_eq!(code, 0, "{grant}");
     let fence = grant["fence"].as_u64().unwrap();
     assert_eq!(baton(&url, Some(WORKER), &["holder", "t"]).0, 0);
+    // An ended task, so that a prune has something to refuse.
+    let (code, g) = baton(&url, Some(WORKER), &["claim", "ended", "--owner", "w"]);
+    assert_eq!(code, 0, "{g}");
+    let f = g["fence"].to_string();
+    let (code, r) = baton(
+        &url,
+        Some(WORKER),
+        &["complete", "ended", "--owner", "w", "--fence", &f],
+    );
+    assert_eq!(code, 0, "{r}");
     for args in [
         &["cancel", "t", "--operator", "mallory"][..],
         &["sweep"][..],
         &["outbox", "ack", "3f2b8c1e-0000-4000-8000-000000000000"][..],
+        &["limit", "set", "repo", "9", "--operator", "mallory"][..],
+        &[
+            "queue",
+            "set",
+            "builds",
+            "--max-attempts",
+            "9",
+            "--operator",
+            "mallory",
+        ][..],
+        &["prune", "--finished-before", "0s", "--operator", "mallory"][..],
     ] {
         let (code, err) = baton(&url, Some(WORKER), args);
         assert_eq!(code, 6, "{args:?}: {err}");
@@ -610,6 +631,65 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     )
     .unwrap();
     assert_eq!(s, 400, "{r}");
+    // A queue's retry policy over the task API: taken by a task added to
+    // the queue after it; a policy out of bounds or with a field it does
+    // not know is a 400 naming it, and changes nothing.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/queues/builds/policy",
+        None,
+        r#"{"retry":{"max_attempts":3,"backoff_ms":3600000},"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("REGISTERED")), "{r}");
+    for (body, field) in [
+        (
+            r#"{"retry":{"max_attempts":0,"backoff_ms":1000},"operator":"alice"}"#,
+            "max_attempts",
+        ),
+        (
+            r#"{"retry":{"max_attempts":2,"backoff_ms":1000,"jitter":1},"operator":"alice"}"#,
+            "jitter",
+        ),
+    ] {
+        let (s, r) = http(a, "POST", "/v1/queues/builds/policy", None, body).unwrap();
+        assert_eq!(s, 400, "{r}");
+        assert!(r.to_string().contains(field), "{field}: {r}");
+    }
+    let (s, r) = http(a, "GET", "/v1/queues/builds/policy", None, "").unwrap();
+    assert_eq!(
+        (s, r["retry"]["max_attempts"].as_u64()),
+        (200, Some(3)),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/b1/add",
+        None,
+        r#"{"node":{"queue":"builds","priority":0,"depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, g) = http(a, "POST", "/v1/tasks/b1/claim", None, r#"{"owner":"w1"}"#).unwrap();
+    assert_eq!(s, 200, "{g}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/b1/fail",
+        None,
+        &format!(
+            r#"{{"owner":"w1","fence":{},"error":{{"exit":1}}}}"#,
+            g["fence"]
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["state"].as_str()),
+        (200, Some("REGISTERED")),
+        "retried by the queue's policy: {r}"
+    );
 }
 
 #[test]

@@ -162,6 +162,7 @@ pub fn needs_operator(request: &Request) -> bool {
         | Request::Finalize { .. }
         | Request::Settle
         | Request::Limit { .. }
+        | Request::QueuePolicy { .. }
         | Request::Prune { .. } => true,
         Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
@@ -222,6 +223,7 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
         | Request::Finalize { by: b, .. }
         | Request::Cancel { by: b, .. }
         | Request::Limit { by: b, .. }
+        | Request::QueuePolicy { by: b, .. }
         | Request::Prune { by: b, .. }
             if !matches!(b, Actor::Worker(_)) =>
         {

@@ -56,6 +56,8 @@ pub enum Kind {
     Period,
     /// How long ago a task must have ended to be pruned: 0 to 100 years.
     Retention,
+    /// A retry policy: attempts, the first wait, its growth and its cap.
+    Retry,
 }
 
 impl Kind {
@@ -83,6 +85,9 @@ impl Kind {
             Kind::Flag => "true or false",
             Kind::Period => "a duration from 1 s to a year",
             Kind::Retention => "a duration from 0 to 100 years",
+            Kind::Retry => {
+                "a retry policy: max_attempts (1 to 1000), backoff_ms (the first wait, up to 7 days), factor (1 to 10), max_backoff_ms (the longest wait)"
+            }
         }
     }
 
@@ -131,14 +136,15 @@ impl Kind {
                     {"type": "object", "properties": {"at": {"type": "string", "format": "date-time"}}},
                     {"type": "object", "properties": {"after_ms": {"type": "integer", "minimum": 0}}},
                 ]},
-                "retry": {"type": "object", "properties": {
-                    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    "backoff_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TTL_MS},
-                    "factor": {"type": "integer", "minimum": 1, "maximum": 10},
-                    "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
-                }, "required": ["max_attempts", "backoff_ms"]},
+                "retry": Kind::Retry.schema(),
                 "key": {"type": "string"},
             }}),
+            Kind::Retry => json!({"type": "object", "properties": {
+                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "backoff_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TTL_MS},
+                "factor": {"type": "integer", "minimum": 1, "maximum": 10},
+                "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
+            }, "required": ["max_attempts", "backoff_ms"]}),
             Kind::Flag => json!({"type": "boolean"}),
             Kind::Retention => {
                 json!({"type": "integer", "minimum": 0, "maximum": MAX_RETENTION_MS})
@@ -425,6 +431,30 @@ pub const OPERATIONS: &[Op] = &[
             input("limit", "limit", Kind::Count, false),
             input("operator", "by", Kind::Id, true),
         ],
+    },
+    Op {
+        name: "queue_policy",
+        summary: "Set a queue's retry policy: a task added to the queue without its own takes it, fixed when added (null: none)",
+        write: true,
+        operator: true,
+        cli: Some("queue set"),
+        http: post("/v1/queues/{queue}/policy"),
+        python: Some("set_queue_policy"),
+        inputs: &[
+            input("queue", "queue", Kind::Id, true),
+            input("retry", "retry", Kind::Retry, false),
+            input("operator", "by", Kind::Id, true),
+        ],
+    },
+    Op {
+        name: "queue",
+        summary: "A queue's policy: the retry policy tasks added to it without their own take",
+        write: false,
+        operator: false,
+        cli: Some("queue show"),
+        http: get("/v1/queues/{queue}/policy"),
+        python: Some("queue_policy"),
+        inputs: &[input("queue", "queue", Kind::Id, true)],
     },
     Op {
         name: "key",

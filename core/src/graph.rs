@@ -57,6 +57,7 @@ pub struct NodeSpec {
 /// factor`, ...), at most `max_backoff_ms`, give or take a quarter, until
 /// `max_attempts` attempts have failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
@@ -174,6 +175,33 @@ pub const KEY_PREFIX: &str = "key:";
 /// `key`) when the prefix makes it longer than an id may be.
 pub fn key_record_id(key: &Id) -> Result<TaskId, Error> {
     Id::parse("key", &format!("{KEY_PREFIX}{}", key.as_str()))
+}
+
+/// The id prefix of a queue's record: `queue:QUEUE`.
+pub const QUEUE_PREFIX: &str = "queue:";
+
+/// The record id of queue `queue`'s policy: refused (naming the field
+/// `queue`) when the prefix makes it longer than an id may be.
+pub fn queue_record_id(queue: &Id) -> Result<TaskId, Error> {
+    Id::parse("queue", &format!("{QUEUE_PREFIX}{}", queue.as_str()))
+}
+
+/// The queue named by a queue's record id (`queue:QUEUE`), if it is one.
+pub fn queue_of_record(task: &TaskId) -> Option<Id> {
+    let q = task.as_str().strip_prefix(QUEUE_PREFIX)?;
+    Id::parse("queue", q).ok()
+}
+
+/// A queue's policy (its record `queue:QUEUE`, never granted): the
+/// defaults a task added to the queue takes for what it does not say
+/// itself, fixed when it is added (as pg-boss copies a queue's retry
+/// options into each job it sends), so changing the policy changes the
+/// tasks added after, never an attempt in flight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueuePolicy {
+    /// The retry policy of a task added without one (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
 }
 
 /// The key named by a key's record id (`key:KEY`), if it is one.
@@ -435,9 +463,19 @@ pub struct Node {
     /// slot frees and the key's record puts it back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub parked: bool,
+    /// The retry policy its queue's policy gave it when it was added
+    /// (it had none of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_retry: Option<RetryPolicy>,
 }
 
 impl Node {
+    /// The retry policy its failed or stalled attempts follow: its own,
+    /// else the one its queue gave it when it was added.
+    pub fn retry_policy(&self) -> Option<RetryPolicy> {
+        self.spec.retry.or(self.queue_retry)
+    }
+
     /// When the task may first be granted once ready: its ready time, or
     /// its start if that is later. `None` while it waits on a dependency.
     pub fn due_at(&self) -> Option<Timestamp> {
@@ -570,6 +608,8 @@ pub struct Upstream {
     states: BTreeMap<TaskId, Option<State>>,
     /// For a grant of a task with a concurrency key: the key as read.
     key: Option<KeyView>,
+    /// For an add: the policy of the task's queue, if it has one.
+    queue: Option<QueuePolicy>,
 }
 
 impl Upstream {
@@ -583,7 +623,19 @@ impl Upstream {
         Upstream {
             states: states.into_iter().collect(),
             key: None,
+            queue: None,
         }
+    }
+
+    /// With the policy of the deciding task's queue, as read.
+    pub fn with_queue(mut self, policy: QueuePolicy) -> Upstream {
+        self.queue = Some(policy);
+        self
+    }
+
+    /// The policy of the deciding task's queue, if the commit read one.
+    pub fn queue(&self) -> Option<&QueuePolicy> {
+        self.queue.as_ref()
     }
 
     /// With what the commit read of the deciding task's concurrency key.

@@ -139,10 +139,12 @@ pub enum EventKind {
     Parked,
     /// A concurrency key's limit was set (`key:KEY`).
     LimitSet,
+    /// A queue's policy was set (`queue:QUEUE`).
+    PolicySet,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 27] = [
+    pub const ALL: [EventKind; 28] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -170,6 +172,7 @@ impl EventKind {
         EventKind::Scheduled,
         EventKind::Parked,
         EventKind::LimitSet,
+        EventKind::PolicySet,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -201,6 +204,7 @@ impl EventKind {
             EventKind::Scheduled => "SCHEDULED",
             EventKind::Parked => "PARKED",
             EventKind::LimitSet => "LIMIT_SET",
+            EventKind::PolicySet => "POLICY_SET",
         }
     }
 
@@ -276,6 +280,8 @@ pub enum RequestKind {
     Wake,
     /// A concurrency key's limit set (by an operator).
     Limit,
+    /// A queue's policy set (by an operator).
+    QueuePolicy,
     /// A grant recorded on its key's record (by the grant's commit).
     KeyHold,
     /// A holder's end recorded on its key's record (by the commit of the end).
@@ -319,6 +325,7 @@ impl RequestKind {
             RequestKind::Link => "link",
             RequestKind::Wake => "wake",
             RequestKind::Limit => "limit",
+            RequestKind::QueuePolicy => "queue_policy",
             RequestKind::KeyHold => "key_hold",
             RequestKind::KeyDrop => "key_drop",
             RequestKind::KeyPark => "key_park",

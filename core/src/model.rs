@@ -127,6 +127,10 @@ pub struct TaskRecord {
     /// granted; its limit, holders and parked tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_limit: Option<crate::graph::KeyLimit>,
+    /// A queue's policy this record holds (a `queue:QUEUE` record: never
+    /// granted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_policy: Option<crate::graph::QueuePolicy>,
     /// When retention pruned this ended task: its body and events are
     /// gone, this record is its tombstone (state, fences, times), and no
     /// request but another prune is ever decided on it again.

@@ -147,6 +147,13 @@ pub enum Request {
         by: Actor,
         limit: Option<u32>,
     },
+    /// Sets the policy of the queue whose record (`queue:QUEUE`) this is:
+    /// the retry policy a task added to the queue without its own takes
+    /// (`None`: none). An operator's.
+    QueuePolicy {
+        by: Actor,
+        retry: Option<crate::graph::RetryPolicy>,
+    },
     /// Written by a store in the commit of a grant of a task with a key (a
     /// follow-up on the key's record, never sent): `task` holds a grant.
     KeyHold {
@@ -216,6 +223,7 @@ impl Request {
             Request::Link { .. } => RequestKind::Link,
             Request::Wake => RequestKind::Wake,
             Request::Limit { .. } => RequestKind::Limit,
+            Request::QueuePolicy { .. } => RequestKind::QueuePolicy,
             Request::KeyHold { .. } => RequestKind::KeyHold,
             Request::KeyDrop { .. } => RequestKind::KeyDrop,
             Request::KeyPark { .. } => RequestKind::KeyPark,
@@ -237,6 +245,7 @@ impl Request {
             | Request::Redispatch { by, .. }
             | Request::Finalize { by, .. }
             | Request::Limit { by, .. }
+            | Request::QueuePolicy { by, .. }
             | Request::Prune { by, .. } => by.clone(),
             Request::Declare { manifest } => Actor::Worker(manifest.executor.clone()),
             Request::Register { run_id } | Request::Retry { run_id } => {
@@ -368,6 +377,7 @@ impl Request {
                     None => Ok(()),
                 }
             }
+            Request::QueuePolicy { retry: Some(p), .. } => p.checked().map(|_| ()),
             Request::Limit { limit: Some(n), .. } if *n > crate::graph::KeyLimit::MAX => {
                 Err(Error::invalid(
                     "limit",

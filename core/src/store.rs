@@ -378,10 +378,18 @@ pub fn upstream_of(
     found: impl IntoIterator<Item = (TaskId, Option<Snapshot>)>,
     now: Timestamp,
 ) -> crate::graph::Upstream {
-    crate::graph::Upstream::of_states(found.into_iter().map(|(id, snap)| {
+    let mut queue = None;
+    let upstream = crate::graph::Upstream::of_states(found.into_iter().map(|(id, snap)| {
+        if let Some(p) = snap.as_ref().and_then(|s| s.record.queue_policy) {
+            queue = Some(p);
+        }
         let state = snap.map(|s| crate::decide::derive(&s.record, s.judged, now).state);
         (id, state)
-    }))
+    }));
+    match queue {
+        Some(p) => upstream.with_queue(p),
+        None => upstream,
+    }
 }
 
 /// One open commit of a store that decides under a lock or inside one

@@ -215,6 +215,29 @@ impl<S: Store> Authority<S> {
         Ok(out)
     }
 
+    /// Sets queue `queue`'s policy: the retry policy a task added to the
+    /// queue without its own takes (`None`: none). Fixed into each task
+    /// when it is added; an operator's.
+    pub async fn set_queue_policy(
+        &self,
+        queue: &Id,
+        retry: Option<crate::graph::RetryPolicy>,
+        by: crate::model::Actor,
+    ) -> Result<Reply> {
+        let task = crate::graph::queue_record_id(queue)?;
+        self.send(&task, Request::QueuePolicy { by, retry }).await
+    }
+
+    /// Queue `queue`'s policy, if one was ever set.
+    pub async fn queue_policy(&self, queue: &Id) -> Result<Option<crate::graph::QueuePolicy>> {
+        let task = crate::graph::queue_record_id(queue)?;
+        Ok(self
+            .store
+            .read(&task, self.now())
+            .await?
+            .and_then(|s| s.record.queue_policy))
+    }
+
     /// Adds a bare task to the work graph in REGISTERED (see [`crate::graph`]).
     /// An unknown dependency is bad input; the same definition again is an
     /// acknowledgement, another one `manifest_conflict`.

@@ -527,6 +527,29 @@ impl Authority {
         })
     }
 
+    /// An operator sets queue `queue`'s retry policy: a task added to the
+    /// queue without one of its own takes it, fixed when it is added.
+    /// With none of the retry arguments the policy is removed. A `Record`
+    /// (the queue's), or a `Refusal`.
+    #[pyo3(signature = (queue, operator, *, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_queue_policy(
+        &self,
+        py: Python<'_>,
+        queue: &str,
+        operator: &str,
+        max_attempts: Option<u32>,
+        backoff: Option<&Bound<'_, PyAny>>,
+        backoff_factor: Option<u32>,
+        backoff_max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let (q, by) = (id("queue", queue)?, self::operator(operator)?);
+        let retry = retry_policy(max_attempts, backoff, backoff_factor, backoff_max)?;
+        self.write(py, false, move |a| async move {
+            a.set_queue_policy(&q, retry, by).await
+        })
+    }
+
     /// Retention, an operator's act: tasks that ended at least
     /// `finished_before` ago (seconds, or "30d") lose their body and
     /// events and keep a tombstone; at most `max` of them. How many.
@@ -559,6 +582,17 @@ impl Authority {
             None => serde_json::json!({"key": k, "limit": null, "holders": [], "parked": []}),
         };
         convert::json(py, &v)
+    }
+
+    /// Queue `queue`'s policy: a dict `{"queue", "retry"}`, `retry` a dict
+    /// (`max_attempts`, `backoff_ms`, `factor`, `max_backoff_ms`) or None.
+    fn queue_policy(&self, py: Python<'_>, queue: &str) -> PyResult<Py<PyAny>> {
+        let q = id("queue", queue)?;
+        let qq = q.clone();
+        let policy = self
+            .call(py, move |a| async move { a.queue_policy(&qq).await })?
+            .unwrap_or_default();
+        convert::json(py, &serde_json::json!({"queue": q, "retry": policy.retry}))
     }
 
     /// Every concurrency key's status, as `key_status` gives each.
@@ -907,6 +941,22 @@ fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     }
 }
 
+/// The retry policy the arguments give, if any is given.
+fn retry_policy(
+    max_attempts: Option<u32>,
+    backoff: Option<&Bound<'_, PyAny>>,
+    backoff_factor: Option<u32>,
+    backoff_max: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<baton_core::graph::RetryPolicy>> {
+    baton_core::graph::RetryPolicy::from_parts(
+        max_attempts,
+        duration(Kind::LockDelay, "backoff", backoff)?,
+        backoff_factor,
+        duration(Kind::Ttl, "max_backoff", backoff_max)?,
+    )
+    .map_err(errors::to_py)
+}
+
 /// How a task added to the work graph waits and runs, as `add` and
 /// `schedule` take it.
 struct Shape<'a, 'py> {
@@ -931,13 +981,12 @@ impl Shape<'_, '_> {
             .iter()
             .map(|d| id("after", d))
             .collect::<PyResult<Vec<_>>>()?;
-        let retry = baton_core::graph::RetryPolicy::from_parts(
+        let retry = retry_policy(
             self.max_attempts,
-            duration(Kind::LockDelay, "backoff", self.backoff)?,
+            self.backoff,
             self.backoff_factor,
-            duration(Kind::Ttl, "max_backoff", self.backoff_max)?,
-        )
-        .map_err(errors::to_py)?;
+            self.backoff_max,
+        )?;
         let timeout = duration(Kind::Ttl, "timeout", self.timeout)?;
         let key = self.key.map(|k| id("key", k)).transpose()?;
         NodeSpec::new(task, q, self.priority, deps)

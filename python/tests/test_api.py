@@ -247,6 +247,24 @@ def test_a_key_limit_holds_grants_back_and_names_the_holders(auth):
     assert auth.next("w3", ["kq"]).task == "c", "no limit: the rest go"
 
 
+def test_a_queue_policy_retries_what_is_added_to_the_queue(auth):
+    assert auth.queue_policy("builds")["retry"] is None
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.set_queue_policy("builds", "alice", max_attempts=0)
+    assert e.value.field == "max_attempts"
+    r = auth.set_queue_policy("builds", "alice", max_attempts=2, backoff=3600)
+    assert r.state == "REGISTERED"
+    policy = auth.queue_policy("builds")["retry"]
+    assert policy["max_attempts"] == 2 and policy["backoff_ms"] == 3_600_000
+    auth.add("compile", queue="builds")
+    g = auth.next("w1", ["builds"])
+    failed = auth.fail("compile", "w1", g.fence, {"exit": 2})
+    assert failed.state == "REGISTERED", "tried again after the queue's backoff"
+    assert auth.next("w1", ["builds"]).reason == "none_ready", "not before its wait"
+    assert auth.set_queue_policy("builds", "alice").state == "REGISTERED"
+    assert auth.queue_policy("builds")["retry"] is None
+
+
 def test_a_schedule_makes_one_task_per_period(auth):
     r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
     assert r.state == "REGISTERED"

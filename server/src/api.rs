@@ -47,6 +47,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("tick"), post(tick))
         .route(at("limit"), post(set_limit).get(key_status))
         .route(at("keys"), get(keys))
+        .route(at("queue_policy"), post(set_queue_policy).get(queue_policy))
         .route(at("prune"), post(prune))
 }
 
@@ -474,6 +475,28 @@ async fn key_status(Gate(a): Gate, Path(key): Path<String>) -> Answer {
 
 async fn keys(Gate(a): Gate) -> Answer {
     json(&json!({"items": a.keys().await?, "next": null}))
+}
+
+/// The body of `POST /v1/queues/{queue}/policy`: the retry policy
+/// (`null`: none) and the operator setting it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueuePolicyBody {
+    retry: Option<baton_core::graph::RetryPolicy>,
+    operator: String,
+}
+
+async fn set_queue_policy(Gate(a): Gate, Path(queue): Path<String>, body: Bytes) -> Answer {
+    let b: QueuePolicyBody = parse_strict(&body)?;
+    let queue = baton_core::Id::parse("queue", &queue)?;
+    let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
+    answer(a.set_queue_policy(&queue, b.retry, by).await?, false)
+}
+
+async fn queue_policy(Gate(a): Gate, Path(queue): Path<String>) -> Answer {
+    let queue = baton_core::Id::parse("queue", &queue)?;
+    let policy = a.queue_policy(&queue).await?.unwrap_or_default();
+    json(&json!({"queue": queue, "retry": policy.retry}))
 }
 
 /// The body of `POST /v1/prune`.

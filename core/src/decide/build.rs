@@ -90,6 +90,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         cancel_requested: None,
         schedule: None,
         key_limit: None,
+        queue_policy: None,
         pruned_at: None,
     }
 }

@@ -35,6 +35,7 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         ready_at: ready.then_some(now),
         not_before: spec.start.map(|s| s.resolve(now)).filter(|t| *t > now),
         parked: false,
+        queue_retry: queue_retry(spec, upstream),
     });
     let mut events = vec![
         draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
@@ -48,6 +49,15 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         events.push(ready_event(&r, now));
     }
     commit(r, events)
+}
+
+/// The retry policy a task added without its own takes from its queue's
+/// policy, as the add read it.
+fn queue_retry(spec: &NodeSpec, upstream: &Upstream) -> Option<crate::graph::RetryPolicy> {
+    if spec.retry.is_some() {
+        return None;
+    }
+    upstream.queue().and_then(|p| p.retry)
 }
 
 /// Creates a schedule's record (`schedule:NAME`, REGISTERED, never
@@ -95,6 +105,7 @@ pub(super) fn declared_node(
             ),
         )),
         r => Ok(Node {
+            queue_retry: queue_retry(&spec, upstream),
             spec,
             ready_at: (r == Readiness::Ready).then_some(op.now),
             not_before: None,
@@ -222,11 +233,21 @@ pub(super) fn stamp_ready(verdict: &mut Verdict, now: Timestamp) {
 }
 
 /// The ids whose records the decision of a request on `record` needs.
+fn with_queue(mut ids: Vec<TaskId>, queue: &crate::id::Id) -> Vec<TaskId> {
+    if let Ok(q) = crate::graph::queue_record_id(queue) {
+        ids.push(q);
+    }
+    ids
+}
+
 pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecord>) -> Vec<TaskId> {
     use crate::request::Request;
     match request {
-        Request::Add { node } => node.depends_on.clone(),
-        Request::Declare { manifest } => manifest.depends_on.clone(),
+        // An add reads its queue's policy with its dependencies.
+        Request::Add { node } => with_queue(node.depends_on.clone(), &node.queue),
+        Request::Declare { manifest } => {
+            with_queue(manifest.depends_on.clone(), &manifest.node_spec().queue)
+        }
         Request::Claim { .. } | Request::Recover { .. } | Request::TaskClaim { .. } => {
             let mut ids = record.map(|r| r.depends_on().to_vec()).unwrap_or_default();
             // A keyed task's grant reads its key's record too (and then

@@ -121,7 +121,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool, rules: LeaseR
 /// The retry policy that tries `rec`'s failed attempt again, if any
 /// (attempts are left).
 pub(super) fn retries(rec: &TaskRecord) -> Option<crate::graph::RetryPolicy> {
-    let p = rec.node.as_ref()?.spec.retry?;
+    let p = rec.node.as_ref()?.retry_policy()?;
     (rec.attempt < u64::from(p.max_attempts)).then_some(p)
 }
 

@@ -26,6 +26,7 @@ mod key;
 mod lease;
 mod notify;
 mod operator;
+mod queue;
 mod registry;
 mod settle;
 
@@ -519,6 +520,7 @@ fn decide_request(
             | Request::Finalize { .. }
             | Request::Cancel { fence: None, .. }
             | Request::Limit { .. }
+            | Request::QueuePolicy { .. }
     ) && !actor.is_operator()
     {
         return refuse(Refusal::OperatorRequired {
@@ -549,8 +551,11 @@ fn decide_request(
     ) {
         return key::decide(op, rec, upstream);
     }
+    if let Request::QueuePolicy { by, retry } = req {
+        return queue::decide(op, rec, by, *retry);
+    }
     if rec.is_none()
-        && let Some(v) = key::reserved(op)
+        && let Some(v) = key::reserved(op).or_else(|| queue::reserved(op))
     {
         return v;
     }
@@ -601,7 +606,9 @@ fn decide_request(
     };
     // A schedule's record is never granted: it makes the tasks that are;
     // nor is a key's.
-    if req.may_grant() && (rec.schedule.is_some() || rec.key_limit.is_some()) {
+    if req.may_grant()
+        && (rec.schedule.is_some() || rec.key_limit.is_some() || rec.queue_policy.is_some())
+    {
         return illegal(rec, req);
     }
     if matches!(
@@ -635,6 +642,7 @@ fn decide_request(
         // Decided above.
         Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.
+        Request::QueuePolicy { .. } => illegal(rec, req),
         Request::Limit { .. }
         | Request::KeyHold { .. }
         | Request::KeyDrop { .. }

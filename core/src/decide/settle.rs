@@ -21,6 +21,7 @@ pub fn derive(record: &TaskRecord, judged: Judged, now: Timestamp) -> TaskRecord
 pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Change> {
     let mut r = record.clone();
     let mut events = Vec::new();
+    let mut retried = None;
     if r.state.is_held() && !judged.lease_holds {
         let from = r.state;
         let (fence, expired_at, timed_out) = match r.lease.as_mut() {
@@ -31,7 +32,13 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
             None => (None, now, false),
         };
         r.stalls = r.stalls.saturating_add(1);
-        let again = r.max_attempts().is_none_or(|max| r.stalls < max);
+        // A task with a retry policy counts a stall (or a time-out) as a
+        // failed attempt: tried again after the policy's wait while
+        // attempts are left, else ended STALLED.
+        let policy = r.node.as_ref().and_then(|n| n.retry_policy());
+        let retry = policy.and_then(|_| super::lease::retries(record));
+        let again = r.max_attempts().is_none_or(|max| r.stalls < max)
+            && (policy.is_none() || retry.is_some());
         if let Some(asked) = r.cancel_requested.clone() {
             // The holder asked to stop let its lease run out instead of
             // giving the task back: the cancel it was asked for.
@@ -48,6 +55,23 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
             // The start deadline counts afresh from when the attempt ended
             // (whether it has passed is still the judge's: `start_deadline_at`).
             r.deadline_from = Some(expired_at.min(now));
+            if let Some(p) = retry {
+                let at = expired_at.min(now);
+                let wait = p.wait_ms(&r.task, r.attempt);
+                let until = at.checked_plus_ms(wait).unwrap_or(Timestamp::MAX);
+                r.evidence.clear();
+                r.started_at = None;
+                if let Some(n) = r.node.as_mut() {
+                    n.not_before = Some(until);
+                }
+                retried = Some(json!({
+                    "attempt": r.attempt,
+                    "max_attempts": p.max_attempts,
+                    "wait_ms": wait,
+                    "not_before": until,
+                    "error": {"code": if timed_out { "timed_out" } else { "lease_expired" }, "at": expired_at},
+                }));
+            }
         } else {
             r.state = State::Stalled;
             r.finished_at = Some(now);
@@ -76,6 +100,20 @@ pub fn settle(record: &TaskRecord, judged: Judged, now: Timestamp) -> Option<Cha
                 "max_attempts": r.max_attempts(),
             })),
         );
+        if let Some(details) = retried {
+            r.error = details.get("error").cloned();
+            events.push(
+                draft(
+                    &r,
+                    EventKind::RetryScheduled,
+                    Some(r.state),
+                    Actor::System,
+                    fence,
+                    now,
+                )
+                .details(details),
+            );
+        }
     }
     if matches!(r.state, State::Declared | State::Registered)
         && r.due_at().is_some()

@@ -925,3 +925,149 @@ pub fn a_declared_task_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H>
         "{events:?}"
     );
 }
+
+/// A queue's retry policy: an operator's to set; a task added to the
+/// queue without a policy of its own takes it (one with its own keeps
+/// its own, one added before keeps none); a stalled attempt is retried
+/// after the wait like a failed one (STALLED, then RETRY_SCHEDULED, and
+/// `next` does not grant it early); the last attempt's stall is final.
+pub fn a_queue_policy_retries_failed_and_stalled_attempts<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let backoff = 3 * ttl;
+    let policy = crate::graph::RetryPolicy {
+        max_attempts: 3,
+        backoff_ms: backoff,
+        factor: 1,
+        max_backoff_ms: backoff,
+    };
+    let queue = id("pq");
+    let q = [queue.clone()];
+    let w = id("w");
+    let in_queue = |t: &str| spec(t, Some("pq"), 0, &[]);
+    ctx.block_on(a.add(&id("before"), in_queue("before")))
+        .unwrap();
+    let r = ctx
+        .block_on(a.set_queue_policy(&queue, Some(policy), Actor::Worker(w.clone())))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::OperatorRequired { .. }),
+        "a worker sets no queue policy: {r:?}"
+    );
+    let alice = Actor::Operator(id("alice"));
+    let r = ctx
+        .block_on(a.set_queue_policy(&queue, Some(policy), alice.clone()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let again = ctx
+        .block_on(a.set_queue_policy(&queue, Some(policy), alice.clone()))
+        .unwrap();
+    assert!(again.is_idempotent(), "the same policy again: {again:?}");
+    assert_eq!(
+        ctx.block_on(a.queue_policy(&queue)).unwrap(),
+        Some(crate::graph::QueuePolicy {
+            retry: Some(policy)
+        })
+    );
+    let r = ctx.block_on(a.add(&id("queue:pq2"), spec("queue:pq2", None, 0, &[])));
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|r| r.refusal().is_some()),
+        "no task stands in for a queue's record: {r:?}"
+    );
+    // A task added before the policy keeps none: its failure is final.
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(600_000), None))
+        .unwrap()
+        .grant()
+        .expect("the task added before");
+    assert_eq!(g.task.as_str(), "before");
+    let r = ctx.block_on(a.fail(&g.task, &w, g.fence, None)).unwrap();
+    assert_eq!(r.record().unwrap().state, State::Failed, "{r:?}");
+    // A task with its own policy keeps its own (one attempt: final).
+    let own = in_queue("own")
+        .with_retry(Some(crate::graph::RetryPolicy::new(1, 1000)))
+        .unwrap();
+    ctx.block_on(a.add(&id("own"), own)).unwrap();
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(600_000), None))
+        .unwrap()
+        .grant()
+        .expect("own");
+    let r = ctx.block_on(a.fail(&g.task, &w, g.fence, None)).unwrap();
+    assert_eq!(r.record().unwrap().state, State::Failed, "{r:?}");
+    // The queue's policy: attempt 1 stalls, attempt 2 fails, attempt 3
+    // stalls for good.
+    let t = id("flaky");
+    ctx.block_on(a.add(&t, in_queue("flaky"))).unwrap();
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(ttl), None))
+        .unwrap()
+        .grant()
+        .expect("attempt 1");
+    assert_eq!((g.task.as_str(), g.attempt), ("flaky", 1));
+    ctx.expire(ttl);
+    let r = ctx.block_on(a.next(&w, &q, Some(ttl), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NoneReady { .. }),
+        "a stalled attempt waits out its backoff: {r:?}"
+    );
+    let rec = ctx.block_on(a.get(&t)).unwrap().unwrap();
+    assert_eq!(rec.state, State::Registered);
+    assert_eq!(
+        rec.error.as_ref().and_then(|e| e.get("code")).cloned(),
+        Some(json!("lease_expired")),
+        "{rec:?}"
+    );
+    let r = ctx.block_on(a.claim(&t, &id("v"), Some(ttl))).unwrap();
+    assert!(matches!(refusal(&r), Refusal::Scheduled { .. }), "{r:?}");
+    ctx.advance_ms(backoff + backoff / 4 + ctx.expiry_margin_ms());
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(600_000), None))
+        .unwrap()
+        .grant()
+        .expect("attempt 2 after the wait");
+    assert_eq!((g.task.as_str(), g.attempt), ("flaky", 2));
+    let r = ctx
+        .block_on(a.fail(&t, &w, g.fence, Some(json!({"boom": true}))))
+        .unwrap();
+    assert_eq!(r.record().unwrap().state, State::Registered, "{r:?}");
+    ctx.advance_ms(backoff + backoff / 4 + ctx.expiry_margin_ms());
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(ttl), None))
+        .unwrap()
+        .grant()
+        .expect("attempt 3 after the wait");
+    assert_eq!(g.attempt, 3);
+    ctx.expire(ttl);
+    let rec = ctx.block_on(a.get(&t)).unwrap().unwrap();
+    assert_eq!(
+        rec.state,
+        State::Stalled,
+        "the last attempt's stall is final"
+    );
+    let r = ctx.block_on(a.next(&w, &q, Some(ttl), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::Drained { .. }),
+        "nothing left to run: {r:?}"
+    );
+    let events = ctx.block_on(a.events(Some(&t), None, 100)).unwrap().items;
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    let count = |k: EventKind| kinds.iter().filter(|x| **x == k).count();
+    assert_eq!(count(EventKind::RetryScheduled), 2, "{kinds:?}");
+    assert_eq!(count(EventKind::Stalled), 2, "{kinds:?}");
+    // Cleared: a task added now has no policy.
+    let r = ctx
+        .block_on(a.set_queue_policy(&queue, None, alice))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    ctx.block_on(a.add(&id("after"), in_queue("after")))
+        .unwrap();
+    let g = ctx
+        .block_on(a.next(&w, &q, Some(600_000), None))
+        .unwrap()
+        .grant()
+        .expect("after");
+    assert_eq!(g.task.as_str(), "after");
+    let r = ctx.block_on(a.fail(&g.task, &w, g.fence, None)).unwrap();
+    assert_eq!(r.record().unwrap().state, State::Failed, "{r:?}");
+}
