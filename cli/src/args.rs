@@ -11,9 +11,9 @@ use std::path::PathBuf;
     about = "Decides who may run a piece of work: leases, fences, and the truth about each task."
 )]
 pub struct Cli {
-    /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT\[,...\]/PREFIX,
-    /// postgres://USER@HOST\[:PORT\]/DB\[?schema=NAME\], http://HOST:PORT (a
-    /// `baton serve`), http+unix://PATH or memory:.
+    /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT,.../PREFIX,
+    /// postgres://USER@HOST:PORT/DB?schema=NAME (port and schema optional),
+    /// http://HOST:PORT (a `baton serve`), http+unix://PATH or memory:.
     #[arg(long, global = true, env = "BATON_STORE")]
     pub store: Option<String>,
     /// The bearer token sent to a `baton serve` (http:// stores).
@@ -202,6 +202,24 @@ pub enum Command {
     /// Declared tasks: the registry.
     #[command(subcommand)]
     Task(TaskCommand),
+    /// Every task's events in the order they were written (one task's
+    /// with `--task`), a page from a cursor; `--follow` keeps printing
+    /// new ones as they are written, until interrupted.
+    ///
+    /// Example: baton events --follow --format human
+    /// Example: baton events --after 120 --limit 50
+    #[command(verbatim_doc_comment)]
+    Events {
+        /// Only this task's events.
+        #[arg(long)]
+        task: Option<String>,
+        #[command(flatten)]
+        page: Paging,
+        /// Wait for new events and print each as it is written (polled,
+        /// at most a second apart); stop with Ctrl-C.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Persist expired leases and passed deadlines (with their notifications).
     Sweep {
         #[arg(long)]
@@ -419,7 +437,29 @@ pub struct Paging {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Declare a task from a JSON manifest (FILE, or standard input).
-    Declare { file: Option<PathBuf> },
+    ///
+    /// A manifest needs `task_id`, `executor` (who is meant to run it) and
+    /// `steps` (1 to 1000 names); the rest is optional:
+    /// `required_evidence` (keys `task succeed` must prove),
+    /// `start_deadline_seconds` (default 300), `heartbeat_timeout_seconds`
+    /// (default 180), `max_attempts` (stalls allowed, default 1), `retry`,
+    /// `timeout_seconds`, `lock_delay_seconds`, `depends_on`, `queue`,
+    /// `priority`, `key`, `notification_events`, `owner_notification_ref`,
+    /// and for work with a source `source_branch`, `source_oid`,
+    /// `target_version`. The same manifest again is acknowledged; another
+    /// one for the same id is refused `manifest_conflict`.
+    ///
+    /// Example manifest (docs/manifest.json):
+    ///   {"task_id": "rel-1", "executor": "ci", "steps": ["build", "test"],
+    ///    "required_evidence": ["build.log"]}
+    ///
+    /// Example: baton task declare docs/manifest.json
+    /// Example: echo '{"task_id":"r2","executor":"ci","steps":["run"]}' | baton task declare
+    #[command(verbatim_doc_comment)]
+    Declare {
+        /// The manifest file (default: standard input).
+        file: Option<PathBuf>,
+    },
     Register {
         #[arg(env = "BATON_TASK")]
         task: String,

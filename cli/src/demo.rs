@@ -413,12 +413,17 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
             ^ u128::from(std::process::id()))
             % 0x100_0000
     );
-    // A fresh temporary store unless one was named; removed when the demo ends.
-    let tmp = tempfile::tempdir()
-        .map_err(|e| Error::unavailable(format!("demo: no temporary directory: {e}")))?;
+    // A fresh store in a new temporary folder unless one was named; kept
+    // when the demo ends, so that what it did can be looked at.
     let url = match store {
         Some(s) => s.to_owned(),
-        None => format!("sqlite:{}", tmp.path().join("demo.db").display()),
+        None => {
+            let tmp = tempfile::Builder::new()
+                .prefix("baton-demo-")
+                .tempdir()
+                .map_err(|e| Error::unavailable(format!("demo: no temporary directory: {e}")))?;
+            format!("sqlite:{}", tmp.keep().join("demo.db").display())
+        }
     };
     let a = Arc::new(authority_for(&url).await?);
     let mut tl = Timeline {
@@ -551,6 +556,8 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     ));
 
     // Act 4: a supervised run whose store goes away mid-run.
+    let tmp = tempfile::tempdir()
+        .map_err(|e| Error::unavailable(format!("demo: no temporary directory: {e}")))?;
     let (outcome, stopped_early_ms) = supervised_run(&tag, tmp.path(), &mut tl).await?;
 
     // Act 5: four workers drain a small work graph with `next`.
@@ -607,10 +614,16 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         text.push_str(&format!("  {l}\n"));
     }
     text.push_str("\nsummary\n");
+    // Each refusal said as a person would: most are claims that lost a race.
     let refusals: Vec<String> = tally
         .refusals
         .iter()
-        .map(|(k, v)| format!("{k} {v}"))
+        .map(|(k, v)| match k.as_str() {
+            "completed" => format!("{v} claims found the task already completed"),
+            "held" => format!("{v} found it held by another worker"),
+            "stale_fence" => format!("{v} late report refused (stale fence)"),
+            other => format!("{v} refused {other}"),
+        })
         .collect();
     for (k, v) in [
         (
@@ -656,6 +669,9 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     ] {
         text.push_str(&format!("  {k:<16} {v}\n"));
     }
+    text.push_str(&format!(
+        "\nlook at what happened (the store is kept):\n  baton --store {url} --format human events | less\n  baton --store {url} --format human task list\n  baton --store {url} --format human graph show\n  baton --store {url} serve    # then open http://127.0.0.1:7440/\n"
+    ));
     crate::output::write_stdout(&text);
     Ok(Out {
         items: vec![],

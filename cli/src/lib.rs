@@ -452,7 +452,7 @@ fn reply_out(reply: Reply, as_grant: bool) -> Out {
         reply => {
             let view = match (as_grant, reply.grant()) {
                 (true, Some(_)) => View::Grant,
-                _ => View::Generic,
+                _ => View::Record,
             };
             let mut out = Out::one(baton_core::authority::reply_json(&reply, as_grant));
             out.view = view;
@@ -603,7 +603,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
     if let Command::BenchWorker(w) = &cli.command {
         return bench::run_worker(&store, w).await;
     }
-    let plan = plan(&cli.command)?;
+    let mut plan = plan(&cli.command)?;
+    if let Plan::Feed { human, .. } = &mut plan {
+        *human = cli.format == Some(args::Format::Human);
+    }
     if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Graph) {
         return Err(Error::invalid("format", "dot is for `graph show` only"));
     }
@@ -651,6 +654,13 @@ enum Plan {
     ScheduleRun(u64),
     KeyShow(Id),
     Keys,
+    /// `events`: every task's (or one task's), a page or followed.
+    Feed {
+        task: Option<Id>,
+        page: args::Paging,
+        follow: bool,
+        human: bool,
+    },
     QueueShow(Id),
     Prune {
         by: Actor,
@@ -1025,6 +1035,15 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             },
         ),
         Command::Queue(args::QueueCommand::Show { queue }) => P::QueueShow(id("queue", queue)?),
+        Command::Events { task, page, follow } => {
+            baton_core::authority::parse_cursor(page.after.as_deref())?;
+            P::Feed {
+                task: task.as_deref().map(t).transpose()?,
+                page: page.clone(),
+                follow: *follow,
+                human: false,
+            }
+        }
         Command::Limit(args::LimitCommand::List) => P::Keys,
         Command::Sweep { dry_run } => P::Sweep(*dry_run),
         Command::Prune {
@@ -1190,7 +1209,11 @@ impl Plan {
             },
             P::Show(t) => match a.get(&t).await? {
                 None => refused(Refusal::NotFound),
-                Some(r) => Out::one(json!(r)),
+                Some(r) => {
+                    let mut out = Out::one(json!(r));
+                    out.view = View::Record;
+                    out
+                }
             },
             P::Events(t, page) => {
                 if a.get(&t).await?.is_none() {
@@ -1346,6 +1369,64 @@ impl Plan {
                 let made = a.tick_schedules().await?;
                 let mut out = Out::list(made.iter().map(|(t, r)| made_json(t, r)).collect(), None);
                 out.wrote = !made.is_empty();
+                out
+            }
+            P::Feed {
+                task,
+                page,
+                follow: false,
+                ..
+            } => {
+                let p = a
+                    .events(task.as_ref(), page.after.as_deref(), page.limit)
+                    .await?;
+                let mut out = Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next);
+                out.view = View::Events;
+                out
+            }
+            P::Feed {
+                task, page, human, ..
+            } => {
+                // Each event as a line once it is read; an empty read waits
+                // a little longer each time, up to a second. A reader that
+                // went away (a closed pipe) ends it.
+                let mut after = page.after.clone();
+                let mut pause = std::time::Duration::from_millis(50);
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .map_err(|e| Error::unavailable(format!("cannot watch SIGTERM: {e}")))?;
+                'follow: loop {
+                    let p = a
+                        .events(task.as_ref(), after.as_deref(), page.limit)
+                        .await?;
+                    for e in &p.items {
+                        let v = json!(e);
+                        let line = if human {
+                            output::event_line(&v)
+                        } else {
+                            v.to_string()
+                        };
+                        if output::try_write_stdout(&format!("{line}\n")).is_err() {
+                            break 'follow;
+                        }
+                        after = Some(e.seq.to_string());
+                    }
+                    if !p.items.is_empty() {
+                        pause = std::time::Duration::from_millis(50);
+                        continue;
+                    }
+                    if output::stdout_closed() {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = tokio::signal::ctrl_c() => break,
+                        _ = term.recv() => break,
+                    }
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                let mut out = Out::list(Vec::new(), None);
+                out.printed = true;
                 out
             }
             P::ScheduleRun(tick_ms) => {

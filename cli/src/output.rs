@@ -44,8 +44,11 @@ pub enum View {
     Refusal,
     /// `task list`: TASK STATE OWNER FENCE EXPIRES ATTEMPT STEP.
     Tasks,
-    /// `task events`: SEQ AT TASK KIND FROM->TO ACTOR FENCE.
+    /// `task events`: SEQ AT TASK KIND FROM->TO ACTOR FENCE DETAILS.
     Events,
+    /// A task's record: a headline, then what a person asks first (the
+    /// lease, how it ended, the error, evidence, steps, times), in full.
+    Record,
     /// `graph show`, `task list --state READY|BLOCKED`: TASK STATE QUEUE
     /// PRIORITY HOLDER AFTER; Graphviz dot with `--format dot`.
     Graph,
@@ -99,6 +102,7 @@ impl Out {
                     View::Refusal => lines(&self.items, |v| refusal_line(v, colour)),
                     View::Tasks => task_table(&self.items, self.next.as_deref(), now, colour),
                     View::Events => event_table(&self.items, self.next.as_deref()),
+                    View::Record => lines(&self.items, |v| record_view(v, now, colour)),
                     View::Graph => graph_table(&self.items),
                 }
             }
@@ -133,6 +137,22 @@ impl Out {
             Status::Refused => exit::REFUSED,
             Status::NotFound => exit::NOT_FOUND,
         }
+    }
+}
+
+/// Whether standard output's reader has gone away (a pipe whose other end
+/// was closed), asked without writing: a follower that has nothing to
+/// print learns it here rather than at its next line.
+pub fn stdout_closed() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let out = std::io::stdout();
+    let mut fds = [PollFd::new(out.as_fd(), PollFlags::empty())];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)),
+        Err(_) => false,
     }
 }
 
@@ -208,7 +228,7 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
         let width = obj.keys().map(|k| k.len()).max().unwrap_or(0);
         for (k, v) in obj {
             let k = escape_unprintable(k);
-            out.push_str(&format!("{k:<width$}  {}\n", cell(v)));
+            out.push_str(&format!("{k:<width$}  {}\n", text(v)));
         }
         return out;
     }
@@ -321,22 +341,212 @@ pub fn relative(at: &Value, now: baton_core::Timestamp) -> String {
         return "-".to_owned();
     };
     let ms = t.as_millis() - now.as_millis();
-    let span = |ms: i64| -> String {
-        let s = ms.unsigned_abs() / 1000;
-        match s {
-            0 => format!("{}ms", ms.unsigned_abs()),
-            1..=119 => format!("{s}s"),
-            120..=7199 => format!("{}m", s / 60),
-            7200..=172_799 => format!("{}h", s / 3600),
-            _ => format!("{}d", s / 86_400),
-        }
-    };
     if ms.unsigned_abs() < 1 {
         "now".to_owned()
     } else if ms > 0 {
-        format!("in {}", span(ms))
+        format!("in {}", duration(ms.unsigned_abs()))
     } else {
-        format!("{} ago", span(ms))
+        format!("{} ago", duration(ms.unsigned_abs()))
+    }
+}
+
+/// A span as every human output writes one, in the form the options
+/// take: `750ms`, `42s`, `1m57s`, `2h05m`, `3d04h` (two units at most).
+pub fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// A time as written, with how far it is from `now`.
+fn when(at: &Value, now: baton_core::Timestamp) -> String {
+    format!("{} ({})", text(at), relative(at, now))
+}
+
+/// A task's record for a person: the headline, then each part that says
+/// something, in full (nothing cut).
+fn record_view(v: &Value, now: baton_core::Timestamp, colour: Colour) -> String {
+    let Some(obj) = v
+        .as_object()
+        .filter(|o| o.contains_key("state") && o.contains_key("task"))
+    else {
+        return human(std::slice::from_ref(v), None);
+    };
+    let state = text(&v["state"]);
+    let mut head = format!(
+        "{}  {}  revision {}, attempt {}",
+        text(&v["task"]),
+        colour.state(&state),
+        text(&v["revision"]),
+        text(&v["attempt"]),
+    );
+    if v["iteration"].as_u64().is_some_and(|i| i > 1) {
+        head.push_str(&format!(", iteration {}", text(&v["iteration"])));
+    }
+    if v["idempotent"] == Value::Bool(true) {
+        head.push_str(" (a repeat: nothing changed)");
+    }
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    let held = matches!(state.as_str(), "CLAIMED" | "RUNNING");
+    let lease = &v["lease"];
+    if lease.is_object() {
+        rows.push((
+            "lease",
+            if held {
+                format!(
+                    "fence {}, held by {}, expires {}",
+                    text(&lease["fence"]),
+                    text(&lease["owner"]),
+                    when(&lease["expires_at"], now)
+                )
+            } else {
+                format!(
+                    "fence {}, last held by {} (not live)",
+                    text(&lease["fence"]),
+                    text(&lease["owner"])
+                )
+            },
+        ));
+    }
+    if let Some(c) = obj.get("cancel_requested").filter(|c| c.is_object()) {
+        rows.push((
+            "cancel",
+            format!("asked by {} at {}", actor(&c["by"]), text(&c["at"])),
+        ));
+    }
+    if let Some(c) = obj.get("closure").filter(|c| c.is_object()) {
+        let fence = match &c["fence"] {
+            Value::Null => String::new(),
+            f => format!(" under fence {f}"),
+        };
+        rows.push((
+            "ended by",
+            format!("{} by {}{fence}", text(&c["request"]), actor(&c["actor"])),
+        ));
+    }
+    if !v["error"].is_null() {
+        rows.push(("error", text(&v["error"])));
+    }
+    if let Some(m) = obj.get("manifest").filter(|m| m.is_object()) {
+        let steps: Vec<String> = m["steps"]
+            .as_array()
+            .map(|s| s.iter().map(text).collect())
+            .unwrap_or_default();
+        rows.push((
+            "steps",
+            format!(
+                "{}/{}: {}",
+                text(&v["current_step"]),
+                steps.len(),
+                steps.join(", ")
+            ),
+        ));
+        rows.push(("executor", text(&m["executor"])));
+        if let Some(req) = m["required_evidence"].as_array().filter(|r| !r.is_empty()) {
+            let keys: Vec<String> = req.iter().map(text).collect();
+            rows.push(("requires", keys.join(", ")));
+        }
+        for f in ["source_branch", "source_oid", "target_version"] {
+            if m[f].is_string() {
+                rows.push((f, text(&m[f])));
+            }
+        }
+    }
+    if !v["run_id"].is_null() {
+        rows.push((
+            "run",
+            format!("{} (executor {})", text(&v["run_id"]), text(&v["executor"])),
+        ));
+    }
+    if let Some(e) = v["evidence"].as_object().filter(|e| !e.is_empty()) {
+        for (k, h) in e {
+            rows.push((
+                "evidence",
+                format!("{} = {}", escape_unprintable(k), text(h)),
+            ));
+        }
+    }
+    if let Some(n) = obj.get("node").filter(|n| n.is_object()) {
+        let mut s = format!("{}, priority {}", text(&n["queue"]), text(&n["priority"]));
+        if let Some(d) = n["depends_on"].as_array().filter(|d| !d.is_empty()) {
+            let d: Vec<String> = d.iter().map(text).collect();
+            s.push_str(&format!(", after {}", d.join(", ")));
+        }
+        if n["key"].is_string() {
+            s.push_str(&format!(", key {}", text(&n["key"])));
+        }
+        rows.push(("queue", s));
+        if !n["not_before"].is_null() {
+            rows.push(("not before", when(&n["not_before"], now)));
+        }
+        if n["parked"] == Value::Bool(true) {
+            rows.push(("parked", "waiting for a slot of its key".to_owned()));
+        }
+        let retry = if n["retry"].is_object() {
+            &n["retry"]
+        } else {
+            &n["queue_retry"]
+        };
+        if retry.is_object() {
+            rows.push((
+                "retry",
+                format!(
+                    "{} attempts, backoff {} x{} up to {}",
+                    text(&retry["max_attempts"]),
+                    retry["backoff_ms"]
+                        .as_u64()
+                        .map_or_else(|| "-".to_owned(), duration),
+                    text(&retry["factor"]),
+                    retry["max_backoff_ms"]
+                        .as_u64()
+                        .map_or_else(|| "-".to_owned(), duration),
+                ),
+            ));
+        }
+    }
+    if let Some(d) = v["dependents"].as_array().filter(|d| !d.is_empty()) {
+        let d: Vec<String> = d.iter().map(text).collect();
+        rows.push(("dependents", d.join(", ")));
+    }
+    for (label, field) in [
+        ("created", "created_at"),
+        ("started", "started_at"),
+        ("finished", "finished_at"),
+        ("pruned", "pruned_at"),
+        ("updated", "updated_at"),
+    ] {
+        if !v[field].is_null() {
+            rows.push((label, when(&v[field], now)));
+        }
+    }
+    if let Some(m) = v["metadata"].as_object().filter(|m| !m.is_empty()) {
+        rows.push(("metadata", Value::Object(m.clone()).to_string()));
+    }
+    for field in ["schedule", "key_limit", "queue_policy"] {
+        if obj.get(field).is_some_and(|x| !x.is_null()) {
+            rows.push((field, text(&v[field])));
+        }
+    }
+    let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let mut out = head;
+    for (l, r) in rows {
+        out.push_str(&format!("\n  {l:<width$}  {r}"));
+    }
+    out
+}
+
+/// Who acted, as the event table writes it.
+fn actor(a: &Value) -> String {
+    match (a["role"].as_str(), a["id"].as_str()) {
+        (Some("operator"), Some(id)) => format!("operator:{}", escape_unprintable(id)),
+        (_, Some(id)) => escape_unprintable(id),
+        (Some(role), None) => role.to_owned(),
+        _ => "-".to_owned(),
     }
 }
 
@@ -528,12 +738,6 @@ fn event_table(items: &[Value], next: Option<&str>) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|e| {
-            let actor = match (e["actor"]["role"].as_str(), e["actor"]["id"].as_str()) {
-                (Some("operator"), Some(id)) => format!("operator:{}", escape_unprintable(id)),
-                (_, Some(id)) => escape_unprintable(id),
-                (Some(role), None) => role.to_owned(),
-                _ => "-".to_owned(),
-            };
             let count = e["count"].as_u64().filter(|c| *c > 1);
             let kind = match count {
                 Some(c) => format!("{} x{c}", text(&e["kind"])),
@@ -544,17 +748,54 @@ fn event_table(items: &[Value], next: Option<&str>) -> String {
                 text(&e["at"]),
                 text(&e["task"]),
                 kind,
-                format!("{}->{}", text(&e["from"]), text(&e["to"])),
-                actor,
+                event_move(e),
+                actor(&e["actor"]),
                 text(&e["fence"]),
+                match &e["details"] {
+                    Value::Object(d) if d.is_empty() => "-".to_owned(),
+                    Value::Null => "-".to_owned(),
+                    d => text(d),
+                },
             ]
         })
         .collect();
     table(
-        &["SEQ", "AT", "TASK", "KIND", "FROM->TO", "ACTOR", "FENCE"],
+        &[
+            "SEQ", "AT", "TASK", "KIND", "FROM->TO", "ACTOR", "FENCE", "DETAILS",
+        ],
         &rows,
         next,
     )
+}
+
+/// An event's move: `REGISTERED->CLAIMED`, `new->DECLARED` for a task's
+/// first event.
+fn event_move(e: &Value) -> String {
+    let from = match &e["from"] {
+        Value::Null => "new".to_owned(),
+        f => text(f),
+    };
+    format!("{from}->{}", text(&e["to"]))
+}
+
+/// One event on one line, for `events --follow` (no table to align).
+pub fn event_line(e: &Value) -> String {
+    let mut l = format!(
+        "{}  {}  {}  {}  {}  {}",
+        text(&e["seq"]),
+        text(&e["at"]),
+        text(&e["task"]),
+        text(&e["kind"]),
+        event_move(e),
+        actor(&e["actor"]),
+    );
+    if !e["fence"].is_null() {
+        l.push_str(&format!("  fence {}", text(&e["fence"])));
+    }
+    if let Some(d) = e["details"].as_object().filter(|d| !d.is_empty()) {
+        l.push_str(&format!("  {}", Value::Object(d.clone())));
+    }
+    l
 }
 
 /// Colours the state column of a finished table (widths were measured
@@ -596,8 +837,11 @@ mod tests {
         assert_eq!(relative(&at(24_000), now), "in 24s");
         assert_eq!(relative(&at(-3_000), now), "3s ago");
         assert_eq!(relative(&at(0), now), "now");
-        assert_eq!(relative(&at(600_000), now), "in 10m");
-        assert_eq!(relative(&at(-3 * 86_400_000), now), "3d ago");
+        assert_eq!(relative(&at(600_000), now), "in 10m00s");
+        assert_eq!(relative(&at(117_000), now), "in 1m57s");
+        assert_eq!(relative(&at(-3 * 86_400_000), now), "3d00h ago");
+        assert_eq!(duration(750), "750ms");
+        assert_eq!(duration(7_500_000), "2h05m");
         assert_eq!(relative(&json!(null), now), "-");
     }
 }

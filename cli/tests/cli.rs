@@ -594,6 +594,60 @@ fn lists_are_paged_and_human_output_is_a_table(backend: Backend) {
     let no = e.run(&["--format", "human", "claim", "page-9", "--owner", "x"]);
     assert_eq!(no.code, 1);
     assert!(no.stdout.starts_with("refused held: "), "{}", no.stdout);
+    // A record reads as a headline and its parts, nothing cut: a long
+    // error is shown whole.
+    let fence = e.run(&["holder", "page-9"]).json()["fence"].to_string();
+    let long_error = format!(r#"{{"exit":3,"log":"{}"}}"#, "x".repeat(200));
+    let failed = e.run(&[
+        "--format",
+        "human",
+        "fail",
+        "page-9",
+        "--owner",
+        "w",
+        "--fence",
+        &fence,
+        "--error",
+        &long_error,
+    ]);
+    assert_eq!(failed.code, 0, "{failed:?}");
+    let first = failed.stdout.lines().next().unwrap();
+    assert!(
+        first.starts_with("page-9  FAILED  revision "),
+        "{}",
+        failed.stdout
+    );
+    assert!(
+        failed.stdout.contains(&"x".repeat(200)),
+        "{}",
+        failed.stdout
+    );
+    assert!(!failed.stdout.contains('…'), "{}", failed.stdout);
+    assert!(
+        failed
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("ended by") && l.contains("fail by w under fence")),
+        "{}",
+        failed.stdout
+    );
+    let shown = e.run(&["--format", "human", "task", "show", "page-9"]);
+    let head = |s: &str| s.lines().take(4).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        head(&shown.stdout),
+        head(&failed.stdout),
+        "show reads as the write printed it"
+    );
+    // Events: a task's first move reads `new->`, and the details are shown.
+    let events = e.run(&["--format", "human", "task", "events", "page-9"]);
+    assert!(events.stdout.contains("new->CLAIMED"), "{}", events.stdout);
+    assert!(!events.stdout.contains("-->"), "{}", events.stdout);
+    assert!(events.stdout.contains("DETAILS"), "{}", events.stdout);
+    assert!(
+        events.stdout.contains(r#""expires_at":"#),
+        "{}",
+        events.stdout
+    );
 }
 
 fn bad_input_is_exit_2_names_the_field_and_changes_nothing(backend: Backend) {
@@ -724,12 +778,27 @@ fn bad_input_is_exit_2_names_the_field_and_changes_nothing(backend: Backend) {
 #[test]
 fn unavailable_stores_are_exit_3_and_grant_nothing() {
     let e = Env::new();
+    // A folder that is not there is bad input naming the store (it will
+    // not appear by retrying), and nothing is created.
     let missing = format!("sqlite:{}/no/such/dir/baton.db", e.dir.path().display());
     let r = e.run_bare(&["--store", &missing, "claim", "t", "--owner", "w"]);
     assert_eq!(
-        (r.code, r.error()["kind"].as_str()),
-        (3, Some("unavailable"))
+        (
+            r.code,
+            r.error()["kind"].as_str(),
+            r.error()["field"].as_str(),
+            r.error()["temporary"].as_bool()
+        ),
+        (2, Some("invalid"), Some("store"), Some(false)),
+        "{r:?}"
     );
+    assert!(
+        r.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains("no such folder")
+    );
+    assert!(!e.dir.path().join("no").exists());
     assert_eq!(r.stdout, "");
     let junk = e.dir.path().join("junk.db");
     std::fs::write(
@@ -824,9 +893,12 @@ fn a_closed_output_pipe_is_a_normal_exit(backend: Backend) {
 
 #[test]
 fn the_demo_runs_and_finds_no_double_grant() {
+    // The demo keeps its store in a new temporary folder: this test's.
+    let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .arg("demo")
         .env_remove("BATON_STORE")
+        .env("TMPDIR", tmp.path())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -836,10 +908,23 @@ fn the_demo_runs_and_finds_no_double_grant() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("double grants    0"), "{text}");
-    assert!(text.contains("stale_fence"), "{text}");
+    assert!(text.contains("stale fence"), "{text}");
+    // It ends with what to look at, on the store it kept.
+    let look = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("baton --store "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no command to look with: {text}"));
+    let events = Command::new(BIN)
+        .args(["--store", look, "events", "--limit", "5"])
+        .output()
+        .unwrap();
+    assert!(events.status.success(), "{events:?}");
+    assert_eq!(String::from_utf8_lossy(&events.stdout).lines().count(), 6);
     let out = Command::new(BIN)
         .args(["demo", "--format", "json"])
         .env_remove("BATON_STORE")
+        .env("TMPDIR", tmp.path())
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -973,4 +1058,93 @@ fn injected_faults_give_exit_3_and_exit_4() {
     assert_eq!(r.code, 5);
     let r = e.run_bare(&["--store", "sqlite:x.db?fault=unavailable", "holder", "t"]);
     assert_eq!((r.code, r.error()["field"].as_str()), (2, Some("store")));
+}
+
+/// `events` pages every task's events; `events --follow` (a real process)
+/// prints what is already there, then each event as other processes write
+/// it, in order, none twice, until it is stopped with SIGTERM (exit 0); a
+/// reader that closes the pipe ends it too.
+#[test]
+fn events_follow_prints_every_tasks_events_as_they_are_written() {
+    use std::io::BufRead;
+    let e = Env::new();
+    e.ok(&["claim", "f-1", "--owner", "w"]);
+    e.ok(&["claim", "f-2", "--owner", "w"]);
+    let page = e.run(&["events", "--limit", "1"]).lines();
+    assert_eq!(page[0]["task"].as_str(), Some("f-1"), "{page:?}");
+    let cursor = page[1]["next"].as_str().unwrap().to_owned();
+    let rest = e.run(&["events", "--after", &cursor]).lines();
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["task"].as_str(), Some("f-2"));
+    assert_eq!(e.run(&["events", "--after", "x"]).code, 2);
+
+    let mut child = Command::new(BIN)
+        .args(["--store", &e.url(), "events", "--follow"])
+        .env_remove("BATON_STORE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no event for {what}"))
+    };
+    assert_eq!(next("f-1")["task"].as_str(), Some("f-1"));
+    assert_eq!(next("f-2")["task"].as_str(), Some("f-2"));
+    // Written by other processes after the follower caught up.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut seqs = Vec::new();
+    for i in 3..=6 {
+        let t = format!("f-{i}");
+        e.ok(&["claim", &t, "--owner", "w"]);
+        let ev = next(&t);
+        assert_eq!(ev["task"].as_str(), Some(t.as_str()), "{ev}");
+        seqs.push(ev["seq"].as_u64().unwrap());
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(1500))
+            .is_err(),
+        "nothing twice"
+    );
+    let pid = child.id();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM ends it cleanly");
+    reader.join().unwrap();
+
+    // Human lines, one per event; `head` closing the pipe ends it.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "{BIN} --store '{}' --format human events --follow | head -n 2",
+                e.url()
+            ),
+        ])
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("f-1") && lines[0].contains("new->CLAIMED"),
+        "{text}"
+    );
 }

@@ -157,6 +157,7 @@ fn demo_and_bench_never_write_into_the_environments_store() {
         let out = Command::new(BIN)
             .args(["demo", "--format", "json"])
             .env("BATON_STORE", &env_store)
+            .env("TMPDIR", dir.path())
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{out:?}");

@@ -631,6 +631,30 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     )
     .unwrap();
     assert_eq!(s, 400, "{r}");
+    // Every task's events, paged, and a wait that returns at once when
+    // there is one after the cursor.
+    let (s, r) = http(a, "GET", "/v1/events?limit=2", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(2)),
+        "{r}"
+    );
+    let next = r["next"].as_str().unwrap().to_owned();
+    let (s, r) = http(
+        a,
+        "GET",
+        &format!("/v1/events?after={next}&limit=1&wait=5s"),
+        None,
+        "",
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    assert!(
+        r["items"][0]["seq"].as_u64() > next.parse().ok(),
+        "after the cursor: {r}"
+    );
+    let (s, _) = http(a, "GET", "/v1/events?after=nope", None, "").unwrap();
+    assert_eq!(s, 400);
     // A queue's retry policy over the task API: taken by a task added to
     // the queue after it; a policy out of bounds or with a field it does
     // not know is a 400 naming it, and changes nothing.

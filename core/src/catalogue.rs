@@ -687,6 +687,16 @@ pub const OPERATIONS: &[Op] = &[
         inputs: &[TASK, AFTER, LIMIT, WAIT],
     },
     Op {
+        name: "feed",
+        summary: "Every task's events in the order they were written, from a cursor; a blocking query with a wait",
+        write: false,
+        operator: false,
+        cli: Some("events"),
+        http: get("/v1/events"),
+        python: Some("events"),
+        inputs: &[AFTER, LIMIT, WAIT],
+    },
+    Op {
         name: "gate",
         summary: "Whether a declared task passes its gate (SUCCEEDED)",
         write: false,

@@ -49,8 +49,13 @@ const FIELDS: &[&str] = &[
 pub struct Manifest {
     pub task_id: TaskId,
     pub executor: Id,
+    /// Where the work comes from and what it makes, for work that has a
+    /// source (CI, releases); empty when not given.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source_branch: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source_oid: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub target_version: String,
     pub steps: Vec<String>,
     pub start_deadline_seconds: u64,
@@ -130,6 +135,25 @@ impl Manifest {
             return Err(Error::invalid(
                 unknown.as_str(),
                 format!("unknown manifest field (known: {})", FIELDS.join(", ")),
+            ));
+        }
+        // Every required field that is missing, named at once.
+        let missing: Vec<&str> = ["task_id", "executor", "steps"]
+            .into_iter()
+            .filter(|f| obj.get(*f).is_none_or(Value::is_null))
+            .collect();
+        if let Some(first) = missing.first() {
+            let rest = &missing[1..];
+            let also = if rest.is_empty() {
+                String::new()
+            } else {
+                format!("; also missing: {}", rest.join(", "))
+            };
+            return Err(Error::invalid(
+                *first,
+                format!(
+                    "is required (a manifest needs task_id, executor and steps; see docs/manifest.json){also}"
+                ),
             ));
         }
         let task_id = Id::parse("task_id", &required_string(obj, "task_id")?)?;
@@ -219,9 +243,9 @@ impl Manifest {
         Ok(Manifest {
             task_id,
             executor,
-            source_branch: required_string(obj, "source_branch")?,
-            source_oid: required_string(obj, "source_oid")?,
-            target_version: required_string(obj, "target_version")?,
+            source_branch: optional_string(obj, "source_branch")?,
+            source_oid: optional_string(obj, "source_oid")?,
+            target_version: optional_string(obj, "target_version")?,
             steps,
             start_deadline_seconds: duration_seconds(obj, "start_deadline_seconds", 300)?,
             heartbeat_timeout_seconds: duration_seconds(obj, "heartbeat_timeout_seconds", 180)?,
@@ -281,6 +305,15 @@ impl Manifest {
         let mut a = self.clone();
         a.source_oid.clone_from(&other.source_oid);
         &a == other && self.source_oid != other.source_oid
+    }
+}
+
+/// A string that may be left out (empty then); given, it obeys the rule
+/// of a required one.
+fn optional_string(obj: &Map<String, Value>, field: &str) -> Result<String, Error> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(_) => required_string(obj, field),
     }
 }
 
@@ -428,6 +461,25 @@ mod tests {
 
     fn field_of(v: Value) -> String {
         Manifest::from_value(&v).unwrap_err().field.unwrap()
+    }
+
+    #[test]
+    fn a_generic_task_needs_no_source_fields_and_missing_ones_are_named_at_once() {
+        let m = Manifest::from_value(&json!({
+            "task_id": "nightly-report", "executor": "cron", "steps": ["collect", "send"],
+        }))
+        .unwrap();
+        assert_eq!(m.source_oid, "");
+        let json = serde_json::to_value(&m).unwrap();
+        assert!(json.get("source_oid").is_none(), "{json}");
+        assert_eq!(Manifest::from_value(&json).unwrap(), m);
+        let e = Manifest::from_value(&json!({"task_id": "t"})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("executor"));
+        assert!(e.message.contains("also missing: steps"), "{e}");
+        assert_eq!(field_of(with("source_oid", json!("  "))), "source_oid");
+        let example = include_str!("../../docs/manifest.json");
+        let m = Manifest::from_json(example).expect("docs/manifest.json is a valid manifest");
+        assert_eq!(m.task_id.as_str(), "rel-1");
     }
 
     #[test]

@@ -80,3 +80,12 @@ def test_an_unreachable_server_is_unavailable():
     # Port 9 on loopback: nothing listens there.
     with pytest.raises(baton.Unavailable):
         baton.authority_for("http://127.0.0.1:9").claim("t", "w")
+
+
+def test_a_missing_folder_fails_at_authority_for(tmp_path):
+    missing = tmp_path / "no" / "such" / "baton.db"
+    with pytest.raises(baton.InvalidInput) as e:
+        baton.authority_for(f"sqlite:{missing}")
+    assert e.value.field == "store"
+    assert "no such folder" in str(e.value)
+    assert not (tmp_path / "no").exists()

@@ -36,6 +36,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("verify"), get(verify))
         .route(at("gate"), get(gate))
         .route(at("events"), get(events))
+        .route(at("feed"), get(feed))
         .route("/v1/tasks/{task}/{verb}", post(write))
         .route(at("next"), post(next))
         .route(at("graph"), get(graph).post(add_graph))
@@ -299,13 +300,35 @@ async fn events(
     if a.get(&t).await?.is_none() {
         return refused(&Refusal::NotFound);
     }
+    events_waiting(&app, Some(&t), &q, limit, wait).await
+}
+
+/// `GET /v1/events`: every task's events, as a task's are read.
+async fn feed(
+    State(app): State<Shared>,
+    // The caller's token is checked (as for every read) before anything is read.
+    Gate(_a): Gate,
+    Query(q): Query<PageQuery>,
+) -> Answer {
+    let limit = limit(&q)?;
+    let wait = wait(&q.wait)?;
+    baton_core::authority::parse_cursor(q.after.as_deref())?;
+    events_waiting(&app, None, &q, limit, wait).await
+}
+
+/// A page of events after the query's cursor, waiting up to `wait` for
+/// one to be written when there are none yet.
+async fn events_waiting(
+    app: &Shared,
+    t: Option<&TaskId>,
+    q: &PageQuery,
+    limit: usize,
+    wait: Option<Duration>,
+) -> Answer {
     let until = Instant::now() + wait.unwrap_or_default();
     let mut pause = Duration::from_millis(20);
     loop {
-        let p = app
-            .authority
-            .events(Some(&t), q.after.as_deref(), limit)
-            .await?;
+        let p = app.authority.events(t, q.after.as_deref(), limit).await?;
         if !p.items.is_empty() || Instant::now() >= until || app.is_stopping() {
             return page(&p);
         }

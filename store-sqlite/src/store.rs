@@ -95,6 +95,21 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         let context = format!("sqlite {}", path.display());
+        // A folder that is not there will not appear by itself: bad input,
+        // not a store that may answer later.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            return Err(Error::invalid(
+                "store",
+                format!(
+                    "{}: no such folder {}; create it first (mkdir -p {}) or name a file in a folder that exists",
+                    path.display(),
+                    dir.display(),
+                    dir.display()
+                ),
+            ));
+        }
         refuse_mount_point(&path)
             .and_then(|()| check_log_matches_index(&path))
             .and_then(|()| Self::open_checked(path, options))

@@ -72,10 +72,25 @@ fn make_store(dir: &Path) -> PathBuf {
 #[test]
 fn a_path_that_cannot_be_created() {
     let dir = tempfile::tempdir().unwrap();
+    // A folder that does not exist: bad input naming the store, not
+    // something to try again later.
     let path = dir.path().join("no-such-dir").join("baton.db");
     let e = claim_error(&path);
-    assert_names(&e, &path, &[ErrorKind::Unavailable], "cannot open");
+    assert_names(&e, &path, &[ErrorKind::Invalid], "no such folder");
+    assert_eq!(e.field.as_deref(), Some("store"));
+    assert!(!e.kind.is_temporary(), "{e}");
     assert!(!path.exists() && !dir.path().join("no-such-dir").exists());
+    // A folder that exists but cannot be written: the store cannot answer.
+    let locked = dir.path().join("read-only");
+    std::fs::create_dir(&locked).unwrap();
+    let mut perms = std::fs::metadata(&locked).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+    std::fs::set_permissions(&locked, perms).unwrap();
+    let path = locked.join("baton.db");
+    if std::fs::write(locked.join("probe"), b"").is_err() {
+        let e = claim_error(&path);
+        assert_names(&e, &path, &[ErrorKind::Unavailable], "cannot open");
+    }
 }
 
 #[test]

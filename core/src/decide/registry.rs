@@ -253,7 +253,10 @@ pub(super) fn create_declared(
     r.manifest = Some(manifest.clone());
     r.deadline_from = Some(now);
     r.node = Some(node);
-    let mut details = json!({"source_oid": manifest.source_oid});
+    let mut details = json!({});
+    if !manifest.source_oid.is_empty() {
+        details["source_oid"] = json!(manifest.source_oid);
+    }
     if !manifest.depends_on.is_empty() {
         details["depends_on"] = json!(manifest.depends_on);
     }
