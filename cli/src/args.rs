@@ -41,9 +41,13 @@ pub enum Format {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Claim a bare task (created if nobody declared it).
+    ///
+    /// Example: baton claim build-42 --owner worker-a --ttl 5m
     Claim {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
@@ -55,49 +59,75 @@ pub enum Command {
         lock_delay: Option<String>,
     },
     /// Extend the holder's lease.
+    ///
+    /// Example: baton renew build-42 --owner worker-a --fence 1 --ttl 5m
     Renew {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
+        /// The fence your grant carried, as the claim printed it.
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
+        /// The renewed lease's length, from now: 750ms, 30s, 5m, 2h (default 30s).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Give the task back without charging a stall.
+    ///
+    /// Example: baton release build-42 --owner worker-a --fence 1
     Release {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
+        /// The fence your grant carried, as the claim printed it.
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
     /// Take over a task whose lease expired.
+    ///
+    /// Example: baton recover build-42 --owner worker-b --ttl 5m
     Recover {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
+        /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
     /// Mark a bare task done (holder only).
+    ///
+    /// Example: baton complete build-42 --owner worker-a --fence 1
     Complete {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
+        /// The fence your grant carried, as the claim printed it.
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
     /// Mark a bare task failed (holder only).
+    ///
+    /// Example: baton fail build-42 --owner worker-a --fence 1 --error '{"exit": 2}'
     Fail {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
+        /// The fence your grant carried, as the claim printed it.
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
         /// A JSON object describing the failure.
@@ -109,13 +139,21 @@ pub enum Command {
     /// stop (`cancel_requested`, seen on its next renewal; `baton run`
     /// stops its child); the task is CANCELLED when the holder gives it
     /// back or its lease ends. A task nobody holds is cancelled at once.
+    ///
+    /// Example: baton cancel build-42 --operator alice --cascade
+    ///
+    /// Example: baton cancel build-42 --owner worker-a --fence 1
     Cancel {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// The holder's id (with --fence): the holder gives the task up.
         #[arg(long, requires = "fence", conflicts_with = "operator")]
         owner: Option<String>,
+        /// The holder's fence (with --owner).
         #[arg(long, requires = "owner", allow_negative_numbers = true)]
         fence: Option<u64>,
+        /// Your operator id (an operator's act; on a server with tokens, an operator's token).
         #[arg(long, required_unless_present = "owner")]
         operator: Option<String>,
         /// End a live lease at once instead of asking its holder to stop.
@@ -128,6 +166,10 @@ pub enum Command {
     },
     /// Run a command under a lease kept for it: claim, renew while it runs,
     /// stop it before the lease could end, report its outcome.
+    ///
+    /// Example: baton run nightly-backup --owner host-7 --ttl 30s -- ./backup.sh --full
+    ///
+    /// Example: baton run --next --queue ci --owner w1 -- ./job.sh
     Run {
         /// The task (or `--next` for the next ready one).
         #[arg(required_unless_present = "next", conflicts_with = "next")]
@@ -138,6 +180,7 @@ pub enum Command {
         /// With `--next`: a queue to take from (repeatable; default: default).
         #[arg(long, requires = "next")]
         queue: Vec<String>,
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long)]
         owner: String,
         /// Lease length (default 30s); renewed every third of it.
@@ -153,7 +196,12 @@ pub enum Command {
     /// Add a bare task to the work graph (REGISTERED, claimable once every
     /// `--after` task SUCCEEDED), or a whole graph from `--file` (or
     /// standard input when no TASK is given), in one commit.
+    ///
+    /// Example: baton add test --queue ci --after build --max-attempts 3 --backoff 30s
+    ///
+    /// Example: baton add --file graph.json
     Add {
+        /// The task's id.
         #[arg(conflicts_with = "file")]
         task: Option<String>,
         #[command(flatten)]
@@ -170,14 +218,19 @@ pub enum Command {
     /// Claim the ready task with the highest priority (then the earliest
     /// ready, then the smallest id): what `claim` answers. Nothing ready:
     /// exit 1 with `none_ready`, or `drained` when nothing can become ready.
+    ///
+    /// Example: baton next --owner w1 --queue ci --ttl 10m --wait 5m
     Next {
+        /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
         owner: String,
         /// A queue to take from (repeatable; default: default).
         #[arg(long)]
         queue: Vec<String>,
+        /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s; for `task next`, the manifest's heartbeat timeout).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
+        /// If the lease expires without a release, no one is granted the task for this long after (0 to 7 days; default none).
         #[arg(long, allow_hyphen_values = true)]
         lock_delay: Option<String>,
         /// Keep trying while nothing is ready, for up to DUR (at most 1h; backoff to 1s, jittered).
@@ -188,14 +241,21 @@ pub enum Command {
     #[command(subcommand)]
     Graph(GraphCommand),
     /// The last grant, and whether it is live.
+    ///
+    /// Example: baton holder build-42
     Holder {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
     },
     /// Whether FENCE is the fence of a live grant (exit 1 when not).
+    ///
+    /// Example: baton verify build-42 --fence 7
     Verify {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// The fence to check, as a report would carry it.
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
@@ -221,7 +281,10 @@ pub enum Command {
         follow: bool,
     },
     /// Persist expired leases and passed deadlines (with their notifications).
+    ///
+    /// Example: baton sweep --dry-run
     Sweep {
+        /// Say what would be persisted, writing nothing.
         #[arg(long)]
         dry_run: bool,
     },
@@ -257,8 +320,14 @@ pub enum Command {
     #[command(subcommand)]
     Queue(QueueCommand),
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
+    ///
+    /// Example: baton demo
     Demo,
     /// Serve the store over HTTP: one authority for many hosts and languages.
+    ///
+    /// Example: baton serve --store sqlite:/var/lib/baton/baton.db --listen 127.0.0.1:7440
+    ///
+    /// Example: baton serve --listen 0.0.0.0:7440 --tokens /etc/baton/tokens --tls-cert cert.pem --tls-key key.pem
     Serve {
         /// Where to listen: IP:PORT, or unix:PATH.
         #[arg(long, default_value = "127.0.0.1:7440")]
@@ -292,13 +361,20 @@ pub enum Command {
         read_timeout: String,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
+    ///
+    /// Example: baton bench --workers 8 --tasks 1000 --processes --order disjoint
     Bench(BenchArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
+    ///
+    /// Example: baton completions bash > /etc/bash_completion.d/baton
     Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// One worker of `bench --processes` (started by the harness).
+    ///
+    /// Example: baton bench-worker (started by `baton bench --processes`)
     #[command(hide = true)]
     BenchWorker(BenchWorkerArgs),
 }
@@ -307,6 +383,10 @@ pub enum Command {
 pub enum GraphCommand {
     /// Every graph task with its state, holder and edges (`--format dot`
     /// for Graphviz: `baton graph show --format dot | dot -Tsvg`).
+    ///
+    /// Example: baton --format human graph show
+    ///
+    /// Example: baton graph show --format dot | dot -Tsvg > graph.svg
     Show,
 }
 
@@ -337,8 +417,10 @@ impl Order {
 
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
+    /// How many workers race (default 8).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
+    /// How many tasks they race for (default 1000).
     #[arg(long, default_value_t = 1000)]
     pub tasks: usize,
     /// Run each worker as its own OS process.
@@ -348,6 +430,7 @@ pub struct BenchArgs {
     /// one store handle (8 processes x 8 connections through a server).
     #[arg(long, default_value_t = 1, requires = "processes")]
     pub connections: usize,
+    /// The order workers try tasks in.
     #[arg(long, value_enum, default_value_t = Order::Shuffled)]
     pub order: Order,
     /// Also run the same benchmark on these stores, in the same run (repeatable).
@@ -376,14 +459,19 @@ pub struct BenchArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct BenchWorkerArgs {
+    /// This process's first worker number.
     #[arg(long)]
     pub worker: usize,
+    /// How many workers the whole run has.
     #[arg(long)]
     pub workers: usize,
+    /// How many tasks the whole run has.
     #[arg(long)]
     pub tasks: usize,
+    /// The order workers try tasks in.
     #[arg(long, value_enum)]
     pub order: Order,
+    /// The run's task id prefix.
     #[arg(long)]
     pub prefix: String,
     /// Workers `worker..worker+connections` of `workers`, at once.
@@ -416,10 +504,13 @@ pub struct RunOptions {
 
 #[derive(Debug, Args)]
 pub struct Run {
+    /// The executor run the task is registered to.
     #[arg(long, env = "BATON_RUN")]
     pub run: String,
+    /// Your executor id: who holds the lease.
     #[arg(long, env = "BATON_EXECUTOR")]
     pub executor: String,
+    /// The fence your grant carried, as the claim printed it.
     #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
     pub fence: u64,
 }
@@ -460,24 +551,39 @@ pub enum TaskCommand {
         /// The manifest file (default: standard input).
         file: Option<PathBuf>,
     },
+    /// Bind a declared task to an executor run: it becomes claimable (REGISTERED) by that run.
+    ///
+    /// Example: baton task register rel-1 --run run-9
     Register {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// The executor run the task is registered to.
         #[arg(long, env = "BATON_RUN")]
         run: String,
     },
+    /// Claim a registered declared task for its run: the grant carries the fence.
+    ///
+    /// Example: baton task claim rel-1 --run run-9 --executor ci-3
     Claim {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// The executor run the task is registered to.
         #[arg(long, env = "BATON_RUN")]
         run: String,
+        /// Your executor id: who holds the lease.
         #[arg(long, env = "BATON_EXECUTOR")]
         executor: String,
         /// Default and maximum: the manifest's heartbeat_timeout_seconds.
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
+    /// Start the claimed task (RUNNING, step 1).
+    ///
+    /// Example: baton task start rel-1 --run run-9 --executor ci-3 --fence 2
     Start {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
@@ -485,10 +591,15 @@ pub enum TaskCommand {
     },
     /// Claim and start the declared task, run a command under its lease,
     /// and succeed (with the evidence files hashed) or fail it.
+    ///
+    /// Example: baton task run rel-1 --run run-9 --executor ci-3 --evidence build.log=out/build.log -- make release
     Run {
+        /// The declared task's id.
         task: String,
+        /// The executor run the task is registered to.
         #[arg(long)]
         run: String,
+        /// Your executor id: who holds the lease.
         #[arg(long)]
         executor: String,
         /// Default and maximum: the manifest's heartbeat_timeout_seconds.
@@ -500,7 +611,11 @@ pub enum TaskCommand {
         #[command(flatten)]
         opts: RunOptions,
     },
+    /// Renew the running task's lease and report the step now being worked on.
+    ///
+    /// Example: baton task heartbeat rel-1 --run run-9 --executor ci-3 --fence 2 --step 2
     Heartbeat {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
@@ -508,10 +623,15 @@ pub enum TaskCommand {
         /// The 1-based step now being worked on.
         #[arg(long, allow_negative_numbers = true)]
         step: u32,
+        /// The renewed lease's length (default and maximum: the manifest's heartbeat_timeout_seconds).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
+    /// Succeed the running task at its last step, with every required piece of evidence.
+    ///
+    /// Example: baton task succeed rel-1 --run run-9 --executor ci-3 --fence 2 --evidence build.log=sha256:$(sha256sum build.log | cut -d' ' -f1)
     Succeed {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
@@ -520,51 +640,89 @@ pub enum TaskCommand {
         #[arg(long)]
         evidence: Vec<String>,
     },
+    /// Fail the running task (tried again if its retry policy has attempts left).
+    ///
+    /// Example: baton task fail rel-1 --run run-9 --executor ci-3 --fence 2 --error '{"step": "test"}'
     Fail {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         run: Run,
+        /// A JSON object saying what went wrong (at most 16 KiB), kept on the task.
         #[arg(long)]
         error: String,
     },
+    /// Register a task that never started (NOT_STARTED) again, to a new run.
+    ///
+    /// Example: baton task retry rel-1 --run run-10
     Retry {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// The executor run the task is registered to.
         #[arg(long, env = "BATON_RUN")]
         run: String,
     },
+    /// Run a task again as a new iteration, whatever it ended in (an operator's act).
+    ///
+    /// Example: baton task redispatch rel-1 --operator alice --iteration 2
     Redispatch {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your operator id (an operator's act; on a server with tokens, an operator's token).
         #[arg(long)]
         operator: String,
+        /// The new iteration: higher than the task's current one (`task show`), so the same redispatch sent twice runs once.
         #[arg(long, allow_negative_numbers = true)]
         iteration: u64,
     },
+    /// End a task as FAILED from any state that has not ended (an operator's act).
+    ///
+    /// Example: baton task finalize rel-1 --operator alice --error '{"reason": "abandoned"}'
     Finalize {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
+        /// Your operator id (an operator's act; on a server with tokens, an operator's token).
         #[arg(long)]
         operator: String,
+        /// A JSON object saying what went wrong (at most 16 KiB), kept on the task.
         #[arg(long)]
         error: Option<String>,
     },
+    /// The task's record: state, lease, how it ended, error, steps, evidence, times.
+    ///
+    /// Example: baton --format human task show rel-1
     Show {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
     },
+    /// One task's events in order, from a cursor (`baton events` for every task's).
+    ///
+    /// Example: baton --format human task events rel-1
     Events {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
         page: Paging,
     },
     /// Passes only for SUCCEEDED (exit 1 when blocking).
+    ///
+    /// Example: baton task gate rel-1 && ./publish.sh
     Gate {
+        /// The task's id.
         #[arg(env = "BATON_TASK")]
         task: String,
     },
+    /// Tasks, by derived state (and queue), in id order, paged.
+    ///
+    /// Example: baton --format human task list --state FAILED
+    ///
+    /// Example: baton task list --state READY --queue ci
     List {
         /// Derived state: DECLARED, REGISTERED, CLAIMED, RUNNING, SUCCEEDED, FAILED, CANCELLED, NOT_STARTED, STALLED;
         /// or READY, BLOCKED for graph tasks.
@@ -577,13 +735,19 @@ pub enum TaskCommand {
         page: Paging,
     },
     /// Claim the ready declared task (for the run registered for it), as `next` does for bare ones.
+    ///
+    /// Example: baton task next --executor ci-3 --queue release --wait 10m
     Next {
+        /// Your executor id: who holds the lease.
         #[arg(long, env = "BATON_EXECUTOR")]
         executor: String,
+        /// A queue to take from (repeatable; default: default).
         #[arg(long)]
         queue: Vec<String>,
+        /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s; for `task next`, the manifest's heartbeat timeout).
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
+        /// Keep trying while nothing is ready, for up to DUR (at most 1h; backoff to 1s, jittered).
         #[arg(long, allow_hyphen_values = true)]
         wait: Option<String>,
     },
@@ -657,6 +821,7 @@ pub enum QueueCommand {
     ///
     /// Example: baton queue set builds --max-attempts 5 --backoff 30s --operator alice
     Set {
+        /// The queue's id (as `add --queue` names it).
         queue: String,
         #[command(flatten)]
         retry: RetryArgs,
@@ -667,7 +832,10 @@ pub enum QueueCommand {
     /// A queue's policy (`{"retry": null}` when none was set).
     ///
     /// Example: baton queue show builds
-    Show { queue: String },
+    Show {
+        /// The queue's id (as `add --queue` names it).
+        queue: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -679,17 +847,24 @@ pub enum LimitCommand {
     ///
     /// Example: baton limit set repo-api 2 --operator alice
     Set {
+        /// The concurrency key, as `add --key` names it.
         key: String,
         /// The most live grants at once (0 to 1000000), or `none`.
         limit: String,
+        /// Your operator id (an operator's act; on a server with tokens, an operator's token).
         #[arg(long)]
         operator: String,
     },
     /// A key's limit, its live holders and the tasks waiting for a slot.
     ///
     /// Example: baton limit show repo-api
-    Show { key: String },
+    Show {
+        /// The concurrency key, as `add --key` names it.
+        key: String,
+    },
     /// Every key with its limit and counts.
+    ///
+    /// Example: baton --format human limit list
     List,
 }
 
@@ -700,7 +875,10 @@ pub enum ScheduleCommand {
     /// period (`baton serve`, `schedule run`, `schedule tick`): the store
     /// decides, so any number may run. Stop it with `cancel schedule:NAME
     /// --operator ID`.
+    ///
+    /// Example: baton schedule add nightly --every 1d --queue reports --max-attempts 3
     Add {
+        /// The schedule's name: each period's task is NAME@START.
         name: String,
         /// The period (`30s`, `1h`, `1d`; from 1 s to a year).
         #[arg(long)]
@@ -709,10 +887,16 @@ pub enum ScheduleCommand {
         node: NodeArgs,
     },
     /// Every schedule, with its period and state.
+    ///
+    /// Example: baton schedule list
     List,
     /// Make each live schedule's task for the current period, once.
+    ///
+    /// Example: baton schedule tick
     Tick,
     /// Tick every `--tick` until stopped (a scheduler of its own).
+    ///
+    /// Example: baton schedule run --tick 1s
     Run {
         /// How often to tick (default 1s).
         #[arg(long)]
@@ -722,11 +906,18 @@ pub enum ScheduleCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
+    /// Notifications not yet acknowledged, in the order they were committed.
+    ///
+    /// Example: baton outbox pending --limit 50
     Pending {
         #[command(flatten)]
         page: Paging,
     },
+    /// Acknowledge notifications once delivered (an operator's act on a server with tokens).
+    ///
+    /// Example: baton outbox ack 3f2b8c1e-0000-4000-8000-000000000000
     Ack {
+        /// The notifications' intent ids, as `outbox pending` printed them.
         #[arg(required = true)]
         intent_ids: Vec<String>,
     },

@@ -1544,6 +1544,57 @@ mod tests {
         }
     }
 
+    /// Every command says what it does and shows at least one example;
+    /// every option and argument says what it is.
+    #[test]
+    fn every_command_and_option_has_help_and_every_command_an_example() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in c.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                let p = format!("{path}{}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(format!("`{p}`: no description"));
+                }
+                for a in sub.get_arguments() {
+                    let id = a.get_id().as_str();
+                    if a.is_global_set() || matches!(id, "help" | "version") {
+                        continue;
+                    }
+                    if a.get_help().is_none() && a.get_long_help().is_none() {
+                        missing.push(format!("`{p}`: `{id}` has no help"));
+                    }
+                }
+                if sub.has_subcommands() {
+                    walk(sub, &format!("{p} "), missing);
+                } else {
+                    let long = sub
+                        .get_long_about()
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    let after = sub
+                        .get_after_long_help()
+                        .or(sub.get_after_help())
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    if !long.contains("Example: baton ") && !after.contains("Example: baton ") {
+                        missing.push(format!("`{p}`: no example"));
+                    }
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{} gaps:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_ttl(Some("750ms")).unwrap(), Some(750));
