@@ -121,6 +121,7 @@ async fn supervised_run(
         report: Some(dir.join("supervised.json")),
         evidence: Vec::new(),
         command: vec!["sleep".into(), "30".into()],
+        human: false,
     };
     tl.note(format!(
         "baton run {task} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in"

@@ -176,7 +176,9 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
         _ => return Ok(None),
     };
     StoreUrl::parse(store)?;
-    supervise::Spec::new(store, task, next, holder, ttl.as_deref(), evidence, opts).map(Some)
+    let mut spec = supervise::Spec::new(store, task, next, holder, ttl.as_deref(), evidence, opts)?;
+    spec.human = cli.format == Some(Format::Human);
+    Ok(Some(spec))
 }
 
 fn usage_error(e: clap::Error) -> i32 {

@@ -89,6 +89,9 @@ pub struct Spec {
     pub report: Option<PathBuf>,
     pub evidence: Vec<(String, PathBuf)>,
     pub command: Vec<OsString>,
+    /// Write the report on standard error as a sentence (`--format
+    /// human`) rather than JSON; a `--report` file is JSON always.
+    pub human: bool,
 }
 
 impl Spec {
@@ -133,6 +136,7 @@ impl Spec {
             return Err(Error::invalid("command", "give the command after `--`"));
         }
         Ok(Spec {
+            human: false,
             store: store.to_owned(),
             task: match (task, &next) {
                 (Some(t), None) => Some(Id::parse("task", t)?),
@@ -745,6 +749,41 @@ fn hash_evidence(files: &[(String, PathBuf)]) -> Result<BTreeMap<String, String>
     Ok(out)
 }
 
+/// The run's report as a person reads it: what happened, under which
+/// grant, how long it took.
+fn report_sentence(r: &Value) -> String {
+    let s = |v: &Value| match v {
+        Value::String(s) => output::escape_unprintable(s),
+        Value::Null => "-".to_owned(),
+        v => v.to_string(),
+    };
+    let child = match (&r["child"]["exit_code"], &r["child"]["signal"]) {
+        (Value::Number(n), _) => format!("the command exited {n}"),
+        (_, Value::String(sig)) => format!("the command was ended by {sig}"),
+        _ => "the command did not run".to_owned(),
+    };
+    let who = match (&r["owner"], &r["executor"]) {
+        (Value::String(o), _) => output::escape_unprintable(o),
+        (_, e) => s(e),
+    };
+    let mut line = format!(
+        "baton run: {} {}: {child}; fence {}, attempt {}, held by {who}, {} with {} renewals (exit {})",
+        s(&r["task"]),
+        s(&r["outcome"]),
+        s(&r["fence"]),
+        s(&r["attempt"]),
+        r["duration_ms"]
+            .as_u64()
+            .map_or_else(|| "-".to_owned(), output::duration),
+        s(&r["renewals"]),
+        s(&r["exit"]),
+    );
+    if let Some(reason) = r["reason"].as_str().filter(|r| !r.starts_with('{')) {
+        line.push_str(&format!(": {}", output::escape_unprintable(reason)));
+    }
+    line
+}
+
 #[allow(clippy::too_many_arguments)]
 fn write_report(
     spec: &Spec,
@@ -779,7 +818,11 @@ fn write_report(
     if let Some(r) = &report.reason {
         body["reason"] = json!(r);
     }
-    let line = body.to_string();
+    let line = if spec.human && spec.report.is_none() {
+        report_sentence(&body)
+    } else {
+        body.to_string()
+    };
     match &spec.report {
         Some(path) => {
             if let Err(e) = std::fs::write(path, format!("{line}\n")) {

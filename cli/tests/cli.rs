@@ -1148,3 +1148,29 @@ fn events_follow_prints_every_tasks_events_as_they_are_written() {
         "{text}"
     );
 }
+
+/// `run --format human` reports in a sentence on standard error; the
+/// JSON report stays the default (and what `--report` writes).
+#[test]
+fn run_reports_in_words_with_format_human() {
+    let e = Env::new();
+    let r = e.run(&[
+        "--format", "human", "run", "job-h", "--owner", "w", "--", "sh", "-c", "exit 3",
+    ]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let line = r.stderr.trim();
+    assert!(
+        line.starts_with(
+            "baton run: job-h failed: the command exited 3; fence 1, attempt 1, held by w"
+        ),
+        "{r:?}"
+    );
+    assert!(
+        serde_json::from_str::<Value>(line).is_err(),
+        "not JSON: {line}"
+    );
+    let r = e.run(&["run", "job-j", "--owner", "w", "--", "true"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: Value = serde_json::from_str(r.stderr.trim()).unwrap();
+    assert_eq!(v["outcome"].as_str(), Some("completed"));
+}
