@@ -359,6 +359,10 @@ pub enum Command {
         /// after its last answer), and to send its headers and body.
         #[arg(long, default_value = "10s")]
         read_timeout: String,
+        /// Write a JSON line per request on standard error: time, method,
+        /// path, status, latency in ms, and the token's name (never the token).
+        #[arg(long)]
+        request_log: bool,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     ///

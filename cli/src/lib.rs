@@ -489,6 +489,7 @@ struct ServeLimits<'a> {
     prune_after: Option<&'a str>,
     max_connections: usize,
     read_timeout: &'a str,
+    request_log: bool,
 }
 
 #[cfg(not(feature = "serve"))]
@@ -548,6 +549,7 @@ async fn serve(
     opts.tls = tls;
     opts.sweep_every = sweep_every;
     opts.prune_after_ms = prune_after;
+    opts.request_log = limits.request_log;
     opts.max_connections = limits.max_connections;
     opts.read_timeout = read_timeout;
     opts.check()?;
@@ -583,6 +585,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             prune_after,
             max_connections,
             read_timeout,
+            request_log,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
             let limits = ServeLimits {
@@ -590,6 +593,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
                 prune_after: prune_after.as_deref(),
                 max_connections: *max_connections,
                 read_timeout,
+                request_log: *request_log,
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }

@@ -466,7 +466,8 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     assert!(metrics.contains("baton_grants_total 1"), "{metrics}");
     for name in [
         r#"baton_refusals_total{reason="held"} 1"#,
-        r#"baton_tasks{state="SUCCEEDED"} 1"#,
+        r#"baton_tasks{queue="",state="SUCCEEDED"} 1"#,
+        r#"baton_tasks{queue="",state="FAILED"} 0"#,
         "baton_request_duration_seconds_bucket",
         "baton_lease_expirations_total 0",
         "baton_recoveries_total 0",
@@ -714,6 +715,15 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         (200, Some("REGISTERED")),
         "retried by the queue's policy: {r}"
     );
+    // The task gauges are by queue and state.
+    let metrics = scrape(a, "none");
+    for line in [
+        r#"baton_tasks{queue="builds",state="REGISTERED"} 1"#,
+        r#"baton_tasks{queue="builds",state="CLAIMED"} 0"#,
+        r#"baton_tasks{queue="dq",state="CLAIMED"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
 }
 
 #[test]
@@ -1430,4 +1440,72 @@ fn a_server_prunes_on_its_beat_when_asked() {
     )
     .unwrap();
     assert_eq!(s, 400, "{r}");
+}
+
+/// `serve --request-log`: a JSON line per request on standard error with
+/// its method, path, status, latency and the token's name, never the token.
+#[test]
+fn the_request_log_names_the_token_never_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path());
+    let server = Server::start_with(
+        &store,
+        &["--tokens", &tokens.display().to_string(), "--request-log"],
+    );
+    let (s, _) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/logged/claim",
+        Some(WORKER),
+        r#"{"owner":"w"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200);
+    let (s, _) = http(
+        server.addr,
+        "GET",
+        "/v1/tasks/logged",
+        Some("wrong-wrong-wrong-wrong"),
+        "",
+    )
+    .unwrap();
+    assert_eq!(s, 401);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines: Vec<Value> = loop {
+        let lines: Vec<Value> = server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if lines.len() >= 2 || Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let claim = lines
+        .iter()
+        .find(|l| l["path"] == "/v1/tasks/logged/claim")
+        .unwrap_or_else(|| panic!("no line for the claim: {lines:?}"));
+    assert_eq!(
+        (
+            claim["method"].as_str(),
+            claim["status"].as_u64(),
+            claim["token"].as_str()
+        ),
+        (Some("POST"), Some(200), Some("ci")),
+        "{claim}"
+    );
+    assert!(claim["ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{claim}");
+    let refused = lines
+        .iter()
+        .find(|l| l["path"] == "/v1/tasks/logged")
+        .unwrap_or_else(|| panic!("no line for the read: {lines:?}"));
+    assert_eq!(refused["status"].as_u64(), Some(401));
+    assert!(refused["token"].is_null(), "{refused}");
+    let all = server.log.lock().unwrap().join("\n");
+    assert!(!all.contains(WORKER), "the token itself is never logged");
+    assert!(!all.contains("wrong-wrong-wrong-wrong"));
 }

@@ -58,7 +58,14 @@ pub(crate) struct App {
     pub stopping: watch::Receiver<bool>,
     /// Retention on the sweeper's beat (see `ServeOptions::prune_after_ms`).
     pub prune_after_ms: Option<u64>,
+    /// A line per request on standard error.
+    pub request_log: bool,
 }
+
+/// The name of the token a request was made with, left on its response
+/// for the request log.
+#[derive(Debug, Clone)]
+pub(crate) struct CallerName(pub String);
 
 pub(crate) type Shared = Arc<App>;
 
@@ -227,15 +234,21 @@ pub(crate) async fn authenticate(
         req.uri().path(),
         "/" | "/healthz" | "/readyz" | crate::openapi::PATH
     );
+    let mut name = None;
     if !public {
         match app.caller(req.headers()) {
             Ok(caller) => {
+                name = caller.as_ref().map(|c| c.name.as_str().to_owned());
                 req.extensions_mut().insert(Who(caller));
             }
             Err(e) => return e.into_response(),
         }
     }
-    next.run(req).await
+    let mut res = next.run(req).await;
+    if let Some(n) = name {
+        res.extensions_mut().insert(CallerName(n));
+    }
+    res
 }
 
 /// Every error the server answers is the same JSON (`{"error": {...}}`),

@@ -23,6 +23,8 @@ pub struct ByRequest {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ByState {
+    /// The task's queue ("" for a task outside the work graph).
+    pub queue: String,
     pub state: String,
 }
 
@@ -182,14 +184,26 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Sets the task gauges from a census.
-    pub fn census(&self, counts: &[(State, u64)]) {
-        for (state, n) in counts {
-            self.tasks
-                .get_or_create(&ByState {
-                    state: state.as_str().to_owned(),
-                })
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    /// Sets the task gauges from a census: every state of each queue the
+    /// census found (0 where it has none); a queue no longer found is gone.
+    pub fn census<'a>(&self, counts: impl IntoIterator<Item = (&'a str, &'a str, u64)>) {
+        let counts: std::collections::BTreeMap<(&str, &str), u64> =
+            counts.into_iter().map(|(q, s, n)| ((q, s), n)).collect();
+        self.tasks.clear();
+        for queue in counts
+            .keys()
+            .map(|(q, _)| *q)
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            for state in State::ALL {
+                let n = counts.get(&(queue, state.as_str())).copied().unwrap_or(0);
+                self.tasks
+                    .get_or_create(&ByState {
+                        queue: queue.to_owned(),
+                        state: state.as_str().to_owned(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
         }
     }
 

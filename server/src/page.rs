@@ -39,6 +39,8 @@ async fn index() -> Response {
         .into_response()
 }
 
+/// A lease the page lists: live, or ended unreleased within
+/// [`RECENTLY_EXPIRED_MS`] (`left_ms` below zero).
 #[derive(Debug, Serialize)]
 pub(crate) struct Lease {
     task: String,
@@ -47,12 +49,39 @@ pub(crate) struct Lease {
     state: TaskState,
     expires_at: baton_core::Timestamp,
     left_ms: i64,
+    live: bool,
+}
+
+/// How long after its end an unreleased lease is still listed.
+const RECENTLY_EXPIRED_MS: i64 = 15 * 60 * 1000;
+
+/// A task that ended without success (or waits to be tried again after a
+/// failure): what failed, how often, and when.
+#[derive(Debug, Serialize)]
+pub(crate) struct Failure {
+    task: String,
+    state: TaskState,
+    attempt: u64,
+    iteration: u64,
+    error: Option<serde_json::Value>,
+    at: baton_core::Timestamp,
+    queue: Option<String>,
+}
+
+/// One queue's tasks by state, and how long its oldest waiting task has waited.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct QueueDepth {
+    pub counts: std::collections::BTreeMap<String, u64>,
+    pub oldest_waiting: Option<baton_core::Timestamp>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Census {
     pub counts: Vec<(TaskState, u64)>,
+    /// By queue (tasks outside the work graph under ""), then by state.
+    pub queues: std::collections::BTreeMap<String, QueueDepth>,
     pub leases: Vec<Lease>,
+    pub failures: Vec<Failure>,
     pub truncated: bool,
 }
 
@@ -60,6 +89,8 @@ pub(crate) struct Census {
 pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
     let now = app.now();
     let mut counts = [0u64; TaskState::ALL.len()];
+    let mut queues: std::collections::BTreeMap<String, QueueDepth> = Default::default();
+    let mut failures = Vec::new();
     let mut leases = Vec::new();
     let mut after: Option<String> = None;
     let mut seen = 0usize;
@@ -70,12 +101,23 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
             .list(None, after.as_deref(), baton_core::authority::MAX_PAGE)
             .await?;
         for r in &page.items {
+            // Records of keys, queues and schedules are not tasks to count.
+            if r.key_limit.is_some() || r.queue_policy.is_some() || r.schedule.is_some() {
+                continue;
+            }
             if let Some(i) = TaskState::ALL.iter().position(|s| *s == r.state) {
                 counts[i] += 1;
             }
-            if r.state.is_held()
-                && let Some(l) = &r.lease
-                && leases.len() < SHOWN
+            let queue = r.node.as_ref().map(|n| n.spec.queue.to_string());
+            let depth = queues.entry(queue.clone().unwrap_or_default()).or_default();
+            *depth.counts.entry(r.state.as_str().to_owned()).or_default() += 1;
+            if matches!(r.state, TaskState::Registered | TaskState::Declared) {
+                let since = r.deadline_from.unwrap_or(r.created_at);
+                depth.oldest_waiting = Some(depth.oldest_waiting.map_or(since, |o| o.min(since)));
+            }
+            let left = |l: &baton_core::Lease| l.expires_at.as_millis() - now.as_millis();
+            if let Some(l) = &r.lease
+                && (r.state.is_held() || (l.expired && -left(l) < RECENTLY_EXPIRED_MS))
             {
                 leases.push(Lease {
                     task: r.task.to_string(),
@@ -83,7 +125,23 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
                     fence: l.fence,
                     state: r.state,
                     expires_at: l.expires_at,
-                    left_ms: l.expires_at.as_millis() - now.as_millis(),
+                    left_ms: left(l),
+                    live: r.state.is_held(),
+                });
+            }
+            let failed = matches!(
+                r.state,
+                TaskState::Failed | TaskState::Stalled | TaskState::NotStarted
+            ) || (r.state == TaskState::Registered && r.error.is_some());
+            if failed && r.pruned_at.is_none() {
+                failures.push(Failure {
+                    task: r.task.to_string(),
+                    state: r.state,
+                    attempt: r.attempt,
+                    iteration: r.iteration,
+                    error: r.error.clone(),
+                    at: r.finished_at.unwrap_or(r.updated_at),
+                    queue,
                 });
             }
         }
@@ -97,9 +155,17 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
             None => break,
         }
     }
+    // Live leases first, the nearest to ending first; then the ended,
+    // the latest first. The newest failures first.
+    leases.sort_by_key(|l| (!l.live, if l.live { l.left_ms } else { -l.left_ms }));
+    leases.truncate(SHOWN);
+    failures.sort_by_key(|f| std::cmp::Reverse(f.at));
+    failures.truncate(SHOWN);
     Ok(Census {
         counts: TaskState::ALL.iter().copied().zip(counts).collect(),
+        queues,
         leases,
+        failures,
         truncated,
     })
 }
@@ -165,15 +231,70 @@ async fn status(
         .iter()
         .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
         .collect();
+    let now = app.now();
+    let activity = per_minute(&app, newest, now).await?;
     json(&json!({
-        "now": app.now(),
+        "now": now,
         "counts": counts,
+        "queues": census.queues,
         "truncated": census.truncated,
         "leases": census.leases,
+        "failures": census.failures,
         "refusals": recent,
         "sweeper": app.sweeper.lock().ok().and_then(|s| s.clone()),
         "events": events.iter().rev().collect::<Vec<_>>(),
+        "per_minute": activity,
     }))
+}
+
+/// The most events read back for the per-minute chart.
+const CHART_EVENTS: u64 = 5000;
+/// The chart's span, in minutes.
+const CHART_MINUTES: usize = 60;
+
+/// Grants and failures in each of the last hour's minutes (the oldest
+/// first), from the newest events (at most [`CHART_EVENTS`] of them; the
+/// chart says from which minute it is whole).
+async fn per_minute(
+    app: &Shared,
+    newest: u64,
+    now: baton_core::Timestamp,
+) -> Result<serde_json::Value, Error> {
+    use baton_core::EventKind as K;
+    let mut grants = vec![0u64; CHART_MINUTES];
+    let mut failures = vec![0u64; CHART_MINUTES];
+    let mut after = newest.saturating_sub(CHART_EVENTS);
+    let complete_from = after == 0;
+    let minute = |at: baton_core::Timestamp| -> Option<usize> {
+        let ago = (now.as_millis() - at.as_millis()) / 60_000;
+        usize::try_from(ago)
+            .ok()
+            .filter(|a| *a < CHART_MINUTES)
+            .map(|a| CHART_MINUTES - 1 - a)
+    };
+    loop {
+        let page = app
+            .store
+            .events(None, after, baton_core::authority::MAX_PAGE)
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for e in &page {
+            let Some(m) = minute(e.at) else { continue };
+            match e.kind {
+                K::Claimed | K::Recovered => grants[m] += 1,
+                K::Failed | K::Stalled | K::TimedOut | K::NotStarted => failures[m] += 1,
+                // A holder's failure tried again (a stall's retry follows
+                // its STALLED, counted already).
+                K::RetryScheduled if e.actor != baton_core::Actor::System => failures[m] += 1,
+                _ => {}
+            }
+        }
+        if page.len() < baton_core::authority::MAX_PAGE {
+            break;
+        }
+    }
+    Ok(json!({"grants": grants, "failures": failures, "whole": complete_from}))
 }
 
 const PAGE: &str = r##"<!doctype html>

@@ -65,6 +65,9 @@ pub struct ServeOptions {
     /// Retention on the sweep's beat: tasks that ended more than this many
     /// ms ago are pruned, at most 640 a beat; `None`: never.
     pub prune_after_ms: Option<u64>,
+    /// Write a line per request on standard error (method, path, status,
+    /// latency, the token's name; never the token).
+    pub request_log: bool,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -103,6 +106,7 @@ impl ServeOptions {
             tls: None,
             sweep_every: Some(SWEEP_EVERY),
             prune_after_ms: None,
+            request_log: false,
             max_connections: MAX_CONNECTIONS,
         }
     }
@@ -140,7 +144,11 @@ async fn readyz(State(app): State<Shared>) -> Response {
 
 async fn metrics(State(app): State<Shared>, _caller: crate::gate::Gate) -> Answer {
     if let Ok(census) = crate::page::census(&app).await {
-        app.metrics.census(&census.counts);
+        app.metrics.census(census.queues.iter().flat_map(|(q, d)| {
+            d.counts
+                .iter()
+                .map(move |(s, n)| (q.as_str(), s.as_str(), *n))
+        }));
     }
     Ok((
         [(
@@ -163,12 +171,31 @@ async fn track(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
     let res = next.run(req).await;
-    app.metrics.answered(
-        &route,
-        res.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
+    let elapsed = started.elapsed();
+    app.metrics
+        .answered(&route, res.status().as_u16(), elapsed.as_secs_f64());
+    if app.request_log {
+        // The caller's name, left by `authenticate`; the token itself is
+        // never in reach here.
+        let token = res
+            .extensions()
+            .get::<crate::app::CallerName>()
+            .map(|c| c.0.as_str());
+        let line = serde_json::json!({
+            "at": app.now(),
+            "method": method.as_str(),
+            "path": path,
+            "status": res.status().as_u16(),
+            "ms": (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            "token": token,
+        });
+        use std::io::Write;
+        // A log that cannot be written is not a reason to fail the request.
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
     res
 }
 
@@ -256,6 +283,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         })),
         stopping: stopping.clone(),
         prune_after_ms: opts.prune_after_ms,
+        request_log: opts.request_log,
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));

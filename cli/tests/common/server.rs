@@ -14,6 +14,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_baton");
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// Every line it wrote on standard error after its first.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -45,8 +47,16 @@ impl Server {
             .and_then(|a| a.trim().parse().ok())
             .unwrap_or_else(|| panic!("no address in {line:?}"));
         // Keep reading its standard error so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                if let Ok(mut k) = kept.lock() {
+                    k.push(l);
+                }
+            }
+        });
+        Server { child, addr, log }
     }
 
     pub fn url(&self) -> String {
