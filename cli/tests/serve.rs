@@ -961,7 +961,11 @@ fn the_status_page_shows_a_live_lease_in_a_real_browser() {
         .nth(1)
         .and_then(|rest| rest.split("</tbody>").next())
         .unwrap_or_else(|| panic!("no lease table in {dom}"));
-    for cell in ["nightly-build", "agent-seven", fence.as_str(), "CLAIMED"] {
+    assert!(
+        leases.contains(r##"<a class="task" href="#task=nightly-build">nightly-build</a>"##),
+        "the task links to its page: {leases}"
+    );
+    for cell in ["agent-seven", fence.as_str(), "CLAIMED"] {
         assert!(
             leases.contains(&format!("<td>{cell}</td>")),
             "{cell} not in {leases}"
@@ -1508,4 +1512,353 @@ fn the_request_log_names_the_token_never_shows_it() {
     let all = server.log.lock().unwrap().join("\n");
     assert!(!all.contains(WORKER), "the token itself is never logged");
     assert!(!all.contains("wrong-wrong-wrong-wrong"));
+}
+
+/// Headless Chromium driven over the DevTools protocol (a WebSocket):
+/// the page is scripted as a person would use it, clicks included.
+struct Browser {
+    child: std::process::Child,
+    ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
+    id: u64,
+}
+
+impl Browser {
+    fn open(browser: &str, profile: &Path) -> Browser {
+        let child = Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--window-size=1280,1000",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Chromium writes the port it took into the profile.
+        let file = profile.join("DevToolsActivePort");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port: u16 = loop {
+            if let Some(p) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| t.lines().next().and_then(|l| l.trim().parse().ok()))
+            {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "Chromium did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let page = loop {
+            let targets = devtools_targets(addr);
+            let found = targets.as_ref().and_then(|t| {
+                t.as_array()?
+                    .iter()
+                    .find(|t| t["type"] == "page")
+                    .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(str::to_owned))
+            });
+            if let Some(url) = found {
+                break url;
+            }
+            assert!(Instant::now() < deadline, "no page target: {targets:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let (ws, _) = tungstenite::connect(page.as_str()).unwrap();
+        Browser { child, ws, id: 0 }
+    }
+
+    /// One DevTools call and its result.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        self.id += 1;
+        let id = self.id;
+        let msg = serde_json::json!({"id": id, "method": method, "params": params});
+        self.ws
+            .send(tungstenite::Message::text(msg.to_string()))
+            .unwrap();
+        loop {
+            let m = self.ws.read().unwrap();
+            let Ok(text) = m.to_text() else { continue };
+            let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+            if v["id"].as_u64() == Some(id) {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluates `js` in the page (awaiting a promise) and returns its value.
+    fn eval(&mut self, js: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": js, "awaitPromise": true, "returnByValue": true}),
+        );
+        assert!(r.get("exceptionDetails").is_none(), "{js}: {r}");
+        r["result"]["value"].clone()
+    }
+
+    /// Evaluates `js`; `None` when it threw (a page still loading).
+    fn try_eval(&mut self, js: &str) -> Option<Value> {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": js, "awaitPromise": true, "returnByValue": true}),
+        );
+        r.get("exceptionDetails")
+            .is_none()
+            .then(|| r["result"]["value"].clone())
+    }
+
+    /// Waits until `js` is true in the page.
+    fn until(&mut self, what: &str, js: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.try_eval(js) != Some(Value::Bool(true)) {
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {what}; it shows:\n{:?}",
+                self.try_eval("document.body.innerText")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn go(&mut self, url: &str) {
+        self.call("Page.navigate", serde_json::json!({"url": url}));
+    }
+
+    /// A screenshot, written to `path` (and named in the test's output).
+    fn screenshot(&mut self, path: &Path) {
+        use base64::Engine;
+        let r = self.call(
+            "Page.captureScreenshot",
+            serde_json::json!({"format": "png"}),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().unwrap())
+            .unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "a real screenshot"
+        );
+        std::fs::write(path, png).unwrap();
+        println!("screenshot: {}", path.display());
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Chromium's list of DevTools targets (it answers only a Host header
+/// that names a loopback address, never a name).
+fn devtools_targets(addr: SocketAddr) -> Option<Value> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let req = format!("GET /json/list HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    // It may keep the connection open: read as far as Content-Length says.
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = s.read(&mut buf).ok()?;
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(usize::MAX);
+            if body.len() >= len || n == 0 {
+                return serde_json::from_str(body).ok();
+            }
+        }
+        if n == 0 {
+            return None;
+        }
+    }
+}
+
+/// The text of the table body `id` on the page.
+fn table_text(id: &str) -> String {
+    format!("document.getElementById({id:?}).innerText")
+}
+
+/// The status page run as an operator would, in headless Chromium: a
+/// scripted scenario (a failure, a live lease, a waiting task) shows on
+/// it, its filter narrows it, a retry clicked and confirmed with an
+/// operator's token changes the task's state in the store, the same click
+/// with a worker's token is refused and changes nothing, and the task's
+/// own page shows its fence history and events. Screenshots are written
+/// where the test's output says (and to `$BATON_KEEP_SCREENSHOTS`).
+#[test]
+fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let a = server.addr;
+    let post = |path: &str, token: &str, body: &str| {
+        let (s, r) = http(a, "POST", path, Some(token), body).unwrap();
+        assert_eq!(s, 200, "{path}: {r}");
+        r
+    };
+    for t in ["etl-load", "etl-fetch", "etl-report"] {
+        post(
+            &format!("/v1/tasks/{t}/add"),
+            WORKER,
+            r#"{"node":{"queue":"etl","priority":0,"depends_on":[]}}"#,
+        );
+    }
+    let g = post("/v1/tasks/etl-load/claim", WORKER, r#"{"owner":"w"}"#);
+    post(
+        "/v1/tasks/etl-load/fail",
+        WORKER,
+        &format!(
+            r#"{{"owner":"w","fence":{},"error":{{"message":"disk full on /data"}}}}"#,
+            g["fence"]
+        ),
+    );
+    post(
+        "/v1/tasks/etl-fetch/claim",
+        WORKER,
+        r#"{"owner":"w-fetcher","ttl_ms":600000}"#,
+    );
+
+    let shots = std::env::var("BATON_KEEP_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| dir.path().to_path_buf());
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    let page = format!("{}/", server.url());
+    b.go(&page);
+    // A server with tokens: the page asks for one.
+    b.until(
+        "the token form",
+        "getComputedStyle(document.getElementById('auth')).display !== 'none'",
+    );
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
+    ));
+    b.until(
+        "the failure's error",
+        &format!("{}.includes('disk full on /data')", table_text("failures")),
+    );
+    let failures = b.eval(&table_text("failures"));
+    let failures = failures.as_str().unwrap();
+    for want in ["etl-load", "FAILED", "retry", "finalize"] {
+        assert!(failures.contains(want), "{want} not in {failures}");
+    }
+    let queues = b.eval(&table_text("queues"));
+    let etl = queues
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("etl"))
+        .unwrap_or_else(|| panic!("no etl queue in {queues}"))
+        .split('\t')
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    // queue, waiting, held, succeeded, failed, other, oldest waiting
+    assert_eq!(&etl[1..5], ["1", "1", "0", "1"], "{etl:?}");
+    assert!(etl[6].ends_with("ago"), "{etl:?}");
+    let leases = b.eval(&table_text("leases"));
+    assert!(leases.as_str().unwrap().contains("w-fetcher"), "{leases}");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#chart svg rect').length > 0"),
+        Value::Bool(true),
+        "the chart has bars for this minute's grants and failure"
+    );
+    b.screenshot(&shots.join("status-page.png"));
+
+    // The search narrows every table.
+    b.eval("const s = document.getElementById('search'); s.value = 'w-fetcher'; s.dispatchEvent(new Event('input')); true");
+    b.until(
+        "the filtered failures",
+        &format!(
+            "{}.includes('none matches the filter')",
+            table_text("failures")
+        ),
+    );
+    b.eval("const s2 = document.getElementById('search'); s2.value = ''; s2.dispatchEvent(new Event('input')); true");
+    b.until(
+        "the failures again",
+        &format!("{}.includes('etl-load')", table_text("failures")),
+    );
+
+    // A worker's token: the retry is refused, and nothing changes.
+    let click_retry = "(() => { const b = document.querySelector('#failures button[data-action=retry][data-task=etl-load]'); b.click(); return b.textContent; })()";
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {WORKER:?}); true"
+    ));
+    let asked = b.eval(click_retry);
+    assert_eq!(
+        asked.as_str(),
+        Some("confirm retry etl-load?"),
+        "a first click asks"
+    );
+    b.eval(click_retry);
+    b.until(
+        "the refusal of a worker's retry",
+        "document.getElementById('notice').className === 'err'",
+    );
+    let notice = b.eval("document.getElementById('notice').textContent");
+    assert!(notice.as_str().unwrap().contains("operator"), "{notice}");
+    let (_, rec) = http(a, "GET", "/v1/tasks/etl-load", Some(OPERATOR), "").unwrap();
+    assert_eq!(rec["state"], "FAILED", "a worker's click changed nothing");
+
+    // An operator's token: retried, in the store, as the token's name.
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {OPERATOR:?}); true"
+    ));
+    b.until(
+        "the retry button again",
+        "!!document.querySelector('#failures button[data-action=retry][data-task=etl-load]')",
+    );
+    b.eval(click_retry);
+    b.eval(click_retry);
+    b.until(
+        "the retry's confirmation",
+        "document.getElementById('notice').className === 'ok'",
+    );
+    let (_, rec) = http(a, "GET", "/v1/tasks/etl-load", Some(OPERATOR), "").unwrap();
+    assert_eq!(
+        (rec["state"].as_str(), rec["iteration"].as_u64()),
+        (Some("REGISTERED"), Some(2)),
+        "{rec}"
+    );
+    let (_, ev) = http(a, "GET", "/v1/tasks/etl-load/events", Some(OPERATOR), "").unwrap();
+    let last = ev["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["kind"].as_str(), last["actor"]["id"].as_str()),
+        (Some("REDISPATCHED"), Some("alice")),
+        "{last}"
+    );
+
+    // The task's own page: its fence history and events.
+    b.go(&format!("{page}#task=etl-load"));
+    b.until(
+        "the task's events",
+        &format!("{}.includes('REDISPATCHED')", table_text("task-events")),
+    );
+    let fences = b.eval(&table_text("task-fences"));
+    assert!(
+        fences.as_str().unwrap().contains("CLAIMED") && fences.as_str().unwrap().contains("FAILED"),
+        "{fences}"
+    );
+    let head = b.eval("document.getElementById('task-head').textContent");
+    assert!(head.as_str().unwrap().starts_with("etl-load"), "{head}");
+    b.screenshot(&shots.join("status-page-task.png"));
 }

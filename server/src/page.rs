@@ -1,6 +1,11 @@
 //! The status page: one HTML document with no external assets that
-//! polls `/v1/status` (counts by state, live leases, recent refusals and
-//! events). Read-only; every input is bounded.
+//! polls `/v1/status` (counts by state, per-queue depth, failures with
+//! their error, live and recently expired leases, grants and failures per
+//! minute, recent refusals and events) and shows a task's own page (its
+//! record, fence history, evidence and events) from the task API. Its
+//! actions (retry, cancel, finalize; each confirmed by a second click)
+//! are the task API's operator requests, so a server with tokens takes
+//! them only with an operator's token. Every input is bounded.
 
 use crate::app::{Answer, Shared, json};
 use axum::Router;
@@ -305,70 +310,201 @@ const PAGE: &str = r##"<!doctype html>
 <title>baton</title>
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d232a; background: #fafbfc; }
-  h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
+  h1 { font-size: 1.3rem; margin: 0 0 .2rem; } h1 a { color: inherit; text-decoration: none; }
   h2 { font-size: 1rem; margin: 1.4rem 0 .4rem; }
-  #meta { color: #5b6570; }
+  #meta, .muted { color: #5b6570; }
   .counts { display: flex; flex-wrap: wrap; gap: .5rem; }
   .count { background: #fff; border: 1px solid #d8dde3; border-radius: 6px; padding: .4rem .7rem; min-width: 6.5rem; }
   .count b { display: block; font-size: 1.3rem; }
-  table { border-collapse: collapse; background: #fff; width: 100%; max-width: 70rem; }
-  th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #e6e9ed; font-variant-numeric: tabular-nums; }
+  table { border-collapse: collapse; background: #fff; width: 100%; max-width: 80rem; }
+  th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #e6e9ed; font-variant-numeric: tabular-nums; vertical-align: top; }
   th { background: #f0f2f5; }
+  td.error, pre { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; max-width: 40rem; }
   .empty { color: #8a939c; font-style: italic; }
-  #auth { display: none; margin: 1rem 0; }
-  .err { color: #a3281b; }
+  .bar { display: flex; flex-wrap: wrap; gap: .6rem; align-items: center; margin: .8rem 0; }
+  #auth { display: none; }
+  .err { color: #a3281b; } .ok { color: #1b6e2e; }
+  button { font: inherit; padding: .1rem .5rem; cursor: pointer; }
+  button.confirm { background: #a3281b; color: #fff; border: 1px solid #7d1f15; }
+  a.task { color: #0b57d0; cursor: pointer; }
+  .expired { color: #a3281b; }
+  svg { background: #fff; border: 1px solid #d8dde3; }
 </style>
 </head>
 <body>
-<h1>baton</h1>
+<h1><a href="#">baton</a></h1>
 <div id="meta">loading&hellip;</div>
 <div id="sweeper"></div>
-<form id="auth"><label>This server needs a token: <input id="token" type="password" autocomplete="off"></label> <button>Use</button></form>
+<div class="bar">
+  <form id="auth"><label>This server needs a token: <input id="token" type="password" autocomplete="off"></label> <button>Use</button></form>
+  <label>Search <input id="search" type="search" placeholder="task, owner, error&hellip;"></label>
+  <label>State <select id="state"><option value="">any</option></select></label>
+  <label>Operator <input id="operator" value="status-page" size="12" title="who the actions are recorded as (a server with tokens records the token's name)"></label>
+  <span id="notice"></span>
+</div>
+<div id="list">
 <h2>Tasks by state</h2>
 <div class="counts" id="counts"></div>
-<h2>Live leases</h2>
-<table><thead><tr><th>task</th><th>owner</th><th>fence</th><th>state</th><th>time left</th></tr></thead><tbody id="leases"></tbody></table>
-<h2>Recent refusals</h2>
+<h2>Queues</h2>
+<table><thead><tr><th>queue</th><th>waiting</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th></tr></thead><tbody id="queues"></tbody></table>
+<h2>Failures</h2>
+<table><thead><tr><th>task</th><th>state</th><th>attempt</th><th>error</th><th>when</th><th>actions</th></tr></thead><tbody id="failures"></tbody></table>
+<h2>Leases: live, and recently expired</h2>
+<table><thead><tr><th>task</th><th>owner</th><th>fence</th><th>state</th><th>time left</th><th>actions</th></tr></thead><tbody id="leases"></tbody></table>
+<h2>Grants and failures per minute, the last hour</h2>
+<div id="chart"></div>
+<h2>Recent refusals <span class="muted">(since this server started)</span></h2>
 <table><thead><tr><th>task</th><th>request</th><th>reason</th><th>message</th></tr></thead><tbody id="refusals"></tbody></table>
 <h2>Recent events</h2>
-<table><thead><tr><th>seq</th><th>task</th><th>event</th><th>actor</th><th>fence</th><th>at</th></tr></thead><tbody id="events"></tbody></table>
+<table><thead><tr><th>seq</th><th>task</th><th>event</th><th>actor</th><th>fence</th><th>details</th><th>at</th></tr></thead><tbody id="events"></tbody></table>
+</div>
+<div id="task" hidden>
+<h2 id="task-head"></h2>
+<div id="task-actions" class="bar"></div>
+<table><tbody id="task-facts"></tbody></table>
+<h2>Fence history</h2>
+<table><thead><tr><th>seq</th><th>event</th><th>fence</th><th>actor</th><th>at</th></tr></thead><tbody id="task-fences"></tbody></table>
+<h2>Evidence</h2>
+<table><thead><tr><th>key</th><th>hash</th></tr></thead><tbody id="task-evidence"></tbody></table>
+<h2>Events</h2>
+<table><thead><tr><th>seq</th><th>event</th><th>from &rarr; to</th><th>actor</th><th>fence</th><th>details</th><th>at</th></tr></thead><tbody id="task-events"></tbody></table>
+</div>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-function cell(row, text) { const td = document.createElement("td"); td.textContent = text == null ? "" : String(text); row.appendChild(td); }
-function rows(id, items, cols, width) {
-  const body = $(id); body.replaceChildren();
-  if (!items.length) { const tr = document.createElement("tr"); const td = document.createElement("td"); td.colSpan = width; td.className = "empty"; td.textContent = "none"; tr.appendChild(td); body.appendChild(tr); return; }
-  for (const it of items) { const tr = document.createElement("tr"); for (const c of cols) cell(tr, c(it)); body.appendChild(tr); }
+const STATES = ["DECLARED","REGISTERED","CLAIMED","RUNNING","SUCCEEDED","FAILED","CANCELLED","NOT_STARTED","STALLED"];
+for (const s of STATES) { const o = document.createElement("option"); o.value = s; o.textContent = s; $("state").appendChild(o); }
+function text(v) { return v == null ? "" : (typeof v === "object" ? JSON.stringify(v) : String(v)); }
+function span(ms) {
+  ms = Math.abs(ms); const s = Math.floor(ms / 1000);
+  if (s < 1) return ms + "ms"; if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+  if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + "m";
+  return Math.floor(s / 86400) + "d" + String(Math.floor(s % 86400 / 3600)).padStart(2, "0") + "h";
 }
-function left(ms) { if (ms <= 0) return "expiring"; const s = ms / 1000; return s < 120 ? s.toFixed(1) + " s" : Math.round(s / 60) + " min"; }
+function ago(at, now) { const d = Date.parse(now) - Date.parse(at); return d >= 0 ? span(d) + " ago" : "in " + span(d); }
 function actor(a) { if (!a) return ""; return a.id ? a.role + ":" + a.id : a.role; }
+function taskLink(id) { const a = document.createElement("a"); a.className = "task"; a.textContent = id; a.href = "#task=" + encodeURIComponent(id); return a; }
+function td(tr, v, cls) { const c = document.createElement("td"); if (v instanceof Node) c.appendChild(v); else c.textContent = text(v); if (cls) c.className = cls; tr.appendChild(c); return c; }
+function rows(id, items, cols, stateOf) {
+  const body = $(id); body.replaceChildren();
+  const q = $("search").value.trim().toLowerCase(), st = $("state").value;
+  let shown = 0;
+  for (const it of items) {
+    if (st && stateOf && stateOf(it) !== st) continue;
+    if (q && !JSON.stringify(it).toLowerCase().includes(q)) continue;
+    const tr = document.createElement("tr"); for (const c of cols) td(tr, c(it)); body.appendChild(tr); shown++;
+  }
+  if (!shown) { const tr = document.createElement("tr"); const c = td(tr, items.length ? "none matches the filter" : "none", "empty"); c.colSpan = cols.length; body.appendChild(tr); }
+}
+function headers() { const h = { "Content-Type": "application/json" }; const t = sessionStorage.getItem("baton-token"); if (t) h["Authorization"] = "Bearer " + t; return h; }
+async function api(path, body) {
+  const res = await fetch(path, body === undefined ? { headers: headers(), cache: "no-store" } : { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  if (res.status === 401) { $("auth").style.display = "inline"; }
+  let json = null; try { json = await res.json(); } catch (e) {}
+  return { res, json };
+}
+function notice(msg, ok) { $("notice").textContent = msg; $("notice").className = ok ? "ok" : "err"; }
+// An action asks to be confirmed by a second click; anything else re-arms it.
+function action(label, task, run) {
+  const b = document.createElement("button"); b.textContent = label; b.dataset.action = label; b.dataset.task = task;
+  b.addEventListener("click", async () => {
+    if (!b.classList.contains("confirm")) {
+      for (const o of document.querySelectorAll("button.confirm")) { o.classList.remove("confirm"); o.textContent = o.dataset.action; }
+      b.classList.add("confirm"); b.textContent = "confirm " + label + " " + task + "?"; return;
+    }
+    b.disabled = true;
+    const by = { role: "operator", id: $("operator").value.trim() || "status-page" };
+    const { res, json } = await run(by);
+    if (res.ok && json && !json.refused) notice(label + " " + task + ": now " + (json.state || "done"), true);
+    else notice(label + " " + task + ": " + ((json && (json.message || (json.error && json.error.message))) || res.statusText), false);
+    refresh();
+  });
+  return b;
+}
+const path = (t, verb) => "/v1/tasks/" + encodeURIComponent(t) + "/" + verb;
+const retry = (t, iteration) => action("retry", t, (by) => api(path(t, "redispatch"), { by, iteration: iteration + 1 }));
+const cancel = (t) => action("cancel", t, (by) => api(path(t, "cancel"), { by, fence: null }));
+const finalize = (t) => action("finalize", t, (by) => api(path(t, "finalize"), { by, error: { reason: "finalized from the status page" } }));
+function actions(...buttons) { const d = document.createElement("span"); for (const b of buttons) { d.appendChild(b); d.appendChild(document.createTextNode(" ")); } return d; }
+function chart(pm) {
+  const W = 720, H = 120, n = pm.grants.length, bw = W / n, max = Math.max(1, ...pm.grants, ...pm.failures);
+  const NS = "http://www.w3.org/2000/svg", svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H + 18); svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "grants and failures per minute");
+  pm.grants.forEach((g, i) => {
+    const f = pm.failures[i];
+    for (const [v, colour, x] of [[g, "#3b6fd8", i * bw], [f, "#c0392b", i * bw + bw / 2]]) {
+      if (!v) continue;
+      const r = document.createElementNS(NS, "rect"), h = Math.max(1, v / max * H);
+      r.setAttribute("x", x); r.setAttribute("y", H - h); r.setAttribute("width", Math.max(1, bw / 2 - 1)); r.setAttribute("height", h); r.setAttribute("fill", colour);
+      const t = document.createElementNS(NS, "title"); t.textContent = (n - i) + " min ago: " + g + " grants, " + f + " failures"; r.appendChild(t); svg.appendChild(r);
+    }
+  });
+  const label = document.createElementNS(NS, "text"); label.setAttribute("x", 4); label.setAttribute("y", H + 14); label.setAttribute("font-size", "11");
+  label.textContent = "60 min ago \u2014 now; grants (blue) " + pm.grants.reduce((a, b) => a + b, 0) + ", failures (red) " + pm.failures.reduce((a, b) => a + b, 0) + (pm.whole ? "" : " (the newest 5000 events)");
+  svg.appendChild(label);
+  $("chart").replaceChildren(svg);
+}
+async function showList() {
+  const { res, json: s } = await api("/v1/status");
+  if (!res.ok) { notice((s && s.error && s.error.message) || res.statusText, false); return; }
+  $("auth").style.display = "none";
+  $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (counts stop at the census bound)" : "");
+  const sw = s.sweeper;
+  $("sweeper").textContent = !sw ? "this server does not sweep (expired leases are persisted by `baton sweep`)"
+    : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error
+    : "sweeping every " + sw.every_ms + " ms: " + sw.swept + " tasks swept in " + sw.sweeps + " sweeps" + (sw.last_at ? ", last at " + sw.last_at : "");
+  $("sweeper").className = sw && sw.error ? "err" : "";
+  const counts = $("counts"); counts.replaceChildren();
+  for (const [state, n] of Object.entries(s.counts)) { const d = document.createElement("div"); d.className = "count"; d.dataset.state = state; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(state)); counts.appendChild(d); }
+  const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));
+  const c = (d, ...ks) => ks.reduce((a, k) => a + (d.counts[k] || 0), 0);
+  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
+  rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => f.attempt, f => f.error, f => ago(f.at, s.now),
+    f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
+  rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state,
+    l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => l.live ? actions(cancel(l.task)) : ""], l => l.state);
+  for (const tr of $("leases").rows) if (tr.cells[4] && tr.cells[4].textContent.startsWith("expired")) tr.cells[4].className = "expired";
+  chart(s.per_minute);
+  rows("refusals", s.refusals, [r => taskLink(r.task), r => r.request, r => r.refusal.refused, r => r.refusal.message]);
+  rows("events", s.events, [e => e.seq, e => taskLink(e.task), e => e.kind, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
+}
+async function showTask(id) {
+  const { res, json: r } = await api("/v1/tasks/" + encodeURIComponent(id));
+  if (!res.ok) { $("task-head").textContent = id + ": " + ((r && (r.message || (r.error && r.error.message))) || res.statusText); $("task-facts").replaceChildren(); return; }
+  const ev = (await api("/v1/tasks/" + encodeURIComponent(id) + "/events?limit=1000")).json;
+  const events = (ev && ev.items) || [];
+  $("task-head").textContent = r.task + " \u2014 " + r.state + ", attempt " + r.attempt + (r.iteration > 1 ? ", iteration " + r.iteration : "");
+  const live = r.state === "CLAIMED" || r.state === "RUNNING", ended = ["FAILED", "STALLED", "NOT_STARTED", "CANCELLED"].includes(r.state);
+  const acts = [];
+  if (ended) acts.push(retry(r.task, r.iteration));
+  if (!["SUCCEEDED", "FAILED", "CANCELLED", "STALLED", "NOT_STARTED"].includes(r.state)) acts.push(cancel(r.task), finalize(r.task));
+  $("task-actions").replaceChildren(...acts);
+  const facts = [["state", r.state], ["error", r.error], ["lease", r.lease ? "fence " + r.lease.fence + ", " + (live ? "held by " : "last held by ") + r.lease.owner + (live ? ", expires " + r.lease.expires_at : "") : null],
+    ["ended by", r.closure ? r.closure.request + " by " + actor(r.closure.actor) + (r.closure.fence != null ? " under fence " + r.closure.fence : "") : null],
+    ["queue", r.node ? r.node.queue + ", priority " + r.node.priority + (r.node.depends_on && r.node.depends_on.length ? ", after " + r.node.depends_on.join(", ") : "") : null],
+    ["steps", r.manifest ? r.current_step + "/" + r.manifest.steps.length + ": " + r.manifest.steps.join(", ") : null],
+    ["run", r.run_id ? r.run_id + " (executor " + r.executor + ")" : null], ["created", r.created_at], ["started", r.started_at], ["finished", r.finished_at], ["pruned", r.pruned_at]];
+  const body = $("task-facts"); body.replaceChildren();
+  for (const [k, v] of facts) { if (v == null || v === "") continue; const tr = document.createElement("tr"); td(tr, k); td(tr, v, k === "error" ? "error" : ""); body.appendChild(tr); }
+  rows("task-fences", events.filter(e => e.fence != null), [e => e.seq, e => e.kind, e => e.fence, e => actor(e.actor), e => e.at]);
+  rows("task-evidence", Object.entries(r.evidence || {}).map(([k, h]) => ({ k, h })), [x => x.k, x => x.h]);
+  rows("task-events", events, [e => e.seq, e => e.kind, e => (e.from || "new") + " \u2192 " + e.to, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
+}
 async function refresh() {
-  const headers = {};
-  const token = sessionStorage.getItem("baton-token");
-  if (token) headers["Authorization"] = "Bearer " + token;
-  try {
-    const res = await fetch("/v1/status", { headers, cache: "no-store" });
-    if (res.status === 401 || res.status === 403) { $("auth").style.display = "block"; $("meta").textContent = "a token is needed"; return; }
-    const s = await res.json();
-    if (!res.ok) { $("meta").innerHTML = ""; const e = document.createElement("span"); e.className = "err"; e.textContent = (s.error && s.error.message) || res.statusText; $("meta").appendChild(e); return; }
-    $("auth").style.display = "none";
-    $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (counts stop at the census bound)" : "");
-    const sw = s.sweeper;
-    $("sweeper").textContent = !sw ? "this server does not sweep (expired leases are persisted by `baton sweep`)"
-      : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error
-      : "sweeping every " + sw.every_ms + " ms: " + sw.swept + " tasks swept in " + sw.sweeps + " sweeps" + (sw.last_at ? ", last at " + sw.last_at : "");
-    $("sweeper").className = sw && sw.error ? "err" : "";
-    const counts = $("counts"); counts.replaceChildren();
-    for (const [state, n] of Object.entries(s.counts)) { const d = document.createElement("div"); d.className = "count"; d.dataset.state = state; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(state)); counts.appendChild(d); }
-    rows("leases", s.leases, [l => l.task, l => l.owner, l => l.fence, l => l.state, l => left(l.left_ms)], 5);
-    rows("refusals", s.refusals, [r => r.task, r => r.request, r => r.refusal.refused, r => r.refusal.message], 4);
-    rows("events", s.events, [e => e.seq, e => e.task, e => e.kind, e => actor(e.actor), e => e.fence, e => e.at], 6);
-  } catch (e) { $("meta").textContent = "the server does not answer (" + e + ")"; }
+  const m = /^#task=(.+)$/.exec(location.hash);
+  $("list").hidden = !!m; $("task").hidden = !m;
+  try { if (m) await showTask(decodeURIComponent(m[1])); else await showList(); }
+  catch (e) { $("meta").textContent = "the server does not answer (" + e + ")"; }
 }
 $("auth").addEventListener("submit", (ev) => { ev.preventDefault(); sessionStorage.setItem("baton-token", $("token").value); refresh(); });
+$("search").addEventListener("input", refresh);
+$("state").addEventListener("change", refresh);
+window.addEventListener("hashchange", refresh);
 refresh();
-setInterval(refresh, 1000);
+// Refreshes every 2 s, but never while an action waits for its confirmation.
+setInterval(() => { if (!document.querySelector("button.confirm")) refresh(); }, 2000);
 </script>
 </body>
 </html>
