@@ -146,6 +146,14 @@ class Grant:
         """True when this answered a repeat of a request already applied."""
     def to_dict(self) -> dict[str, Any]:
         """The grant as the CLI prints it."""
+    def complete(self) -> Union[Record, Refusal]:
+        """Reports success with this grant's fence (a bare task's grant)."""
+    def fail(self, error: Optional[Dict[str, Any]] = None) -> Union[Record, Refusal]:
+        """Reports failure with this grant's fence."""
+    def release(self) -> Union[Record, Refusal]:
+        """Gives the task back."""
+    def renew(self, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]:
+        """Extends this lease by `ttl` seconds."""
 
 @final
 class Record:
@@ -442,7 +450,7 @@ class Authority:
     def next(
         self,
         owner: str,
-        queues: Optional[Sequence[str]] = None,
+        queues: Union[str, Sequence[str], None] = None,
         *,
         ttl: Optional[_Seconds] = None,
         lock_delay: Optional[_Seconds] = None,
@@ -450,7 +458,7 @@ class Authority:
     ) -> Union[Grant, Refusal]:
         """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait)."""
     def task_next(
-        self, executor: str, queues: Optional[Sequence[str]] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
+        self, executor: str, queues: Union[str, Sequence[str], None] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
     ) -> Union[Grant, Refusal]: ...
     def graph(self) -> builtins.list[dict[str, Any]]: ...
 
@@ -463,6 +471,7 @@ class Authority:
         *,
         renew_every: Optional[_Seconds] = None,
         grace: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
     ) -> Lease: ...
 
 def operations() -> List[Dict[str, Any]]:

@@ -606,6 +606,43 @@ impl<S: Store> Authority<S> {
     }
 }
 
+#[cfg(feature = "keeper")]
+impl<S: Store> Authority<S> {
+    /// [`Authority::claim`], tried again while it is refused because
+    /// another holds the task (or a lock delay holds it), for up to
+    /// `wait_ms`: pauses of 100 ms doubling to 1 s, each jittered by a
+    /// quarter either way. Any other answer (a grant, another refusal, an
+    /// error) ends the wait at once.
+    pub async fn claim_waiting(
+        &self,
+        task: &TaskId,
+        owner: &Id,
+        ttl_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> Result<Reply> {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let mut pause: u64 = 100;
+        loop {
+            let reply = self.claim(task, owner, ttl_ms).await?;
+            let now = std::time::Instant::now();
+            let waits = matches!(
+                reply,
+                Reply::Refused(Refusal::Held { .. } | Refusal::LockDelay { .. })
+            );
+            if !waits || now >= until {
+                return Ok(reply);
+            }
+            let noise = std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                pause,
+            );
+            let pause_ms = pause - pause / 4 + noise % (pause / 2 + 1);
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms).min(until - now)).await;
+            pause = (pause * 2).min(1000);
+        }
+    }
+}
+
 /// Parses a graph file: a JSON object `{"nodes": [{"task": ID, "queue": Q,
 /// "priority": N, "after": [ID...]}...]}` or a bare list of such nodes.
 pub fn parse_graph(text: &str) -> Result<Vec<NewNode>> {

@@ -107,6 +107,18 @@ impl Authority {
         let r = self.call(py, f)?;
         convert::reply(py, &r, as_grant)
     }
+
+    /// [`Authority::write`] of a bare task's grant: the `Grant` reports
+    /// to this authority.
+    fn write_grant<F, Fut>(slf: &Bound<'_, Self>, f: F) -> PyResult<Py<PyAny>>
+    where
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<baton_core::Reply>>,
+    {
+        let py = slf.py();
+        let r = slf.get().call(py, f)?;
+        convert::reply_from(py, &r, true, Some(slf.clone().unbind()))
+    }
 }
 
 fn operator(name: &str) -> PyResult<Actor> {
@@ -120,6 +132,44 @@ fn run_ids(task: &str, run_id: &str, executor: &str) -> PyResult<(Id, Id, Id)> {
         id("run_id", run_id)?,
         id("executor", executor)?,
     ))
+}
+
+/// `queues` as given: one queue's name, or a list (or tuple) of them;
+/// anything else is bad input naming the field.
+fn queue_list(queues: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    use pyo3::types::{PyList, PyString, PyTuple};
+    let Some(q) = queues.filter(|q| !q.is_none()) else {
+        return Ok(Vec::new());
+    };
+    if let Ok(s) = q.cast::<PyString>() {
+        return Ok(vec![s.extract::<String>()?]);
+    }
+    let bad = |what: String| {
+        errors::invalid(
+            "queues",
+            format!("must be a queue's name or a list of them (got {what})"),
+        )
+    };
+    let type_name = |v: &Bound<'_, PyAny>| {
+        v.get_type()
+            .name()
+            .map_or_else(|_| "an object".to_owned(), |n| n.to_string())
+    };
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(l) = q.cast::<PyList>() {
+        l.iter().collect()
+    } else if let Ok(t) = q.cast::<PyTuple>() {
+        t.iter().collect()
+    } else {
+        return Err(bad(type_name(q)));
+    };
+    items
+        .iter()
+        .map(|i| {
+            i.cast::<PyString>()
+                .map_err(|_| bad(format!("a list holding {}", type_name(i))))
+                .and_then(|s| s.extract::<String>())
+        })
+        .collect()
 }
 
 fn queue_ids(queues: Vec<String>) -> PyResult<Vec<Id>> {
@@ -190,8 +240,7 @@ impl Authority {
     /// this lease expires unreleased. Returns a `Grant` or a `Refusal`.
     #[pyo3(signature = (task, owner, ttl = None, *, lock_delay = None))]
     fn claim(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         owner: &str,
         ttl: Option<&Bound<'_, PyAny>>,
@@ -200,8 +249,8 @@ impl Authority {
         let (t, o) = (id("task", task)?, id("owner", owner)?);
         let ttl = duration(Kind::Ttl, "ttl", ttl)?;
         match duration(Kind::LockDelay, "lock_delay", lock_delay)? {
-            None => self.write(py, true, move |a| async move { a.claim(&t, &o, ttl).await }),
-            Some(d) => self.write(py, true, move |a| async move {
+            None => Self::write_grant(slf, move |a| async move { a.claim(&t, &o, ttl).await }),
+            Some(d) => Self::write_grant(slf, move |a| async move {
                 a.claim_with_lock_delay(&t, &o, ttl, d).await
             }),
         }
@@ -210,8 +259,7 @@ impl Authority {
     /// Extends the holder's lease by `ttl` seconds (default: 30).
     #[pyo3(signature = (task, owner, fence, ttl = None))]
     fn renew(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         owner: &str,
         fence: u64,
@@ -222,9 +270,10 @@ impl Authority {
             id("owner", owner)?,
             duration(Kind::Ttl, "ttl", ttl)?,
         );
-        self.write(py, true, move |a| async move {
-            a.renew(&t, &o, fence, ttl).await
-        })
+        Self::write_grant(
+            slf,
+            move |a| async move { a.renew(&t, &o, fence, ttl).await },
+        )
     }
 
     /// Gives the grant back: the task may be claimed again at once.
@@ -240,8 +289,7 @@ impl Authority {
     /// Takes over a task whose lease expired, under a new fence.
     #[pyo3(signature = (task, owner, ttl = None))]
     fn recover(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         owner: &str,
         ttl: Option<&Bound<'_, PyAny>>,
@@ -251,11 +299,7 @@ impl Authority {
             id("owner", owner)?,
             duration(Kind::Ttl, "ttl", ttl)?,
         );
-        self.write(
-            py,
-            true,
-            move |a| async move { a.recover(&t, &o, ttl).await },
-        )
+        Self::write_grant(slf, move |a| async move { a.recover(&t, &o, ttl).await })
     }
 
     /// The holder reports success (SUCCEEDED: never granted again).
@@ -836,10 +880,9 @@ impl Authority {
     /// for one.
     #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None))]
     fn next(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         owner: &str,
-        queues: Option<Vec<String>>,
+        queues: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
@@ -849,7 +892,10 @@ impl Authority {
             ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
             lock_delay_ms: duration(Kind::LockDelay, "lock_delay", lock_delay)?,
         };
-        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?)
+        let queues = queue_list(queues)?;
+        let wait = duration(Kind::Wait, "wait", wait)?;
+        slf.get()
+            .take_next(slf.py(), taker, queues, wait, Some(slf.clone().unbind()))
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
@@ -858,7 +904,7 @@ impl Authority {
         &self,
         py: Python<'_>,
         executor: &str,
-        queues: Option<Vec<String>>,
+        queues: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
@@ -866,7 +912,8 @@ impl Authority {
             executor: id("executor", executor)?,
             ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
         };
-        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?)
+        let queues = queue_list(queues)?;
+        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?, None)
     }
 
     /// Every task with a place in the work graph, as dicts.
@@ -881,8 +928,11 @@ impl Authority {
     /// (raising `Refused` if the claim is refused), renews in the
     /// background, sets `lease.lost` when the work must stop, completes
     /// on a clean exit and fails (with the exception's type and message)
-    /// on an exception. `ttl`, `renew_every` and `grace` are seconds.
-    #[pyo3(signature = (task, owner, ttl = None, *, renew_every = None, grace = None))]
+    /// on an exception. `ttl`, `renew_every` and `grace` are seconds;
+    /// `wait` (seconds, at most an hour) keeps trying the claim while
+    /// another holds the task before raising `Refused`.
+    #[pyo3(signature = (task, owner, ttl = None, *, renew_every = None, grace = None, wait = None))]
+    #[allow(clippy::too_many_arguments)]
     fn lease(
         &self,
         py: Python<'_>,
@@ -891,6 +941,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
         renew_every: Option<&Bound<'_, PyAny>>,
         grace: Option<&Bound<'_, PyAny>>,
+        wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::lease::Lease> {
         let opts = crate::lease::Options {
             task: id("task", task)?,
@@ -898,6 +949,7 @@ impl Authority {
             ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
             renew_every_ms: millis("renew_every", renew_every)?,
             grace_ms: millis("grace", grace)?.unwrap_or(0),
+            wait_ms: duration(Kind::Wait, "wait", wait)?.unwrap_or(0),
         };
         crate::lease::Lease::new(py, self.open()?, opts)
     }
@@ -908,17 +960,18 @@ impl Authority {
         &self,
         py: Python<'_>,
         taker: Taker,
-        queues: Option<Vec<String>>,
+        queues: Vec<String>,
         wait_ms: Option<u64>,
+        auth: Option<Py<Authority>>,
     ) -> PyResult<Py<PyAny>> {
-        let queues = queue_ids(queues.unwrap_or_default())?;
+        let queues = queue_ids(queues)?;
         let reply = match wait_ms {
             Some(w) if w > 0 => self.call_interruptible(py, move |a| async move {
                 a.next_waiting(taker, &queues, w).await
             })?,
             _ => self.call(py, move |a| async move { a.next_for(taker, &queues).await })?,
         };
-        convert::reply(py, &reply, true)
+        convert::reply_from(py, &reply, true, auth)
     }
 }
 

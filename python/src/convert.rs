@@ -201,11 +201,15 @@ pub struct Grant {
     #[pyo3(get)]
     pub idempotent: bool,
     grant: CoreGrant,
+    /// The authority whose claim, recover, renew or next made it: the one
+    /// its own `complete`, `fail`, `release` and `renew` report to.
+    auth: Option<Py<crate::authority::Authority>>,
 }
 
 impl Grant {
     pub(crate) fn new(py: Python<'_>, g: &CoreGrant, idempotent: bool) -> PyResult<Grant> {
         Ok(Grant {
+            auth: None,
             task: g.task.to_string(),
             owner: g.owner.to_string(),
             attempt: g.attempt,
@@ -220,8 +224,50 @@ impl Grant {
     }
 }
 
+impl Grant {
+    /// The authority to report to, or why there is none.
+    fn reporter(&self, py: Python<'_>) -> PyResult<Py<crate::authority::Authority>> {
+        self.auth.as_ref().map(|a| a.clone_ref(py)).ok_or_else(|| {
+            errors::invalid(
+                "grant",
+                "reports only the grant of a bare task's claim, recover, renew or next; a declared task reports with task_succeed or task_fail and its run",
+            )
+        })
+    }
+}
+
 #[pymethods]
 impl Grant {
+    /// Reports success with this grant's fence: `authority.complete(task,
+    /// owner, fence)`. A `Record`, or a `Refusal` (a stale fence).
+    fn complete(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.reporter(py)?
+            .call_method1(py, "complete", (&self.task, &self.owner, self.fence))
+    }
+
+    /// Reports failure with this grant's fence (`error`: a dict, kept on
+    /// the task). A `Record` (REGISTERED when its retry policy tries it
+    /// again), or a `Refusal`.
+    #[pyo3(signature = (error = None))]
+    fn fail(&self, py: Python<'_>, error: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
+        self.reporter(py)?
+            .call_method1(py, "fail", (&self.task, &self.owner, self.fence, error))
+    }
+
+    /// Gives the task back: it may be claimed again at once.
+    fn release(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.reporter(py)?
+            .call_method1(py, "release", (&self.task, &self.owner, self.fence))
+    }
+
+    /// Extends this lease by `ttl` seconds (default 30): a new `Grant`
+    /// (same fence, a later expiry), or a `Refusal`.
+    #[pyo3(signature = (ttl = None))]
+    fn renew(&self, py: Python<'_>, ttl: Option<Py<PyAny>>) -> PyResult<Py<PyAny>> {
+        self.reporter(py)?
+            .call_method1(py, "renew", (&self.task, &self.owner, self.fence, ttl))
+    }
+
     /// The grant as the CLI prints it (times as RFC 3339 strings).
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let mut v =
@@ -541,12 +587,26 @@ pub(crate) fn page(
 /// A reply as the value Python gets: a `Grant` for a request that grants
 /// (when the record holds one), else a `Record`; a `Refusal` for a no.
 pub(crate) fn reply(py: Python<'_>, r: &Reply, as_grant: bool) -> PyResult<Py<PyAny>> {
+    reply_from(py, r, as_grant, None)
+}
+
+/// [`reply`], a grant bound to `auth` (the authority its own reports go to).
+pub(crate) fn reply_from(
+    py: Python<'_>,
+    r: &Reply,
+    as_grant: bool,
+    auth: Option<Py<crate::authority::Authority>>,
+) -> PyResult<Py<PyAny>> {
     match r {
         Reply::Refused(refusal) => Ok(Py::new(py, Refusal::new(py, refusal, None)?)?.into_any()),
         reply => {
             let idem = reply.is_idempotent();
             match (as_grant, reply.grant(), reply.record()) {
-                (true, Some(g), _) => Ok(Py::new(py, Grant::new(py, &g, idem)?)?.into_any()),
+                (true, Some(g), _) => {
+                    let mut grant = Grant::new(py, &g, idem)?;
+                    grant.auth = auth;
+                    Ok(Py::new(py, grant)?.into_any())
+                }
                 (_, _, Some(rec)) => Ok(Py::new(py, Record::new(py, rec, idem)?)?.into_any()),
                 // A reply that is not a refusal always carries its record.
                 (_, _, None) => Err(errors::unavailable("the store answered without a record")),

@@ -18,6 +18,8 @@ pub(crate) struct Options {
     pub ttl_ms: Option<u64>,
     pub renew_every_ms: Option<u64>,
     pub grace_ms: u64,
+    /// How long entering waits for a task another holds (0: not at all).
+    pub wait_ms: u64,
 }
 
 #[derive(Debug)]
@@ -144,14 +146,23 @@ impl Lease {
         }
         let auth = this.authority()?;
         let rt = runtime()?;
-        let (task, owner, ttl) = (
+        let (task, owner, ttl, wait) = (
             this.opts.task.clone(),
             this.opts.owner.clone(),
             this.opts.ttl_ms,
+            this.opts.wait_ms,
         );
         let a = Arc::clone(&auth);
         let reply = py
-            .detach(move || rt.block_on(async move { a.claim(&task, &owner, ttl).await }))
+            .detach(move || {
+                rt.block_on(async move {
+                    if wait > 0 {
+                        a.claim_waiting(&task, &owner, ttl, wait).await
+                    } else {
+                        a.claim(&task, &owner, ttl).await
+                    }
+                })
+            })
             .map_err(errors::to_py)?;
         let grant = match &reply {
             Reply::Refused(r) => {

@@ -279,3 +279,63 @@ def test_a_schedule_makes_one_task_per_period(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.schedule("fast", 0.5)
     assert e.value.field == "every"
+
+
+def test_next_takes_one_queue_or_a_list_and_names_the_field_otherwise(auth):
+    auth.add("q-a", queue="alpha")
+    auth.add("q-b", queue="beta")
+    g = auth.next("w1", "alpha")
+    assert g.task == "q-a", "a string is one queue, not its letters"
+    assert auth.next("w1", ("beta",)).task == "q-b"
+    assert auth.next("w1", ["alpha", "beta"]).reason == "none_ready", "both held"
+    for bad in (7, {"alpha": 1}, ["alpha", 3]):
+        with pytest.raises(baton.InvalidInput) as e:
+            auth.next("w1", bad)
+        assert e.value.field == "queues", bad
+        assert "queue" in str(e.value)
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.task_next("x1", 5)
+    assert e.value.field == "queues"
+
+
+def test_a_grant_reports_for_itself(auth):
+    g = auth.claim("g-1", "w1", ttl=30)
+    renewed = g.renew(ttl=60)
+    assert renewed.fence == g.fence and renewed.expiry > g.expiry
+    assert renewed.complete().state == "SUCCEEDED"
+    late = g.complete()
+    assert late.idempotent, "the same grant's repeat is acknowledged"
+    g2 = auth.claim("g-2", "w1")
+    assert g2.fail({"exit": 2}).state == "FAILED"
+    g3 = auth.claim("g-3", "w1")
+    assert g3.release().state == "REGISTERED"
+    again = auth.claim("g-3", "w2")
+    assert again.fence > g3.fence
+    refused = g3.complete()
+    assert refused.reason == "stale_fence", "an old grant reports with its own (stale) fence"
+    auth.add("g-4")
+    assert auth.next("w1").complete().state == "SUCCEEDED"
+    held = auth.holder("g-4")
+    with pytest.raises(baton.InvalidInput) as e:
+        held.grant.complete()
+    assert e.value.field == "grant"
+
+
+def test_a_lease_waits_for_a_holder_to_let_go(auth):
+    import threading
+    import time
+
+    g = auth.claim("shared", "w1", ttl=30)
+    with pytest.raises(baton.Refused):
+        with auth.lease("shared", "w2", ttl=5):
+            pass
+    threading.Timer(0.5, lambda: g.release()).start()
+    started = time.monotonic()
+    with auth.lease("shared", "w2", ttl=5, wait=10) as lease:
+        waited = time.monotonic() - started
+        assert lease.fence > g.fence
+    assert 0.4 < waited < 8, waited
+    assert auth.get("shared").state == "SUCCEEDED"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.lease("x", "w", wait=3601)
+    assert e.value.field == "wait"
