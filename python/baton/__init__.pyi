@@ -37,10 +37,13 @@ __all__ = [
     "authority_for",
     "operations",
     "__version__",
+    "aio",
 ]
 
 __version__: str
 DEFAULT_STORE: str
+
+from . import aio as aio
 
 _Seconds = Union[int, float, datetime.timedelta]
 _Json = Any

@@ -1,0 +1,191 @@
+"""Stubs of `baton.aio`: `baton.Authority`'s methods as coroutines."""
+
+import builtins
+import datetime
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, final
+
+from . import (
+    Authority as _SyncAuthority,
+    Grant,
+    Holder,
+    Lease as _SyncLease,
+    Page,
+    Record,
+    Refusal,
+    Verification,
+    _Json,
+    _Seconds,
+    _State,
+)
+
+__all__ = ["Authority", "Lease", "authority_for"]
+
+async def authority_for(url: str, *, token: Optional[str] = None) -> "Authority":
+    """Opens the store at `url` (as `baton.authority_for`) off the event loop."""
+
+class Lease:
+    """`Authority.lease` for `async with`; everything else is the kept lease's own."""
+
+    def __init__(self, inner: _SyncLease) -> None: ...
+    @property
+    def sync(self) -> _SyncLease: ...
+    def __getattr__(self, name: str) -> Any: ...
+    async def release(self) -> Union[Record, Refusal]:
+        """Stops renewing and gives the task back."""
+    async def __aenter__(self) -> "Lease": ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+
+class Authority:
+    """`baton.Authority` for asyncio: each method a coroutine."""
+
+    def __init__(self, inner: _SyncAuthority) -> None: ...
+    @property
+    def sync(self) -> _SyncAuthority: ...
+    @property
+    def url(self) -> str: ...
+    def lease(
+        self,
+        task: str,
+        owner: str,
+        ttl: Optional[_Seconds] = None,
+        *,
+        renew_every: Optional[_Seconds] = None,
+        grace: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+    ) -> Lease: ...
+    async def __aenter__(self) -> "Authority": ...
+    async def __aexit__(self, *exc: object) -> bool: ...
+    async def close(self) -> None:
+        """Closes the store; later calls raise Unavailable. On etcd it also
+        revokes the leases the store kept for reuse (waiting up to 3 s)."""
+    async def claim(
+        self, task: str, owner: str, ttl: Optional[_Seconds] = None, *, lock_delay: Optional[_Seconds] = None
+    ) -> Union[Grant, Refusal]:
+        """Claims a bare task (created if absent). ttl: seconds, default 30."""
+    async def renew(self, task: str, owner: str, fence: int, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
+    async def release(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
+    async def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
+    async def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
+    async def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    async def cancel(
+        self,
+        task: str,
+        owner: Optional[str] = None,
+        fence: Optional[int] = None,
+        *,
+        operator: Optional[str] = None,
+        force: bool = False,
+        cascade: bool = False,
+    ) -> Union[Record, Refusal, tuple[Union[Record, Refusal], List[tuple[str, Union[Record, Refusal]]]]]:
+        """By the holder (owner and fence) or by an operator (operator=NAME):
+        a live lease's holder is asked to stop, unless force=True. cascade=True
+        (an operator's cancel) also cancels every dependent that has not ended,
+        answering (answer, [(task, answer), ...])."""
+    async def holder(self, task: str) -> Union[Holder, None, Refusal]: ...
+    async def verify(self, task: str, fence: int) -> Union[Verification, Refusal]: ...
+    async def declare(self, manifest: Union[Mapping[str, _Json], str]) -> Union[Record, Refusal]: ...
+    async def register(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
+    async def task_claim(
+        self, task: str, run_id: str, executor: str, ttl: Optional[_Seconds] = None
+    ) -> Union[Grant, Refusal]: ...
+    async def start(self, task: str, run_id: str, executor: str, fence: int) -> Union[Record, Refusal]: ...
+    async def heartbeat(
+        self, task: str, run_id: str, executor: str, fence: int, step: int, ttl: Optional[_Seconds] = None
+    ) -> Union[Record, Refusal]: ...
+    async def succeed(
+        self, task: str, run_id: str, executor: str, fence: int, evidence: Optional[Mapping[str, str]] = None
+    ) -> Union[Record, Refusal]: ...
+    async def task_fail(self, task: str, run_id: str, executor: str, fence: int, error: _Json) -> Union[Record, Refusal]: ...
+    async def retry(self, task: str, run_id: str) -> Union[Record, Refusal]: ...
+    async def redispatch(self, task: str, operator: str, iteration: int) -> Union[Record, Refusal]: ...
+    async def finalize(self, task: str, operator: str, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    async def get(self, task: str) -> Optional[Record]: ...
+    async def gate(self, task: str) -> Union[dict[str, Any], Refusal]: ...
+    async def list(self, state: Optional[str] = None, *, after: Optional[str] = None, limit: int = 100) -> Page:
+        """Records by derived state, in task-id order."""
+    async def events(
+        self, task: Optional[str] = None, *, after: Union[str, int, None] = None, limit: int = 100
+    ) -> Page:
+        """Events as dicts (the CLI's JSON), of one task or of the whole store."""
+    async def pending(self, *, after: Union[str, int, None] = None, limit: int = 100) -> Page:
+        """Unacknowledged notifications as dicts."""
+    async def ack(self, intent_ids: Sequence[str]) -> int: ...
+    async def sweep(self, dry_run: bool = False) -> builtins.list[dict[str, Any]]: ...
+    async def prune(self, finished_before: _Seconds, operator: str, max: Optional[int] = None) -> int:
+        """Retention: tasks that ended at least `finished_before` ago keep only a tombstone."""
+    async def add(
+        self,
+        task: str,
+        *,
+        queue: Optional[str] = None,
+        priority: int = 0,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[_Seconds] = None,
+        not_before: Union[datetime.datetime, str, _Seconds, None] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
+        key: Optional[str] = None,
+    ) -> Union[Record, Refusal]:
+        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
+        `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds);
+        `key`: a concurrency key (at most its limit of live grants at once)."""
+    async def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...
+    async def schedule(
+        self,
+        name: str,
+        every: _Seconds,
+        *,
+        queue: Optional[str] = None,
+        priority: int = 0,
+        after: Optional[Sequence[str]] = None,
+        timeout: Optional[_Seconds] = None,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
+        key: Optional[str] = None,
+    ) -> Union[Record, Refusal]:
+        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick."""
+    async def schedules(self) -> List[Record]: ...
+    async def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[Record, Refusal]:
+        """An operator sets a concurrency key's limit (None: no limit)."""
+    async def key_status(self, key: str) -> dict[str, Any]:
+        """A key's `limit`, live `holders` ({"task", "fence"}) and `parked` tasks."""
+    async def keys(self) -> List[dict[str, Any]]: ...
+    async def set_queue_policy(
+        self,
+        queue: str,
+        operator: str,
+        *,
+        max_attempts: Optional[int] = None,
+        backoff: Optional[_Seconds] = None,
+        backoff_factor: Optional[int] = None,
+        backoff_max: Optional[_Seconds] = None,
+    ) -> Union[Record, Refusal]:
+        """An operator sets a queue's retry policy (none of the retry arguments: removed)."""
+    async def queue_policy(self, queue: str) -> dict[str, Any]:
+        """A queue's `retry` policy (a dict, or None)."""
+    async def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
+        """Make each live schedule's task for the current period (once, store-wide)."""
+    async def next(
+        self,
+        owner: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+    ) -> Union[Grant, Refusal]:
+        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait)."""
+    async def task_next(
+        self, executor: str, queues: Union[str, Sequence[str], None] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
+    ) -> Union[Grant, Refusal]: ...
+    async def graph(self) -> builtins.list[dict[str, Any]]: ...
