@@ -117,7 +117,7 @@ impl Authority {
     {
         let py = slf.py();
         let r = slf.get().call(py, f)?;
-        convert::reply_from(py, &r, true, Some(slf.clone().unbind()))
+        convert::reply_from(py, &r, true, Some(slf.clone().into_any().unbind()))
     }
 }
 
@@ -894,8 +894,13 @@ impl Authority {
         };
         let queues = queue_list(queues)?;
         let wait = duration(Kind::Wait, "wait", wait)?;
-        slf.get()
-            .take_next(slf.py(), taker, queues, wait, Some(slf.clone().unbind()))
+        slf.get().take_next(
+            slf.py(),
+            taker,
+            queues,
+            wait,
+            Some(slf.clone().into_any().unbind()),
+        )
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
@@ -962,7 +967,7 @@ impl Authority {
         taker: Taker,
         queues: Vec<String>,
         wait_ms: Option<u64>,
-        auth: Option<Py<Authority>>,
+        auth: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let queues = queue_ids(queues)?;
         let reply = match wait_ms {

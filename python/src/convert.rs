@@ -202,8 +202,10 @@ pub struct Grant {
     pub idempotent: bool,
     grant: CoreGrant,
     /// The authority whose claim, recover, renew or next made it: the one
-    /// its own `complete`, `fail`, `release` and `renew` report to.
-    auth: Option<Py<crate::authority::Authority>>,
+    /// its own `complete`, `fail`, `release` and `renew` report to (held
+    /// as a Python object, called by method name: `convert` never names
+    /// `authority`'s types).
+    auth: Option<Py<PyAny>>,
 }
 
 impl Grant {
@@ -226,7 +228,7 @@ impl Grant {
 
 impl Grant {
     /// The authority to report to, or why there is none.
-    fn reporter(&self, py: Python<'_>) -> PyResult<Py<crate::authority::Authority>> {
+    fn reporter(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.auth.as_ref().map(|a| a.clone_ref(py)).ok_or_else(|| {
             errors::invalid(
                 "grant",
@@ -595,7 +597,7 @@ pub(crate) fn reply_from(
     py: Python<'_>,
     r: &Reply,
     as_grant: bool,
-    auth: Option<Py<crate::authority::Authority>>,
+    auth: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     match r {
         Reply::Refused(refusal) => Ok(Py::new(py, Refusal::new(py, refusal, None)?)?.into_any()),
