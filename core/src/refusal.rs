@@ -162,6 +162,16 @@ impl fmt::Display for Refusal {
             } => {
                 write!(f, "held by {holder} under fence {fence} until {expiry}")
             }
+            // A fence above the task's current one was never granted
+            // for it (fences only grow): a mistyped or borrowed fence, not
+            // a late worker's, and the message says which.
+            Refusal::StaleFence {
+                fence,
+                current_fence: Some(c),
+            } if fence > c => write!(
+                f,
+                "fence {fence} was never granted for this task; its current fence is {c}"
+            ),
             Refusal::StaleFence {
                 fence,
                 current_fence: Some(c),
@@ -172,7 +182,10 @@ impl fmt::Display for Refusal {
                 fence,
                 current_fence: None,
             } => {
-                write!(f, "fence {fence} is stale; the task has no grant")
+                write!(
+                    f,
+                    "fence {fence} was never granted for this task: it has no grant"
+                )
             }
             Refusal::NotHolder { holder: Some(h) } => write!(f, "the grant belongs to {h}"),
             Refusal::NotHolder { holder: None } => f.write_str("the task has no grant"),
@@ -294,5 +307,40 @@ impl fmt::Display for Refusal {
                 c.blocked
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Refusal;
+
+    #[test]
+    fn a_fence_never_granted_is_told_apart_from_a_stale_one() {
+        let stale = Refusal::StaleFence {
+            fence: 3,
+            current_fence: Some(5),
+        };
+        assert_eq!(
+            stale.to_string(),
+            "fence 3 is stale; the current fence is 5"
+        );
+        let never = Refusal::StaleFence {
+            fence: 7,
+            current_fence: Some(1),
+        };
+        assert_eq!(
+            never.to_string(),
+            "fence 7 was never granted for this task; its current fence is 1"
+        );
+        assert_eq!(
+            never.reason(),
+            "stale_fence",
+            "the same reason for a client"
+        );
+        let none = Refusal::StaleFence {
+            fence: 7,
+            current_fence: None,
+        };
+        assert!(none.to_string().contains("never granted"), "{none}");
     }
 }
