@@ -1862,3 +1862,77 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
     assert!(head.as_str().unwrap().starts_with("etl-load"), "{head}");
     b.screenshot(&shots.join("status-page-task.png"));
 }
+
+/// The refusals the status page lists are kept in the store: a refused
+/// claim is on the page after the server is stopped and another started
+/// on the same store; a worker's token cannot write the log itself.
+#[test]
+fn refusals_on_the_status_page_outlive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path());
+    let mut server = Server::start(&store, Some(&tokens));
+    let a = server.addr;
+    let (s, _) = http(
+        a,
+        "POST",
+        "/v1/tasks/kept/claim",
+        Some(WORKER),
+        r#"{"owner":"w","ttl_ms":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200);
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/kept/claim",
+        Some(WORKER),
+        r#"{"owner":"w-other"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["refused"].as_str()), (409, Some("held")), "{r}");
+    // The sweeper's beat (1 s) writes it; wait for the store to hold it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, rec) = http(a, "GET", "/v1/tasks/refusals:recent", Some(OPERATOR), "").unwrap();
+        if rec["refusal_log"].as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never written: {rec}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.signal("-TERM");
+    server.wait(Duration::from_secs(20));
+    let server = Server::start(&store, Some(&tokens));
+    let (s, status) = http(server.addr, "GET", "/v1/status", Some(OPERATOR), "").unwrap();
+    assert_eq!(s, 200, "{status}");
+    let first = &status["refusals"][0];
+    assert_eq!(
+        (
+            first["task"].as_str(),
+            first["request"].as_str(),
+            first["refusal"]["refused"].as_str()
+        ),
+        (Some("kept"), Some("claim"), Some("held")),
+        "{status}"
+    );
+    // Nobody stands in for the log: an add of its id is refused.
+    let (s, r) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/refusals:recent/add",
+        Some(OPERATOR),
+        r#"{"node":{"queue":"q","priority":0,"depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert!(s == 400 || s == 409, "{s}: {r}");
+    let (_, rec) = http(
+        server.addr,
+        "GET",
+        "/v1/tasks/refusals:recent",
+        Some(OPERATOR),
+        "",
+    )
+    .unwrap();
+    assert!(rec["node"].is_null(), "still the log: {rec}");
+}

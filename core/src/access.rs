@@ -163,6 +163,7 @@ pub fn needs_operator(request: &Request) -> bool {
         | Request::Settle
         | Request::Limit { .. }
         | Request::QueuePolicy { .. }
+        | Request::NoteRefusals { .. }
         | Request::Prune { .. } => true,
         Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
@@ -266,6 +267,25 @@ mod tests {
             name: Id::parse("id", "alice").unwrap(),
             role,
             owners: vec![OwnerPattern::Exact(Id::parse("id", "w1").unwrap())],
+        }
+    }
+
+    #[test]
+    fn a_workers_token_writes_no_server_record() {
+        for request in [
+            Request::NoteRefusals { notes: Vec::new() },
+            Request::QueuePolicy {
+                by: Actor::Operator(Id::parse("id", "mallory").unwrap()),
+                retry: None,
+            },
+            Request::Limit {
+                by: Actor::Operator(Id::parse("id", "mallory").unwrap()),
+                limit: Some(1),
+            },
+        ] {
+            let e = admit(op(request.clone()), Some(&caller(Role::Worker))).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::NotPermitted, "{request:?}");
+            assert!(admit(op(request), Some(&caller(Role::Operator))).is_ok());
         }
     }
 

@@ -282,6 +282,8 @@ pub enum RequestKind {
     Limit,
     /// A queue's policy set (by an operator).
     QueuePolicy,
+    /// Refusals a server answered, kept (by the server's own beat).
+    NoteRefusals,
     /// A grant recorded on its key's record (by the grant's commit).
     KeyHold,
     /// A holder's end recorded on its key's record (by the commit of the end).
@@ -326,6 +328,7 @@ impl RequestKind {
             RequestKind::Wake => "wake",
             RequestKind::Limit => "limit",
             RequestKind::QueuePolicy => "queue_policy",
+            RequestKind::NoteRefusals => "note_refusals",
             RequestKind::KeyHold => "key_hold",
             RequestKind::KeyDrop => "key_drop",
             RequestKind::KeyPark => "key_park",

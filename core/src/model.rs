@@ -131,6 +131,10 @@ pub struct TaskRecord {
     /// granted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_policy: Option<crate::graph::QueuePolicy>,
+    /// The newest refusals a server answered (the `refusals:recent`
+    /// record: never granted), oldest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal_log: Option<Vec<crate::refusal::RefusalNote>>,
     /// When retention pruned this ended task: its body and events are
     /// gone, this record is its tombstone (state, fences, times), and no
     /// request but another prune is ever decided on it again.

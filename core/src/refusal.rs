@@ -310,6 +310,39 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// The record that keeps the newest refusals a server answered
+/// (`refusals:recent`, never granted), so that its status page shows them
+/// after a restart too.
+pub const REFUSALS_RECORD: &str = "refusals:recent";
+/// The id prefix no other record may take.
+pub const REFUSALS_PREFIX: &str = "refusals:";
+
+/// One refusal as the status page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefusalNote {
+    pub task: crate::id::TaskId,
+    /// The request refused (`claim`, `complete`, ...).
+    pub request: crate::kinds::RequestKind,
+    /// The refusal as answered (`{"refused": REASON, "message": ..., ...}`).
+    pub refusal: serde_json::Value,
+    pub at: Timestamp,
+}
+
+impl RefusalNote {
+    /// The most notes the record keeps (the newest), and the most one
+    /// request may add.
+    pub const KEPT: usize = 50;
+    /// The largest refusal a note holds, in bytes of JSON.
+    pub const MAX_BYTES: usize = 16 * 1024;
+}
+
+/// The id of [`REFUSALS_RECORD`].
+pub fn refusals_record_id() -> crate::id::TaskId {
+    // A fixed id within every rule of ids (short, printable, no spaces).
+    crate::id::Id::parse("task", REFUSALS_RECORD).expect("refusals:recent is a valid id")
+}
+
 #[cfg(test)]
 mod tests {
     use super::Refusal;

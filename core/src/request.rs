@@ -147,6 +147,11 @@ pub enum Request {
         by: Actor,
         limit: Option<u32>,
     },
+    /// Adds refusals a server answered to the record that keeps the newest
+    /// of them (`refusals:recent`); the system's (a server's own beat).
+    NoteRefusals {
+        notes: Vec<crate::refusal::RefusalNote>,
+    },
     /// Sets the policy of the queue whose record (`queue:QUEUE`) this is:
     /// the retry policy a task added to the queue without its own takes
     /// (`None`: none). An operator's.
@@ -224,6 +229,7 @@ impl Request {
             Request::Wake => RequestKind::Wake,
             Request::Limit { .. } => RequestKind::Limit,
             Request::QueuePolicy { .. } => RequestKind::QueuePolicy,
+            Request::NoteRefusals { .. } => RequestKind::NoteRefusals,
             Request::KeyHold { .. } => RequestKind::KeyHold,
             Request::KeyDrop { .. } => RequestKind::KeyDrop,
             Request::KeyPark { .. } => RequestKind::KeyPark,
@@ -263,6 +269,7 @@ impl Request {
             | Request::KeyHold { .. }
             | Request::KeyDrop { .. }
             | Request::KeyPark { .. }
+            | Request::NoteRefusals { .. }
             | Request::Unpark => Actor::System,
             Request::Add { .. } | Request::Schedule { .. } => Actor::System,
         }
@@ -378,6 +385,29 @@ impl Request {
                 }
             }
             Request::QueuePolicy { retry: Some(p), .. } => p.checked().map(|_| ()),
+            Request::NoteRefusals { notes } => {
+                use crate::refusal::RefusalNote;
+                if notes.len() > RefusalNote::KEPT {
+                    return Err(Error::invalid(
+                        "notes",
+                        format!(
+                            "must be at most {} (got {})",
+                            RefusalNote::KEPT,
+                            notes.len()
+                        ),
+                    ));
+                }
+                match notes.iter().find(|n| {
+                    serde_json::to_string(&n.refusal).map_or(usize::MAX, |s| s.len())
+                        > RefusalNote::MAX_BYTES
+                }) {
+                    Some(_) => Err(Error::invalid(
+                        "refusal",
+                        format!("must be at most {} bytes of JSON", RefusalNote::MAX_BYTES),
+                    )),
+                    None => Ok(()),
+                }
+            }
             Request::Limit { limit: Some(n), .. } if *n > crate::graph::KeyLimit::MAX => {
                 Err(Error::invalid(
                     "limit",

@@ -228,6 +228,26 @@ impl<S: Store> Authority<S> {
         self.send(&task, Request::QueuePolicy { by, retry }).await
     }
 
+    /// Keeps `notes` (refusals a server answered) in the store's refusal
+    /// log, which holds the newest [`crate::refusal::RefusalNote::KEPT`].
+    pub async fn note_refusals(&self, notes: Vec<crate::refusal::RefusalNote>) -> Result<Reply> {
+        self.send(
+            &crate::refusal::refusals_record_id(),
+            Request::NoteRefusals { notes },
+        )
+        .await
+    }
+
+    /// The refusal log, oldest first (empty before the first note).
+    pub async fn refusals(&self) -> Result<Vec<crate::refusal::RefusalNote>> {
+        Ok(self
+            .store
+            .read(&crate::refusal::refusals_record_id(), self.now())
+            .await?
+            .and_then(|s| s.record.refusal_log)
+            .unwrap_or_default())
+    }
+
     /// Queue `queue`'s policy, if one was ever set.
     pub async fn queue_policy(&self, queue: &Id) -> Result<Option<crate::graph::QueuePolicy>> {
         let task = crate::graph::queue_record_id(queue)?;

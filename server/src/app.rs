@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_core::access::Caller;
 use baton_core::decide::Decision;
+use baton_core::refusal::RefusalNote;
 use baton_core::{Authority, Clock, Error, Store};
 use baton_store_http::wire::{self, ErrorBody};
 use serde::Serialize;
@@ -16,18 +17,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// How many recent refusals the status page keeps.
-const RECENT: usize = 50;
-
-/// A refusal the page lists.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Recent {
-    pub task: String,
-    pub request: String,
-    pub refusal: serde_json::Value,
-    pub at: baton_core::Timestamp,
-}
 
 /// The server's own sweeper, as the page shows it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -51,7 +40,9 @@ pub(crate) struct App {
     pub clock: Arc<dyn Clock>,
     pub tokens: Option<Tokens>,
     pub metrics: Metrics,
-    pub recent: Mutex<VecDeque<Recent>>,
+    /// Refusals answered and not yet written to the store's refusal log
+    /// (the sweeper's beat writes them; the newest are kept if it cannot).
+    pub unsaved: Mutex<VecDeque<RefusalNote>>,
     /// What the server's own sweeper last did (`None`: it does not sweep).
     pub sweeper: Mutex<Option<SweepStatus>>,
     /// Turns true when the server begins to stop: blocking queries end.
@@ -100,21 +91,44 @@ impl App {
         }
     }
 
-    /// Counts a decision, and keeps it for the page if it refused.
+    /// Counts a decision, and keeps it for the refusal log if it refused.
     pub fn decided(&self, d: &Decision, kind: baton_core::RequestKind, task: &baton_core::TaskId) {
         self.metrics.decided(d, kind);
         if let baton_core::Verdict::Refuse { refusal, .. } = &d.verdict
-            && let Ok(mut recent) = self.recent.lock()
+            && let Ok(mut unsaved) = self.unsaved.lock()
         {
-            if recent.len() >= RECENT {
-                recent.pop_front();
+            if unsaved.len() >= RefusalNote::KEPT {
+                unsaved.pop_front();
             }
-            recent.push_back(Recent {
-                task: task.to_string(),
-                request: kind.as_str().to_owned(),
+            unsaved.push_back(RefusalNote {
+                task: task.clone(),
+                request: kind,
                 refusal: baton_core::authority::refusal_json(refusal),
                 at: self.now(),
             });
+        }
+    }
+
+    /// Writes the refusals answered since the last write to the store's
+    /// refusal log, so they outlive this process; what the store does not
+    /// take is kept for the next try.
+    pub async fn save_refusals(&self) {
+        let notes: Vec<RefusalNote> = match self.unsaved.lock() {
+            Ok(mut u) => u.drain(..).collect(),
+            Err(_) => return,
+        };
+        if notes.is_empty() {
+            return;
+        }
+        if self.authority.note_refusals(notes.clone()).await.is_err()
+            && let Ok(mut u) = self.unsaved.lock()
+        {
+            for n in notes.into_iter().rev() {
+                u.push_front(n);
+            }
+            while u.len() > RefusalNote::KEPT {
+                u.pop_front();
+            }
         }
     }
 

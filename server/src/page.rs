@@ -107,7 +107,11 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
             .await?;
         for r in &page.items {
             // Records of keys, queues and schedules are not tasks to count.
-            if r.key_limit.is_some() || r.queue_policy.is_some() || r.schedule.is_some() {
+            if r.key_limit.is_some()
+                || r.queue_policy.is_some()
+                || r.schedule.is_some()
+                || r.refusal_log.is_some()
+            {
                 continue;
             }
             if let Some(i) = TaskState::ALL.iter().position(|s| *s == r.state) {
@@ -226,11 +230,17 @@ async fn status(
         .store
         .events(None, newest.saturating_sub(n as u64), n)
         .await?;
-    let recent: Vec<_> = app
-        .recent
-        .lock()
-        .map(|r| r.iter().rev().cloned().collect())
-        .unwrap_or_default();
+    // The refusal log in the store (a server without a sweeper writes
+    // what it answered now), with what could not be written yet; newest first.
+    if app.sweeper.lock().is_ok_and(|s| s.is_none()) {
+        app.save_refusals().await;
+    }
+    let mut recent = app.authority.refusals().await?;
+    if let Ok(u) = app.unsaved.lock() {
+        recent.extend(u.iter().cloned());
+    }
+    recent.reverse();
+    recent.truncate(baton_core::refusal::RefusalNote::KEPT);
     let counts: serde_json::Map<String, serde_json::Value> = census
         .counts
         .iter()
@@ -353,7 +363,7 @@ const PAGE: &str = r##"<!doctype html>
 <table><thead><tr><th>task</th><th>owner</th><th>fence</th><th>state</th><th>time left</th><th>actions</th></tr></thead><tbody id="leases"></tbody></table>
 <h2>Grants and failures per minute, the last hour</h2>
 <div id="chart"></div>
-<h2>Recent refusals <span class="muted">(since this server started)</span></h2>
+<h2>Recent refusals <span class="muted">(the newest 50, kept in the store)</span></h2>
 <table><thead><tr><th>task</th><th>request</th><th>reason</th><th>message</th></tr></thead><tbody id="refusals"></tbody></table>
 <h2>Recent events</h2>
 <table><thead><tr><th>seq</th><th>task</th><th>event</th><th>actor</th><th>fence</th><th>details</th><th>at</th></tr></thead><tbody id="events"></tbody></table>

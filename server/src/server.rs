@@ -276,7 +276,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         clock,
         tokens: opts.tokens,
         metrics,
-        recent: Mutex::new(VecDeque::new()),
+        unsaved: Mutex::new(VecDeque::new()),
         sweeper: Mutex::new(opts.sweep_every.map(|every| crate::app::SweepStatus {
             every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             ..Default::default()
@@ -356,6 +356,8 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
                 .prune(baton_core::Actor::System, ms, PRUNE_PER_BEAT)
                 .await;
         }
+        // The refusals answered since the last beat, into the store.
+        app.save_refusals().await;
         let at = app.now();
         if let Ok(mut s) = app.sweeper.lock()
             && let Some(status) = s.as_mut()

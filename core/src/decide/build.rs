@@ -91,6 +91,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         schedule: None,
         key_limit: None,
         queue_policy: None,
+        refusal_log: None,
         pruned_at: None,
     }
 }

@@ -554,6 +554,9 @@ fn decide_request(
     if let Request::QueuePolicy { by, retry } = req {
         return queue::decide(op, rec, by, *retry);
     }
+    if let Request::NoteRefusals { notes } = req {
+        return queue::note_refusals(op, rec, notes);
+    }
     if rec.is_none()
         && let Some(v) = key::reserved(op).or_else(|| queue::reserved(op))
     {
@@ -607,7 +610,10 @@ fn decide_request(
     // A schedule's record is never granted: it makes the tasks that are;
     // nor is a key's.
     if req.may_grant()
-        && (rec.schedule.is_some() || rec.key_limit.is_some() || rec.queue_policy.is_some())
+        && (rec.schedule.is_some()
+            || rec.key_limit.is_some()
+            || rec.queue_policy.is_some()
+            || rec.refusal_log.is_some())
     {
         return illegal(rec, req);
     }
@@ -642,7 +648,7 @@ fn decide_request(
         // Decided above.
         Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.
-        Request::QueuePolicy { .. } => illegal(rec, req),
+        Request::QueuePolicy { .. } | Request::NoteRefusals { .. } => illegal(rec, req),
         Request::Limit { .. }
         | Request::KeyHold { .. }
         | Request::KeyDrop { .. }

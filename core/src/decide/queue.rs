@@ -1,4 +1,5 @@
-//! Queue policies: defaults a task takes from its queue when it is added
+//! Records a server keeps beside the tasks, never granted. Queue
+//! policies: defaults a task takes from its queue when it is added
 //! (a retry policy, for a task added without one). The queue's record
 //! (`queue:QUEUE`) is never granted; an add reads it with the task's
 //! dependencies ([`crate::decide::upstream_ids`]) and the new node keeps
@@ -7,20 +8,61 @@
 use super::*;
 use crate::graph::{QUEUE_PREFIX, QueuePolicy, RetryPolicy};
 
-/// Creating a record whose id names a queue's policy, other than by the
-/// policy's own request: refused, so no task can stand in for it.
+/// Creating a record whose id names a queue's policy or the refusal
+/// log, other than by its own request: refused, so no task can stand in
+/// for either.
 pub(super) fn reserved(op: &Operation) -> Option<Verdict> {
-    (op.task.as_str().starts_with(QUEUE_PREFIX)
-        && !matches!(op.request, Request::QueuePolicy { .. }))
-    .then(|| {
-        Verdict::Invalid(Error::invalid(
+    use crate::refusal::REFUSALS_PREFIX;
+    let id = op.task.as_str();
+    let (prefix, what) = if id.starts_with(QUEUE_PREFIX)
+        && !matches!(op.request, Request::QueuePolicy { .. })
+    {
+        (QUEUE_PREFIX, "queues' policies")
+    } else if id.starts_with(REFUSALS_PREFIX) && !matches!(op.request, Request::NoteRefusals { .. })
+    {
+        (REFUSALS_PREFIX, "the refusals a server keeps")
+    } else {
+        return None;
+    };
+    Some(Verdict::Invalid(Error::invalid(
+        "task",
+        format!("ids that start with {prefix:?} name {what} (got {id:?})"),
+    )))
+}
+
+/// Adds refusals a server answered to its log (`refusals:recent`),
+/// keeping the newest [`crate::refusal::RefusalNote::KEPT`]. The system
+/// writes it (a server with tokens admits it from an operator's token
+/// only: `access::needs_operator`); no event (a refusal changed no task).
+pub(super) fn note_refusals(
+    op: &Operation,
+    rec: Option<&TaskRecord>,
+    notes: &[crate::refusal::RefusalNote],
+) -> Verdict {
+    use crate::refusal::{RefusalNote, refusals_record_id};
+    if op.task != refusals_record_id() {
+        return Verdict::Invalid(Error::invalid(
             "task",
             format!(
-                "ids that start with {QUEUE_PREFIX:?} name queues' policies (got {:?})",
+                "refusals are kept on {:?} (got {:?})",
+                crate::refusal::REFUSALS_RECORD,
                 op.task.as_str()
             ),
-        ))
-    })
+        ));
+    }
+    if notes.is_empty() {
+        return Verdict::Ack;
+    }
+    let mut r = match rec {
+        Some(r) if r.refusal_log.is_some() => next(r, op.now),
+        Some(r) => return illegal(r, &op.request),
+        None => first_record(&op.task, State::Registered, op.now),
+    };
+    let log = r.refusal_log.get_or_insert_with(Vec::new);
+    log.extend(notes.iter().cloned());
+    let over = log.len().saturating_sub(RefusalNote::KEPT);
+    log.drain(..over);
+    commit(r, Vec::new())
 }
 
 /// Sets the policy on the queue's record (`rec`, `None` before the first).
@@ -57,4 +99,84 @@ pub(super) fn decide(
     )
     .details(json!({"retry": retry}));
     commit(r, vec![e])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::refusal::{REFUSALS_RECORD, RefusalNote};
+
+    fn op(task: &str, request: Request, at: i64) -> Operation {
+        Operation {
+            task: crate::id::TaskId::parse("task", task).unwrap(),
+            request,
+            pre: Default::default(),
+            now: Timestamp::from_millis(at),
+        }
+    }
+
+    fn note(i: i64) -> RefusalNote {
+        RefusalNote {
+            task: crate::id::TaskId::parse("task", &format!("t{i}")).unwrap(),
+            request: RequestKind::Claim,
+            refusal: json!({"refused": "held"}),
+            at: Timestamp::from_millis(i),
+        }
+    }
+
+    #[test]
+    fn the_refusal_log_keeps_the_newest_and_nothing_stands_in_for_it() {
+        let first: Vec<RefusalNote> = (0..30).map(note).collect();
+        let d = crate::decide::decide(
+            &op(REFUSALS_RECORD, Request::NoteRefusals { notes: first }, 1),
+            None,
+            Judged::default(),
+        );
+        let Verdict::Commit(c) = &d.verdict else {
+            panic!("{d:?}")
+        };
+        let rec = c.record.clone();
+        assert_eq!(rec.refusal_log.as_ref().map(Vec::len), Some(30));
+        let more: Vec<RefusalNote> = (30..60).map(note).collect();
+        let d = crate::decide::decide(
+            &op(REFUSALS_RECORD, Request::NoteRefusals { notes: more }, 2),
+            Some(&rec),
+            Judged::default(),
+        );
+        let Verdict::Commit(c) = &d.verdict else {
+            panic!("{d:?}")
+        };
+        let log = c.record.refusal_log.clone().unwrap();
+        assert_eq!(log.len(), RefusalNote::KEPT);
+        assert_eq!(log.first().map(|n| n.at), Some(Timestamp::from_millis(10)));
+        assert_eq!(log.last().map(|n| n.at), Some(Timestamp::from_millis(59)));
+        // Never granted; no other request creates a `refusals:` record.
+        let claim = Request::Claim {
+            owner: crate::id::Id::parse("owner", "w").unwrap(),
+            ttl_ms: None,
+            lock_delay_ms: None,
+        };
+        let d = crate::decide::decide(
+            &op(REFUSALS_RECORD, claim.clone(), 3),
+            Some(&c.record),
+            Judged::default(),
+        );
+        assert!(matches!(d.verdict, Verdict::Refuse { .. }), "{d:?}");
+        let d = crate::decide::decide(&op("refusals:other", claim, 3), None, Judged::default());
+        assert!(matches!(d.verdict, Verdict::Invalid(_)), "{d:?}");
+        // Notes go on the log's own id only.
+        let d = crate::decide::decide(
+            &op(
+                "refusals:other",
+                Request::NoteRefusals {
+                    notes: vec![note(1)],
+                },
+                4,
+            ),
+            None,
+            Judged::default(),
+        );
+        assert!(matches!(d.verdict, Verdict::Invalid(_)), "{d:?}");
+    }
 }
