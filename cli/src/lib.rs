@@ -1252,7 +1252,24 @@ impl Plan {
             },
             P::List(state, page) => {
                 let p = a.list(state, page.after.as_deref(), page.limit).await?;
-                let mut out = Out::list(p.items.iter().map(|r| json!(r)).collect(), p.next);
+                let mut items = Vec::with_capacity(p.items.len());
+                for r in &p.items {
+                    let mut v = json!(r);
+                    // A claimable graph task is shown as a person asks
+                    // about it: READY, BLOCKED (behind a dependency that
+                    // ended without success), or waiting (REGISTERED).
+                    if r.state == State::Registered && !r.depends_on().is_empty() {
+                        let shown = match a.readiness(r).await? {
+                            baton_core::graph::Readiness::Ready => "READY",
+                            baton_core::graph::Readiness::Blocked { .. }
+                            | baton_core::graph::Readiness::Unknown { .. } => "BLOCKED",
+                            baton_core::graph::Readiness::Waiting { .. } => "REGISTERED",
+                        };
+                        v["shown"] = json!(shown);
+                    }
+                    items.push(v);
+                }
+                let mut out = Out::list(items, p.next);
                 out.view = View::Tasks;
                 out
             }

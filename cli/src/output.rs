@@ -704,7 +704,12 @@ fn task_table(
             let steps = r["manifest"]["steps"].as_array().map(Vec::len);
             vec![
                 text(&r["task"]),
-                text(&r["state"]),
+                // The shown state of a graph task (READY, BLOCKED) if any.
+                text(if r["shown"].is_string() {
+                    &r["shown"]
+                } else {
+                    &r["state"]
+                }),
                 if held {
                     text(&lease["owner"])
                 } else {

@@ -574,3 +574,41 @@ fn a_killed_workers_attempt_is_retried_after_the_queues_backoff() {
         "{out:?}"
     );
 }
+
+/// `task list` shows a graph task as a person asks about it: BLOCKED
+/// behind a dependency that failed, READY when it may run, not the
+/// REGISTERED both are stored as.
+#[test]
+fn task_list_shows_blocked_and_ready_graph_tasks() {
+    let env = Env::new(Backend::Sqlite);
+    assert_eq!(
+        env.add_graph(r#"[{"task": "up"}, {"task": "down", "after": ["up"]}, {"task": "free"}]"#)
+            .0,
+        0
+    );
+    let (code, g) = env.baton(&["claim", "up", "--owner", "w"]);
+    assert_eq!(code, 0, "{g:?}");
+    let fence = g[0]["fence"].to_string();
+    let (code, _) = env.baton(&["fail", "up", "--owner", "w", "--fence", &fence]);
+    assert_eq!(code, 0);
+    let out = env
+        .cmd(&["--format", "human", "task", "list"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let state_of = |task: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(task))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+            .unwrap_or_else(|| panic!("{task} not in {text}"))
+    };
+    assert_eq!(state_of("down"), "BLOCKED", "{text}");
+    assert_eq!(state_of("up"), "FAILED", "{text}");
+    let (_, json) = env.baton(&["task", "list"]);
+    let down = json.iter().find(|v| v["task"] == "down").unwrap();
+    assert_eq!(
+        (down["state"].as_str(), down["shown"].as_str()),
+        (Some("REGISTERED"), Some("BLOCKED")),
+        "the stored state stays, the shown one is beside it"
+    );
+}

@@ -1517,9 +1517,20 @@ fn the_request_log_names_the_token_never_shows_it() {
 /// Headless Chromium driven over the DevTools protocol (a WebSocket):
 /// the page is scripted as a person would use it, clicks included.
 struct Browser {
-    child: std::process::Child,
+    _child: KillOnDrop,
     ws: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>,
     id: u64,
+}
+
+/// A child process killed when this goes out of scope, a panic included
+/// (a browser left running would spin on a CI machine's two cores).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 impl Browser {
@@ -1543,6 +1554,7 @@ impl Browser {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        let child = KillOnDrop(child);
         // Chromium writes the port it took into the profile.
         let file = profile.join("DevToolsActivePort");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -1572,7 +1584,11 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         };
         let (ws, _) = tungstenite::connect(page.as_str()).unwrap();
-        Browser { child, ws, id: 0 }
+        Browser {
+            _child: child,
+            ws,
+            id: 0,
+        }
     }
 
     /// One DevTools call and its result.
@@ -1648,13 +1664,6 @@ impl Browser {
         );
         std::fs::write(path, png).unwrap();
         println!("screenshot: {}", path.display());
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
