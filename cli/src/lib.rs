@@ -1619,6 +1619,28 @@ mod tests {
     }
 
     #[test]
+    fn task_declare_help_shows_a_manifest_that_parses() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let declare = cli
+            .find_subcommand("task")
+            .and_then(|t| t.find_subcommand("declare"))
+            .map(|d| {
+                d.get_long_about()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        assert!(declare.contains("docs/manifest.json"), "{declare}");
+        let example = declare
+            .split("Example: echo '")
+            .nth(1)
+            .and_then(|r| r.split('\'').next())
+            .unwrap_or_else(|| panic!("no piped example in {declare}"));
+        baton_core::Manifest::from_json(example).expect("the help's manifest is valid");
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_ttl(Some("750ms")).unwrap(), Some(750));
         assert_eq!(parse_ttl(Some("30s")).unwrap(), Some(30_000));

@@ -205,19 +205,6 @@ pub fn escape_unprintable(s: &str) -> String {
     out
 }
 
-fn cell(v: &Value) -> String {
-    let s = match v {
-        Value::String(s) => escape_unprintable(s),
-        Value::Null => "-".to_owned(),
-        other => escape_unprintable(&other.to_string()),
-    };
-    if s.chars().count() > 48 {
-        format!("{}…", s.chars().take(47).collect::<String>())
-    } else {
-        s
-    }
-}
-
 /// Readable tables: one object as key/value rows, a list as columns.
 pub fn human(items: &[Value], next: Option<&str>) -> String {
     let mut out = String::new();
@@ -234,8 +221,9 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
     }
     let mut columns: Vec<String> = Vec::new();
     for item in items {
-        for (k, v) in item.as_object().into_iter().flatten() {
-            if !v.is_object() && !v.is_array() && !columns.contains(k) {
+        // Every field, nested ones as their JSON, nothing cut short.
+        for (k, _) in item.as_object().into_iter().flatten() {
+            if !columns.contains(k) {
                 columns.push(k.clone());
             }
         }
@@ -245,7 +233,7 @@ pub fn human(items: &[Value], next: Option<&str>) -> String {
         .map(|i| {
             columns
                 .iter()
-                .map(|c| cell(i.get(c).unwrap_or(&Value::Null)))
+                .map(|c| text(i.get(c).unwrap_or(&Value::Null)))
                 .collect()
         })
         .collect();
@@ -638,7 +626,7 @@ fn graph_table(items: &[Value]) -> String {
                 text(&v["shown"]),
                 text(&v["queue"]),
                 text(&v["priority"]),
-                cell(&v["holder"]),
+                text(&v["holder"]),
                 after.join(","),
             ]
         })

@@ -185,20 +185,22 @@ fn exit_statuses_and_signals_are_the_childs(b: Backend) {
     assert_eq!(code, 202);
     let (code, _) = env.baton(&["run", "x", "--", "true"]);
     assert_eq!(code, 202, "a usage error under run");
-    let out = Command::new(BIN)
-        .args([
-            "--store",
-            "sqlite:/no/such/dir/b.db",
-            "run",
-            "x",
-            "--owner",
-            "w",
-            "--",
-            "true",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(203), "{out:?}");
+    // A store that cannot answer: 203; a store URL that cannot be right
+    // (a folder that does not exist): bad input, 202. Nothing runs.
+    for (store, code) in [
+        ("memory:?fault=unavailable", 203),
+        ("sqlite:/no/such/dir/b.db", 202),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "--store", store, "run", "x", "--owner", "w", "--", "touch", "ran",
+            ])
+            .current_dir(env.dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{store}: {out:?}");
+        assert!(!env.dir.path().join("ran").exists(), "{store}: nothing ran");
+    }
 }
 
 fn a_command_that_cannot_run_leaves_nothing_claimed(b: Backend) {

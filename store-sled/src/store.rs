@@ -112,11 +112,16 @@ fn check_directory(path: &Path) -> Result<()> {
                 Some(d) => d,
                 None => Path::new("/"),
             };
+            // A folder that is not there will not appear by itself: bad
+            // input naming the store (as SQLite's), not a store to retry.
             if !parent.is_dir() {
-                return Err(Error::unavailable(format!(
-                    "{p}: cannot create the store: the directory {} does not exist",
-                    parent.display()
-                )));
+                return Err(Error::invalid(
+                    "store",
+                    format!(
+                        "{p}: cannot create the store: no such folder {} (the directory does not exist; create it first)",
+                        parent.display()
+                    ),
+                ));
             }
             Ok(())
         }

@@ -140,7 +140,8 @@ fn a_missing_parent_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no").join("such").join("store");
     let e = try_claim(&path).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e}");
+    assert_eq!(e.field.as_deref(), Some("store"));
     assert!(e.message.contains("does not exist"), "{e}");
     assert!(!dir.path().join("no").exists(), "nothing was created");
     // A new directory whose parent exists is created, as SQLite creates its file.
