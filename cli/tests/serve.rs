@@ -897,21 +897,25 @@ fn chromium() -> Option<&'static str> {
     found
 }
 
+/// Headless Chromium on this closed network: no sandbox (CI runs as
+/// root), no GPU, nothing fetched from outside.
+const CHROMIUM_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
 /// Headless Chromium with the flags this closed network needs, a profile
 /// of its own, and `args`; its standard output.
 fn headless(browser: &str, profile: &Path, args: &[&str]) -> String {
     let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=4000",
-        ])
+        .args(CHROMIUM_FLAGS)
+        .arg("--virtual-time-budget=4000")
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(args)
         .output()
@@ -1536,18 +1540,8 @@ impl Drop for KillOnDrop {
 impl Browser {
     fn open(browser: &str, profile: &Path) -> Browser {
         let child = Command::new(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--window-size=1280,1000",
-                "--remote-debugging-port=0",
-            ])
+            .args(CHROMIUM_FLAGS)
+            .args(["--window-size=1280,1000", "--remote-debugging-port=0"])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("about:blank")
             .stdout(std::process::Stdio::null())
