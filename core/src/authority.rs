@@ -618,6 +618,9 @@ impl<S: Store> Authority<S> {
     }
 
     /// Tasks by derived state, in task-id order, paged by task id.
+    /// Records that hold a setting ([`TaskRecord::holds_setting`]: a key's
+    /// limit, a queue's policy, a schedule, the refusal log) are not tasks
+    /// and are left out; `get` still reads each by its id.
     pub async fn list(
         &self,
         state: Option<State>,
@@ -642,6 +645,9 @@ impl<S: Store> Authority<S> {
             let exhausted = batch.len() < want;
             for snap in batch {
                 cursor = Some(snap.record.task.clone());
+                if snap.record.holds_setting() {
+                    continue;
+                }
                 let rec = derive(&snap.record, snap.judged, now);
                 if state.is_none_or(|s| rec.state == s) {
                     items.push(rec);

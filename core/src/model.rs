@@ -143,6 +143,18 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
+    /// Whether this record holds a setting rather than a task: a key's
+    /// limit (`key:KEY`), a queue's policy (`queue:QUEUE`), a schedule
+    /// (`schedule:NAME`) or a server's refusal log (`refusals:recent`).
+    /// None is ever granted; lists and counts of tasks leave them out
+    /// (each is read by its own command, or by id).
+    pub fn holds_setting(&self) -> bool {
+        self.key_limit.is_some()
+            || self.queue_policy.is_some()
+            || self.schedule.is_some()
+            || self.refusal_log.is_some()
+    }
+
     pub fn is_bare(&self) -> bool {
         self.manifest.is_none()
     }

@@ -106,14 +106,6 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
             .list(None, after.as_deref(), baton_core::authority::MAX_PAGE)
             .await?;
         for r in &page.items {
-            // Records of keys, queues and schedules are not tasks to count.
-            if r.key_limit.is_some()
-                || r.queue_policy.is_some()
-                || r.schedule.is_some()
-                || r.refusal_log.is_some()
-            {
-                continue;
-            }
             if let Some(i) = TaskState::ALL.iter().position(|s| *s == r.state) {
                 counts[i] += 1;
             }

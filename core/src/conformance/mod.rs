@@ -262,7 +262,8 @@ macro_rules! conformance_tests {
             a_key_limit_holds_however_grants_race,
             retention_prunes_ended_tasks_and_keeps_tombstones,
             a_declared_task_is_retried_after_its_backoff,
-            a_queue_policy_retries_failed_and_stalled_attempts
+            a_queue_policy_retries_failed_and_stalled_attempts,
+            lists_of_tasks_leave_out_the_records_that_hold_settings
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -607,14 +607,9 @@ fn decide_request(
             _ => refuse(Refusal::NotFound),
         };
     };
-    // A schedule's record is never granted: it makes the tasks that are;
-    // nor is a key's.
-    if req.may_grant()
-        && (rec.schedule.is_some()
-            || rec.key_limit.is_some()
-            || rec.queue_policy.is_some()
-            || rec.refusal_log.is_some())
-    {
+    // A record that holds a setting (a schedule's, which makes the tasks
+    // that are granted; a key's, a queue's) is never granted.
+    if req.may_grant() && rec.holds_setting() {
         return illegal(rec, req);
     }
     if matches!(

@@ -1071,3 +1071,62 @@ pub fn a_queue_policy_retries_failed_and_stalled_attempts<H: Harness>(ctx: &mut 
     let r = ctx.block_on(a.fail(&g.task, &w, g.fence, None)).unwrap();
     assert_eq!(r.record().unwrap().state, State::Failed, "{r:?}");
 }
+
+/// Lists of tasks leave out the records that hold settings (a key's limit,
+/// a queue's policy, a schedule): none is a task anyone runs, and an
+/// operator counting REGISTERED tasks must not count them. Each is still
+/// read by its id, and paging past them loses no task.
+pub fn lists_of_tasks_leave_out_the_records_that_hold_settings<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let alice = Actor::Operator(id("alice"));
+    let r = ctx
+        .block_on(a.set_limit(&id("repo"), Some(2), alice.clone()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let policy = crate::graph::RetryPolicy::new(3, 1000);
+    let r = ctx
+        .block_on(a.set_queue_policy(&id("lq"), Some(policy), alice))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let r = ctx
+        .block_on(a.schedule("hourly", 3_600_000, spec("hourly", Some("lq"), 0, &[])))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    // Tasks on either side of the settings' ids in id order.
+    for t in ["a-task", "r-task", "z-task"] {
+        ctx.block_on(a.add(&id(t), spec(t, Some("lq"), 0, &[])))
+            .unwrap();
+    }
+    let ids = |items: &[crate::TaskRecord]| -> Vec<String> {
+        items.iter().map(|r| r.task.as_str().to_owned()).collect()
+    };
+    let all = ctx.block_on(a.list(None, None, 100)).unwrap();
+    assert_eq!(ids(&all.items), ["a-task", "r-task", "z-task"], "{all:?}");
+    assert!(all.next.is_none());
+    let registered = ctx
+        .block_on(a.list(Some(State::Registered), None, 100))
+        .unwrap();
+    assert_eq!(ids(&registered.items), ["a-task", "r-task", "z-task"]);
+    // One a page: the pages skip the settings and end after the last task.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = ctx.block_on(a.list(None, after.as_deref(), 1)).unwrap();
+        seen.extend(ids(&page.items));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a-task", "r-task", "z-task"]);
+    // Read by id, and by their own reads, they are all there.
+    for setting in ["key:repo", "queue:lq", "schedule:hourly"] {
+        let r = ctx.block_on(a.get(&id(setting))).unwrap();
+        assert!(
+            r.as_ref().is_some_and(crate::TaskRecord::holds_setting),
+            "{setting}: {r:?}"
+        );
+    }
+    assert_eq!(ctx.block_on(a.keys()).unwrap().len(), 1);
+    assert_eq!(ctx.block_on(a.schedules()).unwrap().len(), 1);
+}
