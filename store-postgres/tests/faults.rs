@@ -259,3 +259,133 @@ fn processes_opening_a_fresh_database_at_once_do_not_race() {
     let s = rt.block_on(PostgresStore::open_url(&url)).unwrap();
     assert!(s.capabilities().multi_process);
 }
+
+/// Retention cut off the hard way: a prune waits inside its transaction
+/// for the events table (another session holds it locked) and its session
+/// is killed there. A batch's tombstones and the removal of their events
+/// commit together or not at all: after the kill every task still has its
+/// body and its events; once the lock is gone a new pass prunes them all,
+/// each tombstone without an event, no pruned id is granted again, and
+/// the fences go on from where they were.
+#[test]
+fn a_prune_killed_mid_transaction_prunes_nothing_half() {
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let rt = rt();
+    pg.sql("CREATE DATABASE retention");
+    let url = format!(
+        "postgres://baton@127.0.0.1:{}/retention?schema=r&statement_timeout=10s&connect_timeout=1s&group_commit=off",
+        pg.port
+    );
+    let a = open(&rt, &url);
+    let w = id("w");
+    // More than one commit's worth (PRUNE_BATCH), each with its events.
+    let n = baton_core::authority::PRUNE_BATCH + 10;
+    let tasks: Vec<String> = (0..n).map(|i| format!("ended-{i:03}")).collect();
+    let mut last_fence = 0;
+    for t in &tasks {
+        let g = rt
+            .block_on(a.claim(&id(t), &w, Some(60_000)))
+            .unwrap()
+            .grant()
+            .unwrap();
+        last_fence = last_fence.max(g.fence);
+        let r = rt.block_on(a.complete(&id(t), &w, g.fence)).unwrap();
+        assert!(r.record().is_some(), "{r:?}");
+    }
+    let events_of = |t: &str| -> usize {
+        rt.block_on(a.events(Some(&id(t)), None, 100))
+            .unwrap()
+            .items
+            .len()
+    };
+    assert!(tasks.iter().all(|t| events_of(t) >= 2));
+
+    let port = pg.port;
+    let holder = std::thread::spawn(move || {
+        std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "baton",
+                "-d",
+                "retention",
+            ])
+            .args([
+                "-c",
+                "BEGIN; LOCK TABLE r.events IN EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;",
+            ])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let operator = baton_core::Actor::Operator(id("alice"));
+    let pruning = {
+        let url = url.clone();
+        let operator = operator.clone();
+        std::thread::spawn(move || {
+            let rt = crate::rt();
+            let a = open(&rt, &url);
+            rt.block_on(a.prune(operator, 0, usize::MAX))
+        })
+    };
+    // Wait until the prune waits on the lock, then end its session.
+    let mut killed = 0;
+    for _ in 0..60 {
+        killed = pg
+            .sql_in(
+                "retention",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE datname = 'retention' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            )
+            .parse::<u32>()
+            .unwrap();
+        if killed > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(killed, 1, "no prune was waiting on the lock");
+    let e = pruning.join().unwrap().unwrap_err();
+    assert!(
+        matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Indeterminate),
+        "{e}"
+    );
+    assert!(holder.join().unwrap().status.success());
+    // Nothing of it committed: every task whole, with its events.
+    for t in &tasks {
+        let r = loop {
+            match rt.block_on(a.get(&id(t))) {
+                Ok(r) => break r.unwrap(),
+                Err(e) => assert_eq!(e.kind, ErrorKind::Unavailable, "{e}"),
+            }
+        };
+        assert!(r.pruned_at.is_none(), "{t} was pruned by a killed pass");
+        assert!(events_of(t) >= 2, "{t} lost its events to a killed pass");
+    }
+
+    // The lock gone, a pass prunes every one, each without an event.
+    let pruned = rt.block_on(a.prune(operator, 0, usize::MAX)).unwrap();
+    assert_eq!(pruned, n as u64);
+    for t in &tasks {
+        let r = rt.block_on(a.get(&id(t))).unwrap().unwrap();
+        assert!(r.pruned_at.is_some(), "{t}: {r:?}");
+        assert_eq!(events_of(t), 0, "{t} kept events");
+        let again = rt.block_on(a.claim(&id(t), &w, Some(60_000))).unwrap();
+        assert!(
+            again.refusal().is_some_and(|r| r.reason() == "pruned"),
+            "{t} granted again: {again:?}"
+        );
+    }
+    let g = rt
+        .block_on(a.claim(&id("after"), &w, Some(60_000)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert!(g.fence > last_fence, "{} after {last_fence}", g.fence);
+    drop(a);
+}
