@@ -872,21 +872,31 @@ pub enum LimitCommand {
     List,
 }
 
+// Parsed once per process: the size of `Add` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum ScheduleCommand {
-    /// Set a recurring schedule: one task `NAME@START` per period of
-    /// `--every`, from now, made by whichever scheduler ticks first in the
-    /// period (`baton serve`, `schedule run`, `schedule tick`): the store
-    /// decides, so any number may run. Stop it with `cancel schedule:NAME
-    /// --operator ID`.
+    /// Set a recurring schedule: one task `NAME@START` per period, of
+    /// `--every` from now or from each time `--cron` names (UTC) to the
+    /// next, made by whichever scheduler ticks first in the period (`baton
+    /// serve`, `schedule run`, `schedule tick`): the store decides, so any
+    /// number may run. Stop it with `cancel schedule:NAME --operator ID`.
     ///
     /// Example: baton schedule add nightly --every 1d --queue reports --max-attempts 3
+    ///
+    /// Example: baton schedule add backup --cron "0 2 * * MON-FRI" --queue ops
+    #[command(group(clap::ArgGroup::new("period").required(true).args(["every", "cron"])))]
     Add {
         /// The schedule's name: each period's task is NAME@START.
         name: String,
-        /// The period (`30s`, `1h`, `1d`; from 1 s to a year).
+        /// The period (`30s`, `1h`, `1d`; from 1 s to a year), counted from now.
         #[arg(long)]
-        every: String,
+        every: Option<String>,
+        /// Instead of --every: a cron expression, read in UTC (5 fields,
+        /// minute hour day-of-month month day-of-week, or 6 with seconds
+        /// first); each time it names starts a period.
+        #[arg(long)]
+        cron: Option<String>,
         #[command(flatten)]
         node: NodeArgs,
     },

@@ -988,12 +988,22 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             wait_ms: parse_wait(wait.as_deref())?,
         },
         Command::Graph(GraphCommand::Show) => P::Graph,
-        Command::Schedule(args::ScheduleCommand::Add { name, every, node }) => {
+        Command::Schedule(args::ScheduleCommand::Add {
+            name,
+            every,
+            cron,
+            node,
+        }) => {
             let task = baton_core::workgraph::schedule_id(name)?;
-            let every_ms = catalogue::duration_ms(Kind::Period, "every", every)?;
-            let schedule = baton_core::graph::Schedule {
-                every_ms,
-                template: node_spec(&task, node)?,
+            let template = node_spec(&task, node)?;
+            let schedule = match (every, cron) {
+                (Some(every), _) => baton_core::graph::Schedule::every(
+                    catalogue::duration_ms(Kind::Period, "every", every)?,
+                    template,
+                ),
+                (None, Some(cron)) => baton_core::graph::Schedule::cron(cron, template),
+                // clap's `period` group asks for one of them.
+                (None, None) => return Err(Error::invalid("every", "give --every or --cron")),
             };
             write(task, R::Schedule { schedule })
         }
@@ -1347,7 +1357,8 @@ impl Plan {
                         json!({
                             "schedule": r.task,
                             "state": r.state,
-                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms),
+                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms).filter(|ms| *ms > 0),
+                            "cron": r.schedule.as_ref().and_then(|s| s.cron.as_deref()),
                             "queue": r.schedule.as_ref().map(|s| &s.template.queue),
                             "since": r.created_at,
                         })

@@ -420,6 +420,83 @@ fn schedulers_in_several_processes_make_one_task_per_period() {
     );
 }
 
+/// `schedule add --cron`: a schedule at the times a cron expression names
+/// (UTC), ticked by four scheduler processes at once, makes one task per
+/// named time; a bad expression is refused naming `cron` (exit 2, nothing
+/// written), and a schedule needs exactly one of --every and --cron.
+#[test]
+fn a_cron_schedule_makes_one_task_per_named_time_across_processes() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&["schedule", "add", "bad", "--cron", "61 * * * *"]);
+    assert_eq!(code, 2, "{out:?}");
+    assert_eq!(out[0]["error"]["field"], "cron", "{out:?}");
+    let (code, list) = env.baton(&["schedule", "list"]);
+    assert_eq!((code, list.len()), (0, 0), "{list:?}");
+    for args in [
+        &["schedule", "add", "neither"][..],
+        &[
+            "schedule",
+            "add",
+            "both",
+            "--every",
+            "1h",
+            "--cron",
+            "0 2 * * *",
+        ][..],
+    ] {
+        let o = env.cmd(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+    }
+    let (code, out) = env.baton(&[
+        "schedule",
+        "add",
+        "everysec",
+        "--cron",
+        "* * * * * *",
+        "--queue",
+        "cron",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    let (code, list) = env.baton(&["schedule", "list"]);
+    assert_eq!(code, 0);
+    assert_eq!(list[0]["cron"], "* * * * * *", "{list:?}");
+    assert!(list[0]["every_ms"].is_null(), "{list:?}");
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        // Past the next whole second: a named time.
+        std::thread::sleep(Duration::from_millis(1100));
+        let ticks: Vec<_> = (0..4)
+            .map(|_| {
+                env.cmd(&["schedule", "tick"])
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for t in ticks {
+            let o = t.wait_with_output().unwrap();
+            assert!(o.status.success(), "{o:?}");
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                made.push(v["task"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    let mut distinct = made.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(made.len(), distinct.len(), "a time made twice: {made:?}");
+    assert!(made.len() >= 2, "{made:?}");
+    assert!(
+        made.iter()
+            .all(|t| t.starts_with("everysec@") && t.ends_with(".000Z")),
+        "{made:?}"
+    );
+    let (code, ready) = env.baton(&["task", "list", "--state", "READY", "--queue", "cron"]);
+    assert_eq!(code, 0);
+    assert_eq!(ready.len(), distinct.len(), "{ready:?}");
+}
+
 /// A key limited to 2 against 8 worker processes, each running `run
 /// --next` until the queue says it is drained: every child records how many
 /// children of the key are alive as it starts (a file per child, removed

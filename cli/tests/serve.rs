@@ -581,6 +581,30 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         (400, Some("every_ms")),
         "{r}"
     );
+    // A cron schedule over the task API; a bad expression names `cron`.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/schedules/late",
+        None,
+        r#"{"cron":"61 * * * *"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("cron")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/schedules/late",
+        None,
+        r#"{"cron":"0 2 * * *","template":{"queue":"cron","priority":0,"depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["schedule"]["cron"], "0 2 * * *", "{r}");
     // A concurrency key over the task API: a limit of 1, a task with the
     // key granted, the next refused `key_full` naming it.
     let (s, r) = http(

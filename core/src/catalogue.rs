@@ -58,6 +58,8 @@ pub enum Kind {
     Retention,
     /// A retry policy: attempts, the first wait, its growth and its cap.
     Retry,
+    /// A cron expression, read in UTC.
+    Cron,
 }
 
 impl Kind {
@@ -84,6 +86,9 @@ impl Kind {
             }
             Kind::Flag => "true or false",
             Kind::Period => "a duration from 1 s to a year",
+            Kind::Cron => {
+                "a cron expression in UTC: 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, at most 128 characters"
+            }
             Kind::Retention => "a duration from 0 to 100 years",
             Kind::Retry => {
                 "a retry policy: max_attempts (1 to 1000), backoff_ms (the first wait, up to 7 days), factor (1 to 10), max_backoff_ms (the longest wait)"
@@ -153,6 +158,10 @@ impl Kind {
                 "type": "integer",
                 "minimum": crate::graph::Schedule::MIN_EVERY_MS,
                 "maximum": crate::graph::MAX_START_AFTER_MS,
+            }),
+            Kind::Cron => json!({
+                "type": "string",
+                "maxLength": crate::graph::Schedule::MAX_CRON_CHARS,
             }),
         }
     }
@@ -386,7 +395,7 @@ pub const OPERATIONS: &[Op] = &[
     },
     Op {
         name: "schedule",
-        summary: "Set a recurring schedule: one task per period, made once however many schedulers tick",
+        summary: "Set a recurring schedule (every a span, or at the times a cron expression names): one task per period, made once however many schedulers tick",
         write: true,
         operator: false,
         cli: Some("schedule add"),
@@ -394,7 +403,8 @@ pub const OPERATIONS: &[Op] = &[
         python: Some("schedule"),
         inputs: &[
             input("name", "name", Kind::Id, true),
-            input("every", "every_ms", Kind::Period, true),
+            input("every", "every_ms", Kind::Period, false),
+            input("cron", "cron", Kind::Cron, false),
             input("node", "template", Kind::Node, false),
         ],
     },

@@ -83,7 +83,28 @@ impl<S: Store> Authority<S> {
     /// `manifest_conflict`; an operator's cancel of the record stops it.
     pub async fn schedule(&self, name: &str, every_ms: u64, template: NodeSpec) -> Result<Reply> {
         let task = schedule_id(name)?;
-        let schedule = crate::graph::Schedule { every_ms, template };
+        let schedule = crate::graph::Schedule::every(every_ms, template);
+        self.send(&task, Request::Schedule { schedule }).await
+    }
+
+    /// Sets the recurring schedule `name` like [`Authority::schedule`],
+    /// with a period from each time the cron expression `cron` names (in
+    /// UTC; 5 fields, or 6 with seconds first) to the next: one task per
+    /// named time from the first one after the schedule is set.
+    pub async fn schedule_cron(&self, name: &str, cron: &str, template: NodeSpec) -> Result<Reply> {
+        self.set_schedule(name, crate::graph::Schedule::cron(cron, template))
+            .await
+    }
+
+    /// Sets the recurring schedule `name` as `schedule` gives it (checked
+    /// as [`crate::graph::Schedule::checked`] says: one period, `every`
+    /// or `cron`).
+    pub async fn set_schedule(
+        &self,
+        name: &str,
+        schedule: crate::graph::Schedule,
+    ) -> Result<Reply> {
+        let task = schedule_id(name)?;
         self.send(&task, Request::Schedule { schedule }).await
     }
 

@@ -416,8 +416,9 @@ class Authority:
     def schedule(
         self,
         name: str,
-        every: _Seconds,
+        every: Optional[_Seconds] = None,
         *,
+        cron: Optional[str] = None,
         queue: Optional[str] = None,
         priority: int = 0,
         after: Optional[Sequence[str]] = None,

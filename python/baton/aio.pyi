@@ -141,8 +141,9 @@ class Authority:
     async def schedule(
         self,
         name: str,
-        every: _Seconds,
+        every: Optional[_Seconds] = None,
         *,
+        cron: Optional[str] = None,
         queue: Optional[str] = None,
         priority: int = 0,
         after: Optional[Sequence[str]] = None,

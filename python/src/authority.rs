@@ -792,17 +792,20 @@ impl Authority {
     }
 
     /// Sets the recurring schedule `name` (its record `schedule:NAME`): one
-    /// task `NAME@START` per period of `every` seconds (at least 1), with
-    /// the queue, priority, dependencies, limit and retries `add` takes,
-    /// made by whichever scheduler ticks first in each period. A `Record`,
-    /// or a `Refusal` (`manifest_conflict`) for another schedule of that name.
-    #[pyo3(signature = (name, every, *, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
+    /// task `NAME@START` per period of `every` seconds (at least 1), or
+    /// per time the cron expression `cron` names (UTC; 5 fields, or 6 with
+    /// seconds first), with the queue, priority, dependencies, limit and
+    /// retries `add` takes, made by whichever scheduler ticks first in
+    /// each period. A `Record`, or a `Refusal` (`manifest_conflict`) for
+    /// another schedule of that name.
+    #[pyo3(signature = (name, every = None, *, cron = None, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn schedule(
         &self,
         py: Python<'_>,
         name: &str,
-        every: &Bound<'_, PyAny>,
+        every: Option<&Bound<'_, PyAny>>,
+        cron: Option<&str>,
         queue: Option<&str>,
         priority: i64,
         after: Option<Vec<String>>,
@@ -813,7 +816,7 @@ impl Authority {
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let every_ms = duration(Kind::Period, "every", Some(every))?.unwrap_or(0);
+        let every_ms = duration(Kind::Period, "every", every)?.unwrap_or(0);
         let record = baton_core::workgraph::schedule_id(name).map_err(errors::to_py)?;
         let shape = Shape {
             queue,
@@ -828,8 +831,14 @@ impl Authority {
         };
         let template = shape.spec(&record)?;
         let name = name.to_owned();
+        // Which of every and cron a schedule may have is core's to check.
+        let schedule = baton_core::graph::Schedule {
+            every_ms,
+            cron: cron.map(|c| c.trim().to_owned()),
+            template,
+        };
         self.write(py, false, move |a| async move {
-            a.schedule(&name, every_ms, template).await
+            a.set_schedule(&name, schedule).await
         })
     }
 

@@ -281,6 +281,25 @@ def test_a_schedule_makes_one_task_per_period(auth):
     assert e.value.field == "every"
 
 
+def test_a_cron_schedule_makes_one_task_per_named_time(auth):
+    r = auth.schedule("everysec", cron="* * * * * *", queue="cron")
+    assert r.state == "REGISTERED"
+    assert auth.schedule("everysec", cron="* * * * * *", queue="cron").idempotent
+    for kwargs, field in [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"every": 60, "cron": "0 2 * * *"}, "cron"),
+        ({}, "every"),
+    ]:
+        with pytest.raises(baton.InvalidInput) as e:
+            auth.schedule("bad", **kwargs)
+        assert e.value.field == field, kwargs
+    time.sleep(1.1)
+    made = auth.tick_schedules()
+    assert len(made) == 1 and made[0][0].startswith("everysec@"), made
+    assert made[0][0].endswith(".000Z"), "a period starts on a named second"
+    assert auth.next("w1", ["cron"]).task == made[0][0]
+
+
 def test_next_takes_one_queue_or_a_list_and_names_the_field_otherwise(auth):
     auth.add("q-a", queue="alpha")
     auth.add("q-b", queue="beta")

@@ -442,21 +442,33 @@ async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScheduleBody {
-    every_ms: u64,
+    #[serde(default)]
+    every_ms: Option<u64>,
+    #[serde(default)]
+    cron: Option<String>,
     #[serde(default)]
     template: Option<baton_core::NodeSpec>,
 }
 
 async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answer {
     let b: ScheduleBody = parse_strict(&body)?;
-    let every_ms = catalogue::check_ms(catalogue::Kind::Period, "every_ms", b.every_ms)?;
+    let every_ms = b
+        .every_ms
+        .map(|ms| catalogue::check_ms(catalogue::Kind::Period, "every_ms", ms))
+        .transpose()?;
     let template = match b.template {
         Some(t) => t,
         None => {
             baton_core::NodeSpec::new(&baton_core::workgraph::schedule_id(&name)?, None, 0, [])?
         }
     };
-    answer(a.schedule(&name, every_ms, template).await?, false)
+    // Which of every_ms and cron a schedule may have is core's to check.
+    let schedule = baton_core::graph::Schedule {
+        every_ms: every_ms.unwrap_or(0),
+        cron: b.cron,
+        template,
+    };
+    answer(a.set_schedule(&name, schedule).await?, false)
 }
 
 async fn schedules(Gate(a): Gate) -> Answer {

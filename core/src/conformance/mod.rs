@@ -263,7 +263,8 @@ macro_rules! conformance_tests {
             retention_prunes_ended_tasks_and_keeps_tombstones,
             a_declared_task_is_retried_after_its_backoff,
             a_queue_policy_retries_failed_and_stalled_attempts,
-            lists_of_tasks_leave_out_the_records_that_hold_settings
+            lists_of_tasks_leave_out_the_records_that_hold_settings,
+            a_cron_schedule_enqueues_one_task_per_named_time
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -83,7 +83,11 @@ pub(super) fn create_schedule(op: &Operation, schedule: &crate::graph::Schedule)
         None,
         op.now,
     )
-    .details(json!({"every_ms": schedule.every_ms, "queue": schedule.template.queue}));
+    .details(json!({
+        "every_ms": schedule.every_ms,
+        "cron": schedule.cron,
+        "queue": schedule.template.queue
+    }));
     commit(r, vec![e])
 }
 

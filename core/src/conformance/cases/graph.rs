@@ -1130,3 +1130,83 @@ pub fn lists_of_tasks_leave_out_the_records_that_hold_settings<H: Harness>(ctx: 
     assert_eq!(ctx.block_on(a.keys()).unwrap().len(), 1);
     assert_eq!(ctx.block_on(a.schedules()).unwrap().len(), 1);
 }
+
+/// A cron schedule makes one task per time its expression names (UTC),
+/// however many schedulers tick at once: every add is of a distinct
+/// period's id `NAME@START`, START a time the expression names, and each
+/// tick after a named time has passed makes that period's task. A bad
+/// expression is refused naming `cron`, and writes nothing.
+pub fn a_cron_schedule_enqueues_one_task_per_named_time<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let q = id("cron-q");
+    let expr = "*/2 * * * * *";
+    let template = spec("even", Some("cron-q"), 0, &[]);
+    let e = ctx
+        .block_on(a.schedule_cron("bad", "61 * * * *", template.clone()))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("cron"), "{e}");
+    assert!(ctx.block_on(a.get(&id("schedule:bad"))).unwrap().is_none());
+    let r = ctx
+        .block_on(a.schedule_cron("even", expr, template.clone()))
+        .unwrap();
+    let set = r.record().expect("the schedule's record");
+    assert_eq!(
+        set.schedule.as_ref().and_then(|s| s.cron.as_deref()),
+        Some(expr)
+    );
+    assert!(
+        ctx.block_on(a.schedule_cron("even", expr, template.clone()))
+            .unwrap()
+            .is_idempotent()
+    );
+    let other = ctx
+        .block_on(a.schedule_cron("even", "*/4 * * * * *", template))
+        .unwrap();
+    assert!(
+        matches!(refusal(&other), Refusal::ManifestConflict),
+        "{other:?}"
+    );
+    let tick = |ctx: &mut Ctx<H>| -> Vec<TaskId> {
+        let (t1, t2, t3, t4) = ctx.block_on(async {
+            tokio::join!(
+                a.tick_schedules(),
+                a.tick_schedules(),
+                a.tick_schedules(),
+                a.tick_schedules()
+            )
+        });
+        [t1, t2, t3, t4]
+            .into_iter()
+            .flat_map(|r| r.unwrap().into_iter().map(|(t, _)| t))
+            .collect()
+    };
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        // Past at least one even second: a new period.
+        ctx.advance_ms(2000);
+        let first = tick(ctx);
+        assert!(!first.is_empty(), "no task for a time that passed");
+        made.extend(first);
+        made.extend(tick(ctx));
+    }
+    let mut distinct = made.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(made.len(), distinct.len(), "a period added twice: {made:?}");
+    assert!(made.len() >= 3, "{made:?}");
+    for t in &distinct {
+        let start = t
+            .as_str()
+            .strip_prefix("even@")
+            .and_then(|s| crate::Timestamp::parse_rfc3339(s).ok())
+            .unwrap_or_else(|| panic!("{t} is not even@START"));
+        assert_eq!(start.as_millis() % 2000, 0, "{t} is not an even second");
+        assert!(start >= set.created_at, "{t} before the schedule was set");
+    }
+    let graph = ctx
+        .block_on(a.list_graph(GraphState::Ready, Some(&q), 100))
+        .unwrap();
+    let mut names: Vec<TaskId> = graph.iter().map(|n| n.task.clone()).collect();
+    names.sort();
+    assert_eq!(names, distinct);
+}
