@@ -356,16 +356,8 @@ fn a_failed_attempt_is_tried_again_after_its_backoff() {
     );
 }
 
-/// Schedulers in four processes tick at once: the store makes the
-/// period's one task once. `schedule run` is a scheduler of its own that
-/// stops cleanly on SIGTERM.
-#[test]
-fn schedulers_in_several_processes_make_one_task_per_period() {
-    let env = Env::new(Backend::Sqlite);
-    let (code, out) = env.baton(&[
-        "schedule", "add", "nightly", "--every", "1h", "--queue", "cron",
-    ]);
-    assert_eq!(code, 0, "{out:?}");
+/// Four `schedule tick` processes at once: the tasks they made between them.
+fn four_tick_processes(env: &Env) -> Vec<String> {
     let ticks: Vec<_> = (0..4)
         .map(|_| {
             env.cmd(&["schedule", "tick"])
@@ -384,6 +376,20 @@ fn schedulers_in_several_processes_make_one_task_per_period() {
             made.push(v["task"].as_str().unwrap().to_owned());
         }
     }
+    made
+}
+
+/// Schedulers in four processes tick at once: the store makes the
+/// period's one task once. `schedule run` is a scheduler of its own that
+/// stops cleanly on SIGTERM.
+#[test]
+fn schedulers_in_several_processes_make_one_task_per_period() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&[
+        "schedule", "add", "nightly", "--every", "1h", "--queue", "cron",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    let made = four_tick_processes(&env);
     assert_eq!(made.len(), 1, "one task for the period: {made:?}");
     assert!(made[0].starts_with("nightly@"), "{made:?}");
     let run = env
@@ -465,22 +471,7 @@ fn a_cron_schedule_makes_one_task_per_named_time_across_processes() {
     for _ in 0..2 {
         // Past the next whole second: a named time.
         std::thread::sleep(Duration::from_millis(1100));
-        let ticks: Vec<_> = (0..4)
-            .map(|_| {
-                env.cmd(&["schedule", "tick"])
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for t in ticks {
-            let o = t.wait_with_output().unwrap();
-            assert!(o.status.success(), "{o:?}");
-            for line in String::from_utf8_lossy(&o.stdout).lines() {
-                let v: Value = serde_json::from_str(line).unwrap();
-                made.push(v["task"].as_str().unwrap().to_owned());
-            }
-        }
+        made.extend(four_tick_processes(&env));
     }
     let mut distinct = made.clone();
     distinct.sort();

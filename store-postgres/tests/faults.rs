@@ -58,6 +58,28 @@ fn drop_sessions(pg: &PgCluster, db: &str) {
     ));
 }
 
+/// Waits (up to 3 s) until a session on `db` waits on a lock, then ends
+/// it; how many sessions it ended.
+fn end_the_session_waiting_on_a_lock(pg: &PgCluster, db: &str) -> u32 {
+    for _ in 0..60 {
+        let killed = pg
+            .sql_in(
+                db,
+                &format!(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                     WHERE datname = '{db}' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                ),
+            )
+            .parse::<u32>()
+            .unwrap();
+        if killed > 0 {
+            return killed;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    0
+}
+
 /// Claims `task` until it is granted (the pool may need a try to notice a
 /// broken connection), for at most 10 s.
 fn claim_eventually(rt: &tokio::runtime::Runtime, a: &Authority<PostgresStore>, task: &str) {
@@ -165,22 +187,11 @@ fn faults_answer_unavailable_grant_nothing_and_heal() {
         (r, patient)
     });
     // Wait until the claim is waiting on the lock, then end its session.
-    let mut killed = 0;
-    for _ in 0..40 {
-        killed = pg
-            .sql_in(
-                "faults",
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                 WHERE datname = 'faults' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-            )
-            .parse::<u32>()
-            .unwrap();
-        if killed > 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(killed, 1, "no claim was waiting on the lock");
+    assert_eq!(
+        end_the_session_waiting_on_a_lock(&pg, "faults"),
+        1,
+        "no claim was waiting on the lock"
+    );
     let (r, patient) = claim.join().unwrap();
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
@@ -334,22 +345,11 @@ fn a_prune_killed_mid_transaction_prunes_nothing_half() {
         })
     };
     // Wait until the prune waits on the lock, then end its session.
-    let mut killed = 0;
-    for _ in 0..60 {
-        killed = pg
-            .sql_in(
-                "retention",
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                 WHERE datname = 'retention' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-            )
-            .parse::<u32>()
-            .unwrap();
-        if killed > 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(killed, 1, "no prune was waiting on the lock");
+    assert_eq!(
+        end_the_session_waiting_on_a_lock(&pg, "retention"),
+        1,
+        "no prune was waiting on the lock"
+    );
     let e = pruning.join().unwrap().unwrap_err();
     assert!(
         matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Indeterminate),

@@ -635,6 +635,22 @@ pub fn a_failed_attempt_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H
     assert_eq!(retried, 2, "{events:?}");
 }
 
+/// Four schedulers tick at once: the tasks they made between them.
+fn four_schedulers_tick<H: Harness>(ctx: &Ctx<H>, a: &crate::Authority<H::Store>) -> Vec<TaskId> {
+    let (t1, t2, t3, t4) = ctx.block_on(async {
+        tokio::join!(
+            a.tick_schedules(),
+            a.tick_schedules(),
+            a.tick_schedules(),
+            a.tick_schedules()
+        )
+    });
+    [t1, t2, t3, t4]
+        .into_iter()
+        .flat_map(|r| r.unwrap().into_iter().map(|(t, _)| t))
+        .collect()
+}
+
 /// A recurring schedule enqueues exactly one task per period however many
 /// schedulers tick at once (the store decides the add of the period's one
 /// id); its record is never granted; an operator's cancel stops it.
@@ -663,18 +679,7 @@ pub fn a_schedule_enqueues_one_task_per_period_however_many_tick<H: Harness>(ctx
         matches!(refusal(&r), Refusal::IllegalTransition { .. }),
         "a schedule is never granted: {r:?}"
     );
-    // Four schedulers tick at once.
-    let made = |ctx: &mut Ctx<H>| -> usize {
-        let (t1, t2, t3, t4) = ctx.block_on(async {
-            tokio::join!(
-                a.tick_schedules(),
-                a.tick_schedules(),
-                a.tick_schedules(),
-                a.tick_schedules()
-            )
-        });
-        [t1, t2, t3, t4].into_iter().map(|r| r.unwrap().len()).sum()
-    };
+    let made = |ctx: &mut Ctx<H>| -> usize { four_schedulers_tick(ctx, &a).len() };
     assert_eq!(made(ctx), 1, "one task for the first period");
     assert_eq!(made(ctx), 0, "none more in the same period");
     ctx.advance_ms(every);
@@ -1166,20 +1171,7 @@ pub fn a_cron_schedule_enqueues_one_task_per_named_time<H: Harness>(ctx: &mut Ct
         matches!(refusal(&other), Refusal::ManifestConflict),
         "{other:?}"
     );
-    let tick = |ctx: &mut Ctx<H>| -> Vec<TaskId> {
-        let (t1, t2, t3, t4) = ctx.block_on(async {
-            tokio::join!(
-                a.tick_schedules(),
-                a.tick_schedules(),
-                a.tick_schedules(),
-                a.tick_schedules()
-            )
-        });
-        [t1, t2, t3, t4]
-            .into_iter()
-            .flat_map(|r| r.unwrap().into_iter().map(|(t, _)| t))
-            .collect()
-    };
+    let tick = |ctx: &mut Ctx<H>| -> Vec<TaskId> { four_schedulers_tick(ctx, &a) };
     let mut made = Vec::new();
     for _ in 0..3 {
         // Past at least one even second: a new period.
