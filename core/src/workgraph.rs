@@ -606,7 +606,8 @@ impl<S: Store> Authority<S> {
     /// for up to `wait_ms`. On a store that watches ([`Store::watch_ready`]:
     /// etcd) it waits for a task to enter a ready index (at most
     /// [`NEXT_WAIT_CAP_MS`] at a time), then tries within a random
-    /// [`NEXT_WAIT_WOKEN_SPREAD_MS`]; elsewhere it pauses
+    /// [`NEXT_WAIT_WOKEN_SPREAD_MS`], or four times as long as its last
+    /// try took if that is longer (a loaded store); elsewhere it pauses
     /// [`NEXT_WAIT_FIRST_MS`] doubling to [`NEXT_WAIT_CAP_MS`], each
     /// jittered by a quarter either way, so waiting workers do not try in
     /// step. `drained` ends the wait at once.
@@ -614,8 +615,13 @@ impl<S: Store> Authority<S> {
         let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
         let mut pause = NEXT_WAIT_FIRST_MS;
         loop {
+            let tried = std::time::Instant::now();
             let reply = self.next_for(taker.clone(), queues).await?;
             let now = std::time::Instant::now();
+            // How long a try takes here now: a spread narrower than a few
+            // tries lets woken waiters try before the first one's grant
+            // is seen (a loaded store, a slow network).
+            let try_ms = u64::try_from((now - tried).as_millis()).unwrap_or(u64::MAX);
             if !matches!(reply, Reply::Refused(Refusal::NoneReady { .. })) || now >= until {
                 return Ok(reply);
             }
@@ -633,7 +639,7 @@ impl<S: Store> Authority<S> {
             {
                 // Woken with every other waiter: a spread, so they do not
                 // all go for the one task that became ready.
-                noise % (NEXT_WAIT_WOKEN_SPREAD_MS + 1)
+                noise % (NEXT_WAIT_WOKEN_SPREAD_MS.max(try_ms.saturating_mul(4)) + 1)
             } else {
                 pause - pause / 4 + noise % (pause / 2 + 1)
             };
