@@ -2,6 +2,7 @@
 
 use crate::keys::{Keys, prefix_end, unhex};
 use async_trait::async_trait;
+use baton_core::Timed;
 use baton_core::model::{NotificationDraft, PENDING_FENCE};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, Event, Judged, LeaseEffect, ListQuery, Notification,
@@ -874,7 +875,7 @@ impl FabricStore {
         Ok(id)
     }
 
-    async fn apply_op(&self, op: Operation) -> Result<Decision> {
+    async fn apply_op(&self, mut op: Operation) -> Result<Decision> {
         let rules = self.capabilities().lease_rules();
         let task = op.task.as_str().to_owned();
         let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
@@ -910,6 +911,9 @@ impl FabricStore {
                 self.forget(&task);
                 return landed;
             }
+            // Timed after the read each try: a try that follows another
+            // writer's commit decides after it, never at an earlier time.
+            op.timed_at_commit();
             let record = found.record.as_ref().map(|(r, _)| r);
             let mut d = decide_with(&op, record, found.judged(), rules);
             if cached && (!d.writes() || Self::is_graph(&op, record, &d)) {

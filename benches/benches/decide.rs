@@ -12,6 +12,7 @@ fn op(request: Request, now_ms: u64) -> Operation {
         request,
         pre: Preconditions::none(),
         now: Timestamp::from_millis(1_767_225_600_000).plus_ms(now_ms),
+        clock: Default::default(),
     }
 }
 

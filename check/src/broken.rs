@@ -48,6 +48,7 @@ impl<S: Store> Broken<S> {
                     },
                     pre: Preconditions::none(),
                     now: op.now,
+                    clock: Default::default(),
                 };
                 let _ = self.inner.apply(release).await;
                 None

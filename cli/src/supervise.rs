@@ -217,6 +217,35 @@ pub async fn supervised<S: Store + 'static>(
         Err(e) => return nothing(own(report_error(&e))),
     };
     let opened_at = auth.now();
+    // What is left of the lease when it was answered, counted down from
+    // then by this process's monotonic clock: a grant answered (or a
+    // child about to start) with no more than the keeper's safety margin
+    // left starts nothing, and is given back.
+    let answered = Instant::now();
+    let left_at_answer_ms = grant.expiry.as_millis() - opened_at.as_millis();
+    let margin_ms = baton_core::keeper::Schedule::new(
+        &grant,
+        &KeepOptions {
+            ttl_ms: spec.ttl_ms,
+            renew_every_ms: spec.renew_every_ms,
+            grace_ms: spec.grace_ms,
+            margin_ms: None,
+            run_id: None,
+        },
+    )
+    .margin_ms;
+    let too_late = move || {
+        let waited = i64::try_from(answered.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let left = left_at_answer_ms.saturating_sub(waited);
+        (left <= i64::try_from(margin_ms).unwrap_or(i64::MAX)).then(|| {
+            format!(
+                "the lease had {left} ms left, no more than its {margin_ms} ms safety margin: nothing was started"
+            )
+        })
+    };
+    if let Some(reason) = too_late() {
+        return give_back(auth, spec, &grant, LOST, reason, opened_at, started).await;
+    }
     let run_id = match &spec.holder {
         Holder::Declared { run, .. } => Some(run.clone()),
         Holder::Bare { .. } => None,
@@ -231,6 +260,9 @@ pub async fn supervised<S: Store + 'static>(
             return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
         }
     };
+    if let Some(reason) = too_late() {
+        return give_back(auth, spec, &grant, LOST, reason, opened_at, started).await;
+    }
     let mut child = match spawn(spec, &grant) {
         Ok(c) => c,
         Err(e) => {

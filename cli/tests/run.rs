@@ -1084,3 +1084,82 @@ fn a_run_time_limit_stops_the_child_before_the_lease_ends_there() {
     let events = env.events("t");
     assert!(events.iter().any(|e| e == "TIMED_OUT"), "{events:?}");
 }
+
+/// A grant that reaches `baton run` with its lease already over (here:
+/// the wrapper's clock runs 5 s ahead of its server's, so a 2 s lease
+/// ended before the answer by the clock the keeper keeps) starts nothing:
+/// the wrapper gives the task back and exits with its own status.
+#[test]
+fn a_grant_answered_with_its_lease_over_starts_no_child() {
+    let ft = "/usr/bin/faketime";
+    if !Path::new(ft).exists() {
+        assert!(
+            std::env::var("BATON_TEST_SERVER").as_deref() != Ok("1"),
+            "faketime is not installed: apt-get install faketime (scripts/test does it)"
+        );
+        eprintln!("skipped: faketime is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = server::Server::start(&store, None);
+    let env = Env {
+        dir: tempfile::tempdir().unwrap(),
+        store: server.url(),
+    };
+    let ran = env.path("ran");
+    let report = env.path("report.json");
+    let mut c = Command::new(ft);
+    c.args(["-f", "+5s", BIN, "--store", &env.store])
+        .args(["run", "late", "--owner", "w", "--ttl", "2s", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &format!("touch {}", ran.display())])
+        .env_remove("BATON_STORE");
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(200), "{out:?}");
+    assert!(!ran.exists(), "the child ran on a lease that was over");
+    let r = read_report(&report, &out);
+    assert_eq!(r["outcome"], "released", "{r}");
+    assert!(
+        r["reason"].as_str().unwrap().contains("safety margin"),
+        "{r}"
+    );
+    // Given back: another worker may take it at once.
+    let taken = env
+        .cmd(&["claim", "late", "--owner", "v"])
+        .output()
+        .unwrap();
+    assert!(taken.status.success(), "{taken:?}");
+}
+
+/// A run that waited behind another writer's lock longer than its TTL
+/// still gets a whole lease (it is timed when decided) and runs.
+#[test]
+fn a_run_that_waited_for_the_sqlite_lock_gets_a_whole_lease() {
+    let env = Env::new(Backend::Sqlite);
+    let db = env.path("b.db");
+    env.cmd(&["claim", "warm", "--owner", "w"])
+        .output()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch("BEGIN IMMEDIATE").unwrap();
+        tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        c.execute_batch("ROLLBACK").unwrap();
+    });
+    rx.recv().unwrap();
+    let ran = env.path("ran");
+    let report = env.path("report.json");
+    let out = env
+        .cmd(&["run", "waited", "--owner", "w", "--ttl", "1s", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &format!("touch {}", ran.display())])
+        .output()
+        .unwrap();
+    holder.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(ran.exists(), "the child did not run");
+    assert_eq!(read_report(&report, &out)["outcome"], "completed");
+}

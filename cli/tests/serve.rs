@@ -1963,3 +1963,71 @@ fn refusals_on_the_status_page_outlive_a_restart() {
     .unwrap();
     assert!(rec["node"].is_null(), "still the log: {rec}");
 }
+
+/// A worker cannot set a schedule; a schedule naming a missing task is
+/// refused when set; one whose period is taken by a task defined
+/// otherwise fails alone: the server's beat keeps making the tasks of the
+/// schedules after it, and `/v1/status` says which one fails and why.
+#[test]
+fn one_failing_schedule_stops_no_other_and_the_status_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(&store, &["--tokens", &tokens, "--sweep-every", "200ms"]);
+    let a = server.addr;
+    let every = r#"{"every_ms":1000,"template":{"queue":"q","priority":0,"depends_on":[]}}"#;
+    let (s, r) = http(a, "POST", "/v1/schedules/0000", Some(WORKER), every).unwrap();
+    assert_eq!(s, 403, "a worker sets no schedule: {r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/schedules/0000",
+        Some(OPERATOR),
+        r#"{"every_ms":1000,"template":{"queue":"q","priority":0,"depends_on":["ghost"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{r}");
+    assert!(r.to_string().contains("depends_on"), "{r}");
+    let (s, r) = http(a, "POST", "/v1/schedules/0000", Some(OPERATOR), every).unwrap();
+    assert_eq!(s, 200, "{r}");
+    let created = r["created_at"].as_str().unwrap().to_owned();
+    let (s, r) = http(a, "POST", "/v1/schedules/zzzz", Some(OPERATOR), every).unwrap();
+    assert_eq!(s, 200, "{r}");
+    // A worker adds 0000's next periods' tasks with its own definition.
+    let start = baton_core::Timestamp::parse_rfc3339(&created).unwrap();
+    for k in 0..40 {
+        let id = format!("0000@{}", start.plus_ms(1000 * k));
+        let (s, r) = http(
+            a,
+            "POST",
+            &format!("/v1/tasks/{id}/add"),
+            Some(WORKER),
+            r#"{"node":{"queue":"other","priority":9,"depends_on":[]}}"#,
+        )
+        .unwrap();
+        assert_eq!(s, 200, "{id}: {r}");
+    }
+    // The beat keeps making zzzz's tasks, and the status names 0000's failure.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, st) = http(a, "GET", "/v1/status", Some(OPERATOR), "").unwrap();
+        let (_, list) = http(a, "GET", "/v1/schedules", Some(OPERATOR), "").unwrap();
+        let made = list.to_string();
+        let failing = st["schedules_failing"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if failing.len() == 1 && st["counts"]["REGISTERED"].as_u64().unwrap_or(0) >= 42 {
+            assert_eq!(failing[0]["schedule"], "schedule:0000", "{st}");
+            assert!(
+                failing[0]["error"].as_str().unwrap().contains("refused"),
+                "{st}"
+            );
+            assert!(made.contains("schedule_failure"), "{list}");
+            assert_eq!(st["sweeper"]["error"], Value::Null, "{st}");
+            break;
+        }
+        assert!(Instant::now() < until, "status {st}\nschedules {list}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -164,6 +164,8 @@ pub fn needs_operator(request: &Request) -> bool {
         | Request::Limit { .. }
         | Request::QueuePolicy { .. }
         | Request::NoteRefusals { .. }
+        | Request::Schedule { .. }
+        | Request::ScheduleTicked { .. }
         | Request::Prune { .. } => true,
         Request::Cancel { by, fence, .. } => fence.is_none() || by.is_operator(),
         _ => false,
@@ -259,6 +261,7 @@ mod tests {
             request,
             pre: Default::default(),
             now: Timestamp::from_millis(0),
+            clock: Default::default(),
         }
     }
 

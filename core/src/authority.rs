@@ -154,6 +154,12 @@ impl<S: Store> Authority<S> {
         self.clock.now()
     }
 
+    /// This authority's clock, for a request to carry to where its
+    /// decision is serialized.
+    pub fn commit_clock(&self) -> crate::time::CommitClock {
+        crate::time::CommitClock::new(self.clock.clone())
+    }
+
     /// Submits any request with preconditions: the one path every write takes.
     pub async fn submit(
         &self,
@@ -168,6 +174,7 @@ impl<S: Store> Authority<S> {
             request,
             pre,
             now: self.clock.now(),
+            clock: self.commit_clock(),
         };
         let decision = self.store.apply(op).await?;
         reply(decision)
@@ -750,6 +757,7 @@ impl<S: Store> Authority<S> {
                         },
                         pre: Preconditions::none(),
                         now: at,
+                        clock: self.commit_clock(),
                     })
                     .collect();
                 let decided = self.store.apply_all(ops).await?;
@@ -811,6 +819,7 @@ impl<S: Store> Authority<S> {
                     request: Request::Settle,
                     pre: Preconditions::none(),
                     now: self.clock.now(),
+                    clock: self.commit_clock(),
                 };
                 let d = self.store.apply(op).await?;
                 if let Some(c) = &d.settle {

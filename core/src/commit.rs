@@ -461,6 +461,7 @@ mod tests {
             },
             pre: Preconditions::default(),
             now: Timestamp(1_767_225_600_000),
+            clock: Default::default(),
         }
     }
 

@@ -46,6 +46,38 @@ pub enum Job {
     Next(crate::graph::NextQuery),
 }
 
+impl Job {
+    /// Re-reads the time of every request of the job from the clock it
+    /// carries ([`crate::time::Timed`]); a group's all at one reading.
+    pub fn timed_at_commit(&mut self) {
+        use crate::time::Timed;
+        match self {
+            Job::One(op) => op.timed_at_commit(),
+            Job::All(ops) => {
+                let Some(first) = ops.first_mut() else {
+                    return;
+                };
+                first.timed_at_commit();
+                let now = first.now;
+                for op in ops.iter_mut() {
+                    op.now = op.now.max(now);
+                }
+            }
+            Job::Next(q) => q.timed_at_commit(),
+        }
+    }
+
+    /// Times every request of the job at `now` by the store's own clock.
+    pub fn timed_by_store(&mut self, now: Timestamp) {
+        use crate::time::Timed;
+        match self {
+            Job::One(op) => op.timed_by_store(now),
+            Job::All(ops) => ops.iter_mut().for_each(|op| op.timed_by_store(now)),
+            Job::Next(q) => q.timed_by_store(now),
+        }
+    }
+}
+
 /// The answer to a [`Job`], of the same kind.
 #[derive(Debug, Clone)]
 pub enum Answer {
@@ -314,6 +346,7 @@ fn apply_run(
                 request,
                 pre: Preconditions::default(),
                 now: op.now,
+                clock: Default::default(),
             };
             apply_run(r, &f, rules, depth + 1)?;
         }
@@ -596,7 +629,15 @@ impl Engine {
     pub fn step(&mut self) -> Result<Option<Need>> {
         loop {
             let Some(doing) = self.doing.as_mut() else {
-                match self.jobs.pop_front() {
+                // A job is timed when its decision begins: the store
+                // holds the lock that serializes it by now (a store that
+                // times by its own clock after its locks set the time
+                // and dropped the caller's clock already).
+                let job = self.jobs.pop_front().map(|mut job| {
+                    job.timed_at_commit();
+                    job
+                });
+                match job {
                     None => return Ok(None),
                     Some(Job::One(op)) => {
                         self.doing = Some(Doing::Ops {
@@ -835,6 +876,7 @@ mod tests {
             request,
             pre: Preconditions::default(),
             now: Timestamp(1_767_225_600_000),
+            clock: Default::default(),
         }
     }
 

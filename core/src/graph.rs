@@ -252,6 +252,17 @@ pub struct KeyView {
     pub live: Vec<KeyHolder>,
 }
 
+/// Why a schedule's tick made no task for its period, as kept on the
+/// schedule's record until a tick makes one again.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScheduleFailure {
+    /// The period's task that could not be made.
+    pub task: TaskId,
+    pub error: String,
+    /// The first tick that failed this way.
+    pub since: Timestamp,
+}
+
 /// The id prefix of a schedule's record: `schedule:NAME`.
 pub const SCHEDULE_PREFIX: &str = "schedule:";
 
@@ -822,6 +833,20 @@ pub struct NextQuery {
     /// priority, then ready time, then id). Never empty.
     pub queues: Vec<Id>,
     pub now: Timestamp,
+    /// The caller's clock, read again where the decision is serialized.
+    #[serde(skip)]
+    pub clock: crate::time::CommitClock,
+}
+
+impl crate::time::Timed for NextQuery {
+    fn timed_at_commit(&mut self) {
+        self.now = self.clock.read(self.now);
+    }
+
+    fn timed_by_store(&mut self, now: Timestamp) {
+        self.now = now;
+        self.clock = crate::time::CommitClock::none();
+    }
 }
 
 impl NextQuery {
@@ -1038,6 +1063,7 @@ mod tests {
             request: crate::request::Request::Add { node },
             pre: crate::request::Preconditions::default(),
             now: at(0),
+            clock: Default::default(),
         };
         let d = crate::decide::decide(&op, None, crate::decide::Judged::default());
         let crate::decide::Verdict::Commit(c) = d.verdict else {

@@ -284,6 +284,9 @@ pub enum RequestKind {
     QueuePolicy,
     /// Refusals a server answered, kept (by the server's own beat).
     NoteRefusals,
+    /// What a scheduler's tick of a schedule came to, kept on its record
+    /// when it changed (by the scheduler).
+    ScheduleTicked,
     /// A grant recorded on its key's record (by the grant's commit).
     KeyHold,
     /// A holder's end recorded on its key's record (by the commit of the end).
@@ -329,6 +332,7 @@ impl RequestKind {
             RequestKind::Limit => "limit",
             RequestKind::QueuePolicy => "queue_policy",
             RequestKind::NoteRefusals => "note_refusals",
+            RequestKind::ScheduleTicked => "schedule_ticked",
             RequestKind::KeyHold => "key_hold",
             RequestKind::KeyDrop => "key_drop",
             RequestKind::KeyPark => "key_park",

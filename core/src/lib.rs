@@ -57,5 +57,5 @@ pub use model::{Actor, Event, EventKind, Grant, Lease, Notification, State, Task
 pub use refusal::Refusal;
 pub use request::{Operation, Preconditions, Request, RequestKind};
 pub use store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
-pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use time::{Clock, CommitClock, ManualClock, SystemClock, Timed, Timestamp};
 pub use workgraph::{Added, GraphNode, GraphState};

@@ -123,6 +123,9 @@ pub struct TaskRecord {
     /// never granted; cancelled by an operator to stop it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<crate::graph::Schedule>,
+    /// Why the schedule's last tick made no task, until one makes it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_failure: Option<crate::graph::ScheduleFailure>,
     /// A concurrency key this record holds (a `key:KEY` record: never
     /// granted; its limit, holders and parked tasks).
     #[serde(default, skip_serializing_if = "Option::is_none")]

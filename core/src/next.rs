@@ -45,6 +45,7 @@ impl NextQuery {
             request,
             pre: Preconditions::default(),
             now: self.now,
+            clock: Default::default(),
         })
     }
 

@@ -131,6 +131,12 @@ pub enum Request {
     Schedule {
         schedule: crate::graph::Schedule,
     },
+    /// What a scheduler's tick of the schedule came to (by the scheduler,
+    /// never a worker): the failure that kept its period's task from
+    /// being made, or `None` once one is made again.
+    ScheduleTicked {
+        failure: Option<crate::graph::ScheduleFailure>,
+    },
     /// Written by a store in the commit of a dependent's add (a follow-up,
     /// never sent by a caller): records `dependent` on this task.
     Link {
@@ -225,6 +231,7 @@ impl Request {
             Request::Settle => RequestKind::Settle,
             Request::Add { .. } => RequestKind::Add,
             Request::Schedule { .. } => RequestKind::Schedule,
+            Request::ScheduleTicked { .. } => RequestKind::ScheduleTicked,
             Request::Link { .. } => RequestKind::Link,
             Request::Wake => RequestKind::Wake,
             Request::Limit { .. } => RequestKind::Limit,
@@ -270,6 +277,7 @@ impl Request {
             | Request::KeyDrop { .. }
             | Request::KeyPark { .. }
             | Request::NoteRefusals { .. }
+            | Request::ScheduleTicked { .. }
             | Request::Unpark => Actor::System,
             Request::Add { .. } | Request::Schedule { .. } => Actor::System,
         }
@@ -520,4 +528,18 @@ pub struct Operation {
     /// The time the decision is made at. Stores that keep their own clock
     /// still use it for timestamps; liveness they judge themselves.
     pub now: Timestamp,
+    /// The caller's clock, read again where the decision is serialized.
+    #[serde(skip)]
+    pub clock: crate::time::CommitClock,
+}
+
+impl crate::time::Timed for Operation {
+    fn timed_at_commit(&mut self) {
+        self.now = self.clock.read(self.now);
+    }
+
+    fn timed_by_store(&mut self, now: Timestamp) {
+        self.now = now;
+        self.clock = crate::time::CommitClock::none();
+    }
 }

@@ -132,6 +132,67 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> Timestamp;
 }
 
+/// The clock a request is timed by where its decision is serialized.
+///
+/// A request carries the time its caller read (`now`) and, beside it, the
+/// caller's clock: a store that decides under a lock (memory, SQLite,
+/// sled) or after taking a row's lock reads it again once the lock is
+/// held ([`Timed::timed_at_commit`]), so a grant waited for behind
+/// another writer starts when it is decided, never before, and event
+/// times follow the order the lock gives. Not part of what is asked: it
+/// is never serialized (a server re-times what it receives by its own
+/// clock) and two requests compare equal whatever their clocks.
+#[derive(Clone, Default)]
+pub struct CommitClock(Option<Arc<dyn Clock>>);
+
+impl CommitClock {
+    pub fn new(clock: Arc<dyn Clock>) -> CommitClock {
+        CommitClock(Some(clock))
+    }
+
+    /// No clock: the request is decided at the time it carries (a store
+    /// that set it from its own clock after its locks, a test).
+    pub fn none() -> CommitClock {
+        CommitClock(None)
+    }
+
+    /// `at`, or the clock's time if that is later: time never goes back
+    /// between a caller's reading and the decision.
+    pub fn read(&self, at: Timestamp) -> Timestamp {
+        match &self.0 {
+            Some(c) => c.now().max(at),
+            None => at,
+        }
+    }
+}
+
+impl fmt::Debug for CommitClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(c) => write!(f, "CommitClock({c:?})"),
+            None => f.write_str("CommitClock(none)"),
+        }
+    }
+}
+
+impl PartialEq for CommitClock {
+    fn eq(&self, _: &CommitClock) -> bool {
+        true
+    }
+}
+
+impl Eq for CommitClock {}
+
+/// What carries a time and a [`CommitClock`]: an operation, a `next`.
+pub trait Timed {
+    /// Re-reads the time once the store holds the locks the decision is
+    /// serialized by (never earlier than the time carried).
+    fn timed_at_commit(&mut self);
+    /// Sets the time (a store or server that times requests by its own
+    /// clock) and drops the carried clock, which must not move it again.
+    fn timed_by_store(&mut self, now: Timestamp);
+}
+
 /// The system's wall clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

@@ -150,6 +150,12 @@ impl<S: Store> Authority<S> {
     /// processes, servers), the store decides the one add of each id;
     /// the others are acknowledgements. Returns the tasks this tick made
     /// (a period no scheduler ticked in is not made up).
+    ///
+    /// A schedule whose period's task cannot be made (its add refused or
+    /// bad: a definition another put under that id, a dependency gone)
+    /// stops no other schedule: the failure is kept on its record
+    /// (`schedule_failure`, until a tick makes its task again) for lists
+    /// and pages to show. Only a store that cannot answer ends the tick.
     pub async fn tick_schedules(&self) -> Result<Vec<(TaskId, Reply)>> {
         let now = self.now();
         let mut made = Vec::new();
@@ -163,9 +169,25 @@ impl<S: Store> Authority<S> {
             let Some((task, spec)) = schedule.due(&rec.task, rec.created_at, now) else {
                 continue;
             };
-            let r = self.add(&task, spec).await?;
-            if matches!(r, Reply::Committed(_)) {
-                made.push((task, r));
+            let failure = match self.add(&task, spec).await {
+                Ok(r @ Reply::Committed(_)) => {
+                    made.push((task.clone(), r));
+                    None
+                }
+                Ok(Reply::Acknowledged(_)) => None,
+                Ok(Reply::Refused(refusal)) => Some(format!("its task was refused: {refusal}")),
+                Err(e) if e.kind == crate::error::ErrorKind::Invalid => Some(e.to_string()),
+                Err(e) => return Err(e),
+            };
+            let failure = failure.map(|error| crate::graph::ScheduleFailure {
+                task: task.clone(),
+                error,
+                since: now,
+            });
+            let kept = rec.schedule_failure.as_ref().map(|f| &f.error);
+            if kept != failure.as_ref().map(|f| &f.error) {
+                self.send(&rec.task, Request::ScheduleTicked { failure })
+                    .await?;
             }
         }
         Ok(made)
@@ -316,6 +338,7 @@ impl<S: Store> Authority<S> {
                 request: Request::Add { node: n.spec },
                 pre: Preconditions::none(),
                 now,
+                clock: self.commit_clock(),
             })
             .collect();
         for op in &ops {
@@ -400,6 +423,7 @@ impl<S: Store> Authority<S> {
             taker,
             queues,
             now: self.now(),
+            clock: self.commit_clock(),
         })
     }
 
@@ -809,6 +833,18 @@ pub fn schedule_id(name: &str) -> Result<TaskId> {
         .unwrap_or(name);
     if name.is_empty() {
         return Err(Error::invalid("name", "must not be empty"));
+    }
+    // Each period's task is `NAME@START`, and must be an id too.
+    let longest =
+        crate::id::MAX_ID_BYTES - "@".len() - crate::time::Timestamp::MAX.to_string().len();
+    if name.len() > longest {
+        return Err(Error::invalid(
+            "name",
+            format!(
+                "must be at most {longest} bytes, so that each period's task NAME@START is an id (got {})",
+                name.len()
+            ),
+        ));
     }
     TaskId::parse("name", &format!("{}{name}", crate::graph::SCHEDULE_PREFIX))
 }

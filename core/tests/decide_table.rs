@@ -36,6 +36,7 @@ fn step_pre(
         request: req,
         pre,
         now,
+        clock: Default::default(),
     };
     let mut d = decide(&op, rec, Judged::of(rec, now));
     if d.mints_fence() {
@@ -1647,6 +1648,7 @@ fn a_new_fence_is_filled_everywhere() {
         request: task_claim("x"),
         pre: Preconditions::none(),
         now: at(2),
+        clock: Default::default(),
     };
     let mut r = registered();
     r.manifest.as_mut().unwrap().notification_events = [EventKind::Claimed].into();
@@ -1795,6 +1797,7 @@ fn lease_rules_round_up_then_raise_to_the_minimum() {
             },
             pre: Preconditions::none(),
             now: T0,
+            clock: Default::default(),
         };
         let d = baton_core::decide_with(&op, None, Judged::default(), rules);
         let Verdict::Commit(c) = &d.verdict else {
@@ -1815,6 +1818,7 @@ fn lease_rules_round_up_then_raise_to_the_minimum() {
         request: task_claim("ci"),
         pre: Preconditions::none(),
         now: at(5),
+        clock: Default::default(),
     };
     let d = baton_core::decide_with(&op, Some(&rec), Judged::of(Some(&rec), op.now), rules);
     let Verdict::Commit(c) = &d.verdict else {
@@ -1830,6 +1834,7 @@ fn judged_step(rec: &TaskRecord, req: Request, judged: Judged, now: Timestamp) -
         request: req,
         pre: Preconditions::none(),
         now,
+        clock: Default::default(),
     };
     decide(&op, Some(rec), judged)
 }

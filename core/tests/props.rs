@@ -157,7 +157,7 @@ proptest! {
             let mut m = manifest(task.as_str(), 1, &[], 5, 2);
             m.start_deadline_seconds = 60;
             for req in [Request::Declare { manifest: m }, Request::Register { run_id: id("run") }] {
-                let op = Operation { task: task.clone(), request: req, pre: Preconditions::none(), now: w.now };
+                let op = Operation { task: task.clone(), request: req, pre: Preconditions::none(), now: w.now, clock: Default::default() };
                 let d = decide(&op, w.records.get(&t), Judged::of(w.records.get(&t), w.now));
                 if let Verdict::Commit(c) = d.verdict { w.records.insert(t, c.record); }
             }
@@ -167,7 +167,7 @@ proptest! {
             let task = id(&format!("t{}", s.task));
             let req = request(s, &w);
             let before = w.records.get(&s.task).cloned();
-            let op = Operation { task, request: req.clone(), pre: Preconditions::none(), now: w.now };
+            let op = Operation { task, request: req.clone(), pre: Preconditions::none(), now: w.now, clock: Default::default() };
             let judged = Judged::of(before.as_ref(), w.now);
             let live = before.as_ref().is_some_and(|r| baton_core::live_lease(r, judged.lease_holds));
             let mut d = decide(&op, before.as_ref(), judged);

@@ -178,6 +178,7 @@ impl Sim {
                     request: Request::Declare { manifest: m },
                     pre: Preconditions::none(),
                     now: sim.now,
+                    clock: Default::default(),
                 });
                 let run = Id::parse("r", RUN).unwrap();
                 sim.deliver_now(Operation {
@@ -185,6 +186,7 @@ impl Sim {
                     request: Request::Register { run_id: run },
                     pre: Preconditions::none(),
                     now: sim.now,
+                    clock: Default::default(),
                 });
             }
         }
@@ -369,6 +371,7 @@ impl Sim {
                 request,
                 pre: Preconditions::none(),
                 now: self.worker_now(w),
+                clock: Default::default(),
             };
             let prepared = match &self.backend {
                 Backend::Canary(c) => Some(c.prepare(&op)),

@@ -208,6 +208,7 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
         request,
         pre,
         now: a.now(),
+        clock: Default::default(),
     };
     let d = a.store().apply(op).await?;
     answer(reply(d)?, answers_with_grant(kind))

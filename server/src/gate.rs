@@ -46,6 +46,8 @@ impl Gated {
     fn admit(&self, op: Operation, now: Timestamp) -> Result<Operation> {
         let mut op = access::admit(op, self.caller.as_ref())?;
         op.now = now;
+        // Read again where the store serializes the decision.
+        op.clock = baton_core::CommitClock::new(self.app.clock.clone());
         op.request.validate()?;
         Ok(op)
     }
@@ -106,6 +108,7 @@ impl Store for Gated {
         access::admit_taker(&query.taker, self.caller.as_ref())?;
         let mut q = query.clone();
         q.now = self.app.now();
+        q.clock = baton_core::CommitClock::new(self.app.clock.clone());
         let d = self.counted(self.app.store.next(&q).await)?;
         if let Some(d) = &d
             && let Some(r) = d.current.as_ref().or(d.record_to_write())

@@ -240,6 +240,17 @@ async fn status(
         .collect();
     let now = app.now();
     let activity = per_minute(&app, newest, now).await?;
+    // Schedules whose last tick could not make their period's task.
+    let failing: Vec<serde_json::Value> = app
+        .authority
+        .schedules()
+        .await?
+        .into_iter()
+        .filter_map(|r| {
+            let f = r.schedule_failure?;
+            Some(json!({"schedule": r.task, "task": f.task, "error": f.error, "since": f.since}))
+        })
+        .collect();
     json(&json!({
         "now": now,
         "counts": counts,
@@ -249,6 +260,7 @@ async fn status(
         "failures": census.failures,
         "refusals": recent,
         "sweeper": app.sweeper.lock().ok().and_then(|s| s.clone()),
+        "schedules_failing": failing,
         "events": events.iter().rev().collect::<Vec<_>>(),
         "per_minute": activity,
     }))
@@ -337,6 +349,7 @@ const PAGE: &str = r##"<!doctype html>
 <h1><a href="#">baton</a></h1>
 <div id="meta">loading&hellip;</div>
 <div id="sweeper"></div>
+<div id="schedules-failing" class="err"></div>
 <div class="bar">
   <form id="auth"><label>This server needs a token: <input id="token" type="password" autocomplete="off"></label> <button>Use</button></form>
   <label>Search <input id="search" type="search" placeholder="task, owner, error&hellip;"></label>
@@ -458,6 +471,7 @@ async function showList() {
     : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error
     : "sweeping every " + sw.every_ms + " ms: " + sw.swept + " tasks swept in " + sw.sweeps + " sweeps" + (sw.last_at ? ", last at " + sw.last_at : "");
   $("sweeper").className = sw && sw.error ? "err" : "";
+  $("schedules-failing").replaceChildren(...(s.schedules_failing || []).map(f => { const d = document.createElement("div"); d.textContent = f.schedule + " makes no task since " + f.since + " (" + f.task + "): " + f.error; return d; }));
   const counts = $("counts"); counts.replaceChildren();
   for (const [state, n] of Object.entries(s.counts)) { const d = document.createElement("div"); d.className = "count"; d.dataset.state = state; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(state)); counts.appendChild(d); }
   const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));

@@ -348,7 +348,9 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
         // The same beat makes each live schedule's task for its period:
         // however many servers (or `baton schedule run`s) tick, the store
         // makes each once. One the store cannot answer is made at a later tick.
-        let _ = app.authority.tick_schedules().await;
+        // One schedule's failure is kept on its record and stops no
+        // other; a store that cannot answer is this beat's error.
+        let ticked = app.authority.tick_schedules().await;
         // Retention, when asked for: a bounded batch a beat, as the system.
         if let Some(ms) = app.prune_after_ms {
             let _ = app
@@ -363,13 +365,14 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
             && let Some(status) = s.as_mut()
         {
             status.sweeps += 1;
-            match result {
-                Ok(swept) => {
+            match (result, ticked) {
+                (Ok(swept), Ok(_)) => {
                     status.swept += swept.len() as u64;
                     status.last_at = Some(at);
                     status.error = None;
                 }
-                Err(e) => status.error = Some(e.to_string()),
+                (Err(e), _) => status.error = Some(e.to_string()),
+                (Ok(_), Err(e)) => status.error = Some(format!("the schedules' tick failed: {e}")),
             }
         }
     }

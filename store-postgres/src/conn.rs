@@ -189,24 +189,12 @@ impl Inner {
     }
 }
 
-/// `job` as decided at `now` (the server's time).
+/// `job` as decided at `now` (the server's time, read once its locks are
+/// held).
 pub(crate) fn at(job: &Job, now: Timestamp) -> Job {
-    match job.clone() {
-        Job::One(mut op) => {
-            op.now = now;
-            Job::One(op)
-        }
-        Job::All(mut ops) => {
-            for op in &mut ops {
-                op.now = now;
-            }
-            Job::All(ops)
-        }
-        Job::Next(mut q) => {
-            q.now = now;
-            Job::Next(q)
-        }
-    }
+    let mut job = job.clone();
+    job.timed_by_store(now);
+    job
 }
 
 pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Result<String> {

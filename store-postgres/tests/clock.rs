@@ -73,3 +73,80 @@ fn clients_with_skewed_clocks_see_leases_end_on_the_servers_time() {
         .unwrap();
     assert!(late.grant().is_none(), "{late:?}");
 }
+
+/// A claim that waits for another session's lock on the task's row is
+/// timed once the lock is its own: its lease is not over when answered,
+/// and its grant's time comes after the lock's holder let go.
+#[test]
+fn a_claim_that_waited_for_a_row_lock_is_granted_when_it_got_it() {
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = pg.url("rowlock");
+    let s = rt.block_on(PostgresStore::open_url(&url)).unwrap();
+    let a = Authority::new(s, Arc::new(baton_core::SystemClock));
+    let t = id("locked");
+    let g = rt
+        .block_on(a.claim(&t, &id("w"), Some(1000)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    rt.block_on(a.release(&t, &id("w"), g.fence)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        // The row locked by a session of its own for 2 s.
+        let sql = "BEGIN; SELECT 1 FROM rowlock.tasks WHERE task_id = 'locked' FOR UPDATE; \
+                   SELECT pg_sleep(2); COMMIT;";
+        let mut c = std::process::Command::new("psql");
+        c.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg_port(&url),
+            "-U",
+            "baton",
+            "-d",
+            "postgres",
+        ])
+        .args(["-c", sql]);
+        tx.send(()).unwrap();
+        c.output().unwrap()
+    });
+    rx.recv().unwrap();
+    // psql has connected and locked the row once its backend waits in pg_sleep.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' AND wait_event = 'PgSleep'") != "1" {
+        assert!(std::time::Instant::now() < until, "psql never locked the row");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = baton_core::Clock::now(&baton_core::SystemClock);
+    let g = rt
+        .block_on(a.claim(&t, &id("v"), Some(1000)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    let answered = baton_core::Clock::now(&baton_core::SystemClock);
+    assert!(holder.join().unwrap().status.success());
+    assert!(answered.0 - asked.0 >= 1500, "the claim waited for the row");
+    assert!(
+        g.claimed_at.0 >= asked.0 + 1500,
+        "granted at {} though asked at {asked}",
+        g.claimed_at
+    );
+    assert!(
+        g.expiry > answered,
+        "the lease ({}) was over when answered ({answered})",
+        g.expiry
+    );
+}
+
+fn pg_port(url: &str) -> String {
+    url.split("127.0.0.1:")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned()
+}

@@ -1409,6 +1409,7 @@ mod tests {
             },
             pre: baton_core::request::Preconditions::default(),
             now,
+            clock: Default::default(),
         }
     }
 

@@ -264,7 +264,9 @@ macro_rules! conformance_tests {
             a_declared_task_is_retried_after_its_backoff,
             a_queue_policy_retries_failed_and_stalled_attempts,
             lists_of_tasks_leave_out_the_records_that_hold_settings,
-            a_cron_schedule_enqueues_one_task_per_named_time
+            a_cron_schedule_enqueues_one_task_per_named_time,
+            a_failing_schedule_stops_no_other_and_says_why,
+            records_that_hold_settings_take_no_task_request
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -89,6 +89,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         dependents: Vec::new(),
         cancel_requested: None,
         schedule: None,
+        schedule_failure: None,
         key_limit: None,
         queue_policy: None,
         refusal_log: None,

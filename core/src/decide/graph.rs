@@ -62,7 +62,11 @@ fn queue_retry(spec: &NodeSpec, upstream: &Upstream) -> Option<crate::graph::Ret
 
 /// Creates a schedule's record (`schedule:NAME`, REGISTERED, never
 /// granted) with its schedule.
-pub(super) fn create_schedule(op: &Operation, schedule: &crate::graph::Schedule) -> Verdict {
+pub(super) fn create_schedule(
+    op: &Operation,
+    schedule: &crate::graph::Schedule,
+    upstream: &Upstream,
+) -> Verdict {
     if !op.task.as_str().starts_with(crate::graph::SCHEDULE_PREFIX) {
         return Verdict::Invalid(Error::invalid(
             "task",
@@ -70,6 +74,16 @@ pub(super) fn create_schedule(op: &Operation, schedule: &crate::graph::Schedule)
                 "a schedule's id starts with {:?} (got {:?})",
                 crate::graph::SCHEDULE_PREFIX,
                 op.task.as_str()
+            ),
+        ));
+    }
+    if let Readiness::Unknown { missing } = upstream.readiness(&schedule.template.depends_on) {
+        return Verdict::Invalid(Error::invalid(
+            "depends_on",
+            format!(
+                "names a task that does not exist: every period of {} would wait on {} for good",
+                op.task.as_str(),
+                missing.as_str()
             ),
         ));
     }
@@ -265,10 +279,44 @@ pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecor
             ids
         }
         Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        // A schedule's template may only name tasks that exist: every
+        // period's task would be refused for one that does not.
+        Request::Schedule { schedule } if record.is_none() => schedule.template.depends_on.clone(),
         Request::Limit { .. }
         | Request::KeyHold { .. }
         | Request::KeyDrop { .. }
         | Request::KeyPark { .. } => super::key::key_reads(record),
         _ => Vec::new(),
     }
+}
+
+/// Keeps what a tick of the schedule came to on its record (the
+/// scheduler's, as the system: a server admits it from an operator's
+/// token only, `access::needs_operator`), when it changed: a failure (with the first time it was seen; the same error
+/// again writes nothing), or none once a period's task is made again.
+pub(super) fn schedule_ticked(
+    op: &Operation,
+    rec: Option<&TaskRecord>,
+    failure: Option<&crate::graph::ScheduleFailure>,
+) -> Verdict {
+    let Some(rec) = rec else {
+        return refuse(Refusal::NotFound);
+    };
+    if rec.schedule.is_none() {
+        return illegal(rec, &op.request);
+    }
+    let same = match (&rec.schedule_failure, failure) {
+        (None, None) => true,
+        (Some(had), Some(f)) => had.error == f.error,
+        _ => false,
+    };
+    if same {
+        return Verdict::Ack;
+    }
+    let mut r = next(rec, op.now);
+    r.schedule_failure = failure.map(|f| crate::graph::ScheduleFailure {
+        since: op.now,
+        ..f.clone()
+    });
+    commit(r, Vec::new())
 }

@@ -557,6 +557,9 @@ fn decide_request(
     if let Request::NoteRefusals { notes } = req {
         return queue::note_refusals(op, rec, notes);
     }
+    if let Request::ScheduleTicked { failure } = req {
+        return graph::schedule_ticked(op, rec, failure.as_ref());
+    }
     if rec.is_none()
         && let Some(v) = key::reserved(op).or_else(|| queue::reserved(op))
     {
@@ -603,13 +606,19 @@ fn decide_request(
                 Err(e) => Verdict::Invalid(e),
             },
             Request::Add { node } => graph::create_added(op, node, upstream),
-            Request::Schedule { schedule } => graph::create_schedule(op, schedule),
+            Request::Schedule { schedule } => graph::create_schedule(op, schedule, upstream),
             _ => refuse(Refusal::NotFound),
         };
     };
     // A record that holds a setting (a schedule's, which makes the tasks
     // that are granted; a key's, a queue's) is never granted.
     if req.may_grant() && rec.holds_setting() {
+        return illegal(rec, req);
+    }
+    // Nor does any other task request reach it: only its own requests
+    // (decided above, or `Schedule` below), the sweep's settle, and an
+    // operator's cancel of a schedule's record, which stops it.
+    if rec.holds_setting() && !setting_request(req, rec) {
         return illegal(rec, req);
     }
     if matches!(
@@ -643,7 +652,9 @@ fn decide_request(
         // Decided above.
         Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.
-        Request::QueuePolicy { .. } | Request::NoteRefusals { .. } => illegal(rec, req),
+        Request::QueuePolicy { .. }
+        | Request::NoteRefusals { .. }
+        | Request::ScheduleTicked { .. } => illegal(rec, req),
         Request::Limit { .. }
         | Request::KeyHold { .. }
         | Request::KeyDrop { .. }
@@ -663,5 +674,14 @@ fn decide_request(
         | Request::Succeed { .. }
         | Request::TaskFail { .. }
         | Request::Retry { .. } => registry::decide(op, rec, live, rules),
+    }
+}
+
+/// Whether `req` may be decided on `rec`, a record that holds a setting.
+fn setting_request(req: &Request, rec: &TaskRecord) -> bool {
+    match req {
+        Request::Settle | Request::Schedule { .. } | Request::ScheduleTicked { .. } => true,
+        Request::Cancel { fence: None, .. } => rec.schedule.is_some(),
+        _ => false,
     }
 }

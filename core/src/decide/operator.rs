@@ -117,7 +117,10 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool) -> Verdict {
 /// a task still live, one that ended later, one pruned already.
 pub(super) fn prune(rec: &TaskRecord, before: Timestamp, now: Timestamp) -> Verdict {
     let ended = rec.finished_at.unwrap_or(rec.updated_at);
-    if !rec.state.is_terminal() || rec.pruned_at.is_some() || ended > before {
+    // A record that holds a setting (a key's limit, a queue's policy, a
+    // schedule, the refusal log) is never a task's history to forget.
+    if rec.holds_setting() || !rec.state.is_terminal() || rec.pruned_at.is_some() || ended > before
+    {
         return Verdict::Ack;
     }
     let mut r = super::build::first_record(&rec.task, rec.state, rec.created_at);

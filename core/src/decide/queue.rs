@@ -21,6 +21,10 @@ pub(super) fn reserved(op: &Operation) -> Option<Verdict> {
     } else if id.starts_with(REFUSALS_PREFIX) && !matches!(op.request, Request::NoteRefusals { .. })
     {
         (REFUSALS_PREFIX, "the refusals a server keeps")
+    } else if id.starts_with(crate::graph::SCHEDULE_PREFIX)
+        && !matches!(op.request, Request::Schedule { .. })
+    {
+        (crate::graph::SCHEDULE_PREFIX, "recurring schedules")
     } else {
         return None;
     };
@@ -113,6 +117,7 @@ mod tests {
             request,
             pre: Default::default(),
             now: Timestamp::from_millis(at),
+            clock: Default::default(),
         }
     }
 

@@ -1202,3 +1202,123 @@ pub fn a_cron_schedule_enqueues_one_task_per_named_time<H: Harness>(ctx: &mut Ct
     names.sort();
     assert_eq!(names, distinct);
 }
+
+/// One schedule that cannot make its period's task stops no other: the
+/// failure is kept on its record until a tick makes its task again. A
+/// template that names a missing task, a name too long for its periods'
+/// ids and a task id that squats the `schedule:` prefix are refused when
+/// asked for.
+pub fn a_failing_schedule_stops_no_other_and_says_why<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let every = 3 * ctx.short_ttl_ms();
+    let ghost = ctx
+        .block_on(a.schedule("0000", every, spec("x", Some("q"), 0, &["ghost"])))
+        .unwrap_err();
+    assert_eq!(ghost.kind, crate::error::ErrorKind::Invalid, "{ghost}");
+    assert_eq!(ghost.field.as_deref(), Some("depends_on"), "{ghost}");
+    let long = "n".repeat(240);
+    let e = ctx
+        .block_on(a.schedule(&long, every, spec("x", Some("q"), 0, &[])))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("name"), "{e}");
+    let e = ctx
+        .block_on(a.add(&id("schedule:squat"), spec("squat", None, 0, &[])))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("task"), "{e}");
+    // Two schedules; the first one's period is taken by a task someone
+    // else added under its id with another definition.
+    let first = ctx
+        .block_on(a.schedule("0000", every, spec("x", Some("q"), 0, &[])))
+        .unwrap();
+    ctx.block_on(a.schedule("zzzz", every, spec("x", Some("q"), 0, &[])))
+        .unwrap();
+    let start = first.record().unwrap().created_at;
+    let squat = id(&format!("0000@{start}"));
+    ctx.block_on(a.add(&squat, spec("other", Some("elsewhere"), 5, &[])))
+        .unwrap();
+    let made = ctx.block_on(a.tick_schedules()).unwrap();
+    let names: Vec<&str> = made.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(
+        names[0].starts_with("zzzz@"),
+        "the later schedule made its task: {names:?}"
+    );
+    let failed = |ctx: &mut Ctx<H>| {
+        ctx.block_on(a.schedules())
+            .unwrap()
+            .into_iter()
+            .find(|r| r.task.as_str() == "schedule:0000")
+            .unwrap()
+            .schedule_failure
+    };
+    let f = failed(ctx).expect("the failure is kept on the schedule's record");
+    assert_eq!(f.task, squat);
+    assert!(f.error.contains("refused"), "{f:?}");
+    // Ticking again writes nothing new (the same failure).
+    let before = ctx.block_on(a.get(&id("schedule:0000"))).unwrap().unwrap();
+    ctx.block_on(a.tick_schedules()).unwrap();
+    let after = ctx.block_on(a.get(&id("schedule:0000"))).unwrap().unwrap();
+    assert_eq!(
+        before.revision, after.revision,
+        "the same failure again is not written"
+    );
+    // The next period's task is made, and the failure is gone.
+    ctx.advance_ms(every);
+    let made = ctx.block_on(a.tick_schedules()).unwrap();
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert_eq!(failed(ctx), None);
+}
+
+/// Records that hold settings take no task request (an operator's cancel
+/// stops a schedule, and nothing else reaches them), and retention never
+/// prunes them.
+pub fn records_that_hold_settings_take_no_task_request<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let op = Actor::Operator(id("alice"));
+    ctx.block_on(a.set_limit(&id("k"), Some(1), op.clone()))
+        .unwrap();
+    ctx.block_on(a.set_queue_policy(&id("q"), None, op.clone()))
+        .unwrap();
+    for rec in ["key:k", "queue:q"] {
+        for r in [
+            ctx.block_on(a.cancel_as(&id(rec), op.clone())).unwrap(),
+            ctx.block_on(a.finalize(&id(rec), op.clone(), None))
+                .unwrap(),
+            ctx.block_on(a.redispatch(&id(rec), op.clone(), 1)).unwrap(),
+        ] {
+            assert!(
+                matches!(refusal(&r), Refusal::IllegalTransition { .. }),
+                "{rec}: {r:?}"
+            );
+        }
+        let e = ctx
+            .block_on(a.add(&id(rec), spec(rec, None, 0, &[])))
+            .map(|r| r.refusal().cloned());
+        assert!(
+            matches!(
+                e,
+                Ok(Some(
+                    Refusal::IllegalTransition { .. } | Refusal::ManifestConflict
+                ))
+            ),
+            "{rec}: {e:?}"
+        );
+    }
+    // A schedule is stopped by an operator's cancel; stopped, it is kept.
+    ctx.block_on(a.schedule("s", 3 * ctx.short_ttl_ms(), spec("x", None, 0, &[])))
+        .unwrap();
+    let r = ctx
+        .block_on(a.cancel_as(&id("schedule:s"), op.clone()))
+        .unwrap();
+    assert_eq!(r.record().map(|r| r.state), Some(State::Cancelled), "{r:?}");
+    ctx.advance_ms(10);
+    let pruned = ctx.block_on(a.prune(op.clone(), 0, 1000)).unwrap();
+    assert_eq!(pruned, 0, "no setting is pruned");
+    for rec in ["key:k", "queue:q", "schedule:s"] {
+        let r = ctx.block_on(a.get(&id(rec))).unwrap().unwrap();
+        assert_eq!(r.pruned_at, None, "{rec} was pruned");
+    }
+    // The key still limits.
+    let st = ctx.block_on(a.key_status(&id("k"))).unwrap().unwrap();
+    assert_eq!(st.limit, Some(1));
+}
