@@ -135,6 +135,7 @@ impl SqliteStore {
         use_wal(&writer, &path)?;
         let main = file_id(&path)?;
         check_links(&path)?;
+        refuse_log_left_behind(&writer, &path)?;
         check_wal_belongs(&mut writer, &path, main)?;
         migrate(&mut writer, &path, main)?;
         check_log_not_left_behind(&mut writer, &path, main)?;
@@ -424,37 +425,32 @@ fn check_wal_belongs(conn: &mut Connection, path: &Path, actual: FileId) -> Resu
     tx.commit().map_err(err)
 }
 
-/// Refuses a database file moved away from a write-ahead log that still
-/// holds its latest commits: the store records the path it was last opened
-/// at, and a process that opens it under another name, with no frames of
-/// its own beside it while the log at the old name has frames (and the old
-/// name holds no other file), would read the database without those
-/// commits and grant their fences again. Otherwise the new path is
-/// recorded, and checkpointed into the file so that a move right after
-/// finds it there.
-fn check_log_not_left_behind(conn: &mut Connection, path: &Path, actual: FileId) -> Result<()> {
-    let err = |e| map_err(path, e);
+/// The check of [`check_log_not_left_behind`], reading only: run before
+/// anything is written at this name (adopting a copy's new inode writes,
+/// and those frames of its own would hide where it came from). Returns
+/// this path as it is to be recorded, `None` when it is recorded already.
+fn refuse_log_left_behind(conn: &Connection, path: &Path) -> Result<Option<String>> {
     let here = std::fs::canonicalize(path).map_err(|e| {
         Error::unavailable(format!("{}: cannot resolve the path: {e}", path.display()))
     })?;
     let here_text = here.to_string_lossy().into_owned();
+    // A store from before the path was recorded (schema 5) has no column:
+    // nothing recorded.
     let recorded: Option<String> = conn
         .query_row("SELECT path FROM file_identity WHERE id = 1", [], |r| {
             r.get(0)
         })
-        .optional()
-        .map_err(err)?
+        .ok()
         .flatten();
     if recorded.as_deref() == Some(here_text.as_str()) {
-        return Ok(());
+        return Ok(None);
     }
     if let Some(old) = recorded.as_deref().map(PathBuf::from) {
         let old_wal = PathBuf::from(format!("{}-wal", old.display()));
         let (own_wal, _) = sidecars(conn, path);
-        let another_file_there = file_id(&old).is_ok_and(|id| id != actual);
-        if !wal_has_frames(&own_wal) && wal_has_frames(&old_wal) && !another_file_there {
+        if !wal_has_frames(&own_wal) && wal_has_frames(&old_wal) {
             return Err(Error::corrupt(format!(
-                "{}: this store was last opened as {}, and its write-ahead log {} still holds commits that are not in this file (it was moved, or copied, without its log); nothing was read or written. Move it back with its log (mv {} {}), or stop every process using it, checkpoint it at its old name (sqlite3 {} \"PRAGMA wal_checkpoint(TRUNCATE)\") and move it again; see README.md, \"Backup and restore\"",
+                "{}: this store was last opened as {}, and its write-ahead log {} still holds commits that may not be in this file (it was moved, or copied, without its log); nothing was read or written. Move it back with its log (mv {} {}), or stop every process using it, checkpoint it at its old name (sqlite3 {} \"PRAGMA wal_checkpoint(TRUNCATE)\") and move it again; see README.md, \"Backup and restore\"",
                 path.display(),
                 old.display(),
                 old_wal.display(),
@@ -464,6 +460,25 @@ fn check_log_not_left_behind(conn: &mut Connection, path: &Path, actual: FileId)
             )));
         }
     }
+    Ok(Some(here_text))
+}
+
+/// Refuses a database file moved or copied away from a write-ahead log
+/// that still holds commits: the store records the path it was last
+/// opened at, and a process that opens it under another name, with no
+/// frames of its own beside it while the log at the old name has frames,
+/// may read the database without those commits and grant their fences
+/// again. Whatever is at the old name (the original, after a `cp`; nothing,
+/// after a move to another filesystem) and whatever the inode: a copy
+/// that has every commit (an online backup) cannot be told from one that
+/// lacks some, so both are refused until the original's log is
+/// checkpointed. Otherwise the new path is recorded, and checkpointed into
+/// the file so that a move right after finds it there.
+fn check_log_not_left_behind(conn: &mut Connection, path: &Path, actual: FileId) -> Result<()> {
+    let err = |e| map_err(path, e);
+    let Some(here_text) = refuse_log_left_behind(conn, path)? else {
+        return Ok(());
+    };
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(err)?;

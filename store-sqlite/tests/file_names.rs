@@ -406,3 +406,32 @@ fn a_store_moved_away_from_its_log_is_refused_until_moved_back() {
     let h = fence_in_child(&c_path, "t12");
     assert_eq!(h, g + 1, "counts on at the new name");
 }
+
+/// A crashed store's file copied (`cp`) beside it, or moved to another
+/// filesystem without its log (a copy and an unlink, whatever the inode),
+/// is refused at its new name while the log at the old one still holds
+/// commits that are not in the file: it would hand their fences out again.
+#[test]
+fn a_crashed_store_copied_or_moved_to_another_filesystem_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a_path = dir.path().join("a.db");
+    fence_in_child(&a_path, "t0");
+    crash_after_claim(&a_path, "t1");
+    // cp a.db copy.db: the old file is still there, with its log.
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&a_path, &copy).unwrap();
+    let e = open(&copy).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(e.message.contains("was last opened as"), "{e}");
+    // Moved to another filesystem (/dev/shm where it is one): copied there,
+    // the original unlinked, its log left behind.
+    let other = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
+    let moved = other.path().join("moved.db");
+    std::fs::copy(&a_path, &moved).unwrap();
+    std::fs::remove_file(&a_path).unwrap();
+    let e = open(&moved).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert!(e.message.contains("was last opened as"), "{e}");
+    // The copy beside it is still refused: nothing was written at either name.
+    assert_eq!(open(&copy).unwrap_err().kind, ErrorKind::Corrupt);
+}
