@@ -66,7 +66,7 @@ fn http(
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: baton\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).ok()?;
@@ -290,7 +290,7 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
 fn scrape(a: SocketAddr, token: &str) -> String {
     let mut s = TcpStream::connect(a).unwrap();
     let req = format!(
-        "GET /metrics HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     );
     s.write_all(req.as_bytes()).unwrap();
     let mut t = String::new();
@@ -453,7 +453,7 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     // The zombie counter counted the stale completion.
     let metrics = {
         let mut s = TcpStream::connect(a).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut t = String::new();
         s.read_to_string(&mut t).unwrap();
@@ -1225,7 +1225,7 @@ fn connections_that_send_nothing_cannot_keep_clients_out() {
         if (200..250).contains(&i) {
             s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
         } else if i >= 250 {
-            s.write_all(b"POST /v1/tasks/x/claim HTTP/1.1\r\nHost: a\r\n")
+            s.write_all(b"POST /v1/tasks/x/claim HTTP/1.1\r\nHost: localhost\r\n")
                 .unwrap();
         }
         idle.push(s);
@@ -1275,7 +1275,7 @@ fn a_strangers_body_is_never_read() {
                 let size = 31_000_000;
                 s.write_all(
                     format!(
-                        "POST /v1/graph HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+                        "POST /v1/graph HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
                     )
                     .as_bytes(),
                 )
@@ -1305,7 +1305,7 @@ fn a_strangers_body_is_never_read() {
     // The scheme is case-insensitive: `bearer` is `Bearer`.
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(
-        format!("GET /v1/tasks/none HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: bearer {WORKER}\r\n\r\n")
+        format!("GET /v1/tasks/none HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: bearer {WORKER}\r\n\r\n")
             .as_bytes(),
     )
     .unwrap();
@@ -2030,4 +2030,110 @@ fn one_failing_schedule_stops_no_other_and_the_status_says_so() {
         assert!(Instant::now() < until, "status {st}\nschedules {list}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Serves `html` to every request on a loopback port of its own (another
+/// origin than the server's) until the test ends.
+fn serve_page(html: String) -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{html}",
+                    html.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    addr
+}
+
+/// A web page elsewhere gets nothing from a server without tokens: in a
+/// real browser, a script's `fetch` and a plain HTML form (its body made
+/// to parse as JSON) try to claim and to cancel a live lease; a rebound
+/// name asks for the status. Nothing is granted or cancelled, and the
+/// page cannot be framed.
+#[test]
+fn a_page_from_another_origin_gets_no_powers_over_a_server_without_tokens() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let base = server.url();
+    let (s, g) = http(
+        server.addr,
+        "POST",
+        "/v1/tasks/live/claim",
+        None,
+        r#"{"owner":"w","ttl_ms":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{g}");
+    let attack = format!(
+        r#"<!doctype html><html><body>
+<iframe name="sink"></iframe>
+<form id="f" method="POST" action="{base}/v1/tasks/by-form/claim" enctype="text/plain" target="sink">
+<input name='{{"ttl_ms":600000,"owner":"ev' value='il"}}'></form>
+<script>
+fetch("{base}/v1/tasks/by-script/claim", {{method: "POST", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: '{{"owner":"evil","ttl_ms":600000}}'}});
+fetch("{base}/v1/tasks/live/cancel", {{method: "POST", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: '{{"by":{{"role":"operator","id":"evil"}}}}'}});
+setTimeout(() => document.getElementById("f").submit(), 500);
+</script></body></html>"#
+    );
+    let page = serve_page(attack);
+    // The browser is given 20 s, and stopped then whatever it is doing.
+    let mut chromium = Command::new(browser)
+        .args(CHROMIUM_FLAGS)
+        .arg("--virtual-time-budget=3000")
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile-attack").display()
+        ))
+        .args(["--dump-dom", &format!("http://{page}/")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while chromium.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = chromium.kill();
+    let _ = chromium.wait();
+    for t in ["by-form", "by-script"] {
+        let (s, r) = http(server.addr, "GET", &format!("/v1/tasks/{t}"), None, "").unwrap();
+        assert_eq!(s, 404, "a page elsewhere claimed {t}: {r}");
+    }
+    let (_, r) = http(server.addr, "GET", "/v1/tasks/live", None, "").unwrap();
+    assert_eq!(r["state"], "CLAIMED", "{r}");
+    assert!(
+        r["cancel_requested"].is_null(),
+        "a page elsewhere cancelled: {r}"
+    );
+    // A rebound name (the attacker's own, resolved to 127.0.0.1) reads nothing.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: evil.example:7440\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    assert!(!out.contains("\"counts\""), "{out}");
+    // The page says it may not be framed.
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(
+        out.contains("frame-ancestors 'none'"),
+        "{}",
+        &out[..out.len().min(600)]
+    );
 }

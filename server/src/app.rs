@@ -51,6 +51,9 @@ pub(crate) struct App {
     pub prune_after_ms: Option<u64>,
     /// A line per request on standard error.
     pub request_log: bool,
+    /// No tokens on a TCP (so loopback) listener: only loopback `Host`s
+    /// are answered (`origin.rs`).
+    pub check_host: bool,
 }
 
 /// The name of the token a request was made with, left on its response
@@ -239,6 +242,25 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
 /// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
 /// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
 /// the gate a handler asks for (`gate.rs`).
+/// Refuses what a page elsewhere could have made a browser send, before
+/// anything else is read (`origin.rs`).
+pub(crate) async fn same_origin(
+    axum::extract::State(app): axum::extract::State<Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let authority = req.uri().authority().map(|a| a.as_str().to_owned());
+    match crate::origin::refusal(
+        req.method(),
+        req.headers(),
+        authority.as_deref(),
+        app.check_host,
+    ) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    }
+}
+
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
     mut req: axum::extract::Request,

@@ -20,6 +20,7 @@ mod conns;
 mod gate;
 pub mod metrics;
 mod openapi;
+mod origin;
 mod page;
 mod protocol;
 mod server;

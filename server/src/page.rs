@@ -36,8 +36,9 @@ async fn index() -> Response {
             (header::CACHE_CONTROL, "no-store"),
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'; form-action 'none'",
             ),
+            (header::X_FRAME_OPTIONS, "DENY"),
         ],
         Html(PAGE),
     )

@@ -224,6 +224,10 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
             app.clone(),
             crate::app::authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::app::same_origin,
+        ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), track))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
@@ -270,6 +274,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
     let (stop, stopping) = watch::channel(false);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = Metrics::new();
+    let check_host = opts.tokens.is_none() && matches!(opts.listen, Listen::Tcp(_));
     let app = Arc::new(App {
         authority: Authority::new(store.clone(), clock.clone()),
         store: store.clone(),
@@ -284,6 +289,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         stopping: stopping.clone(),
         prune_after_ms: opts.prune_after_ms,
         request_log: opts.request_log,
+        check_host,
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));

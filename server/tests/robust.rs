@@ -23,7 +23,7 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> String {
     request(
         addr,
         format!(
-            "POST {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .as_bytes(),
@@ -55,7 +55,7 @@ async fn bad_clients_are_bounded_and_the_server_keeps_answering() {
         assert_eq!(status(&post(addr, "/v1/tasks/big", "")), 405);
         let a = request(
             addr,
-            b"GET /v1/tasks/big HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n",
+            b"GET /v1/tasks/big HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
         );
         assert_eq!(status(&a), 404, "{a}");
         // Malformed input: 400 naming the body or the field.
@@ -77,7 +77,7 @@ async fn bad_clients_are_bounded_and_the_server_keeps_answering() {
         // A client that never finishes its headers is dropped.
         let mut slow = TcpStream::connect(addr).unwrap();
         slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        slow.write_all(b"POST /v1/tasks/slow/claim HTTP/1.1\r\nHost: b\r\n")
+        slow.write_all(b"POST /v1/tasks/slow/claim HTTP/1.1\r\nHost: localhost\r\n")
             .unwrap();
         let started = Instant::now();
         let mut buf = Vec::new();
@@ -110,7 +110,8 @@ async fn readyz_follows_the_store() {
         tokio::task::spawn_blocking(move || {
             status(&request(
                 addr,
-                format!("GET {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n").as_bytes(),
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
             ))
         })
     };
