@@ -208,6 +208,11 @@ impl PgCluster {
         panic!("the Postgres server did not come up within {within:?}; its log:\n{log}");
     }
 
+    /// What the server wrote to its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
     /// A store URL on this server's `postgres` database in `schema`.
     pub fn url(&self, schema: &str) -> String {
         format!(

@@ -80,7 +80,20 @@ struct Stmts {
 const SQL: [&str; 13] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
-    "SELECT task_id, record FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE",
+    // Before them, the records of their concurrency keys, in key order:
+    // every request on a keyed task takes its key's lock first (a grant
+    // then locks the key's holders, and a holder's end its key), so two
+    // writers of one key never hold each other's rows. The key rows are
+    // locked by the one-time filter, before any task row is scanned.
+    "WITH keys AS MATERIALIZED (
+       SELECT k.task_id FROM tasks k
+       WHERE k.task_id IN (
+         SELECT 'key:' || (t.record::jsonb -> 'node' ->> 'key') FROM tasks t
+         WHERE t.task_id = ANY($1) AND t.record LIKE '%\"key\":%')
+       ORDER BY k.task_id FOR UPDATE)
+     SELECT task_id, record FROM tasks
+     WHERE task_id = ANY($1) AND (SELECT count(*) FROM keys) >= 0
+     ORDER BY task_id FOR UPDATE",
     // clock: sent after `lock`, so it runs once the locks are held: the
     // server's now and the fences this batch may grant.
     "SELECT floor(extract(epoch from clock_timestamp()) * 1000)::bigint,
