@@ -770,6 +770,12 @@ fn plan(cmd: &Command) -> Result<Plan, Error> {
             force,
             cascade,
         } => match (owner, fence, op) {
+            (Some(_), Some(_), None) if *cascade => {
+                return Err(Error::invalid(
+                    "cascade",
+                    "is for an operator's cancel (--operator ID, no --owner or --fence)",
+                ));
+            }
             (Some(owner), Some(fence), None) => write(
                 t(task)?,
                 R::Cancel {

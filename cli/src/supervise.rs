@@ -51,6 +51,11 @@ pub const CANCELLED: i32 = OWN + 7;
 /// before the lease ends there) and the attempt counts as a stall.
 pub const TIMED_OUT: i32 = OWN + 8;
 
+/// Exit status when the child itself exited with a status in `run`'s own
+/// range (200 to 209), which would read as one of `run`'s: its outcome is
+/// recorded as usual and the report's `child.exit_code` has its status.
+pub const CHILD_IN_OWN_RANGE: i32 = OWN + 9;
+
 /// The status `run` exits with for the CLI's status `code` (0 stays 0).
 pub fn own(code: i32) -> i32 {
     if code == 0 { 0 } else { OWN + code }
@@ -417,8 +422,12 @@ pub async fn supervised<S: Store + 'static>(
             };
             let failed = matches!(outcome, Outcome::Failure { .. });
             // An exit of 0 whose evidence cannot be read is a failure: exit 1.
+            // A child's status in `run`'s own range is never passed on as
+            // it is: it would read as `run`'s.
             let exit = if failed && child_exit == 0 {
                 1
+            } else if (OWN..=CHILD_IN_OWN_RANGE).contains(&child_exit) {
+                CHILD_IN_OWN_RANGE
             } else {
                 child_exit
             };

@@ -662,6 +662,19 @@ fn bad_input_is_exit_2_names_the_field_and_changes_nothing(backend: Backend) {
         (vec!["claim", &long, "--owner", "w"], "task"),
         (vec!["claim", "a\u{1}b", "--owner", "w"], "task"),
         (vec!["claim", "t", "--owner", ""], "owner"),
+        // A holder's cancel cancels its own task only: --cascade is an operator's.
+        (
+            vec![
+                "cancel",
+                "seed",
+                "--owner",
+                "w",
+                "--fence",
+                "1",
+                "--cascade",
+            ],
+            "cascade",
+        ),
         (
             vec!["renew", "seed", "--owner", "w", "--fence", "-1"],
             "fence",

@@ -179,6 +179,23 @@ fn exit_statuses_and_signals_are_the_childs(b: Backend) {
         (3, Some("failed")),
         "{report}"
     );
+    // A child exiting in run's own range (200 to 209) does not pass its
+    // status on as it is (203 would read as "the store cannot be opened"):
+    // run exits 209, the report has the child's status, the failure is kept.
+    for child in [200, 203, 208, 209] {
+        let (code, report) = env.run(
+            &["run", &format!("own-{child}"), "--owner", "w"],
+            &format!("exit {child}"),
+        );
+        assert_eq!(
+            (code, report["outcome"].as_str()),
+            (209, Some("failed")),
+            "{report}"
+        );
+        assert_eq!(report["child"]["exit_code"], child, "{report}");
+    }
+    let (code, report) = env.run(&["run", "own-210", "--owner", "w"], "exit 210");
+    assert_eq!(code, 210, "outside run's range a status passes: {report}");
     // baton's own statuses are apart from any child's: invalid input (202),
     // a usage error (202), a store that cannot be opened (203).
     let (code, _) = env.baton(&["run", "x", "--owner", "w", "--ttl", "0s", "--", "true"]);

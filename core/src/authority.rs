@@ -723,6 +723,27 @@ impl<S: Store> Authority<S> {
             now.as_millis()
                 .saturating_sub(i64::try_from(older_than_ms).unwrap_or(i64::MAX)),
         );
+        // Who may prune is the decision's to say, and it says so whether
+        // or not anything is due: asked on no record, before any is read.
+        let probe = Operation {
+            task: crate::refusal::refusals_record_id(),
+            request: Request::Prune {
+                by: by.clone(),
+                before,
+            },
+            pre: Preconditions::none(),
+            now,
+            clock: crate::time::CommitClock::none(),
+        };
+        if let Verdict::Refuse {
+            refusal: refusal @ Refusal::OperatorRequired { .. },
+            ..
+        } = crate::decide::decide(&probe, None, crate::decide::Judged::default()).verdict
+        {
+            return Err(Error::not_permitted(format!(
+                "prune was refused: {refusal}"
+            )));
+        }
         let mut pruned: u64 = 0;
         for state in State::ALL.into_iter().filter(|s| s.is_terminal()) {
             let mut cursor: Option<TaskId> = None;

@@ -1054,6 +1054,30 @@ mod tests {
     fn a_task_put_off_is_indexed_by_its_start() {
         let t = id("later");
         let at = |ms: i64| Timestamp(1_767_225_600_000 + ms);
+        // A start written as a time has the bound a delay has: a year.
+        let year = i64::try_from(MAX_START_AFTER_MS).unwrap();
+        for (start, ok) in [(at(year), true), (at(year + 1), false)] {
+            let node = NodeSpec::new(&t, None, 0, [])
+                .unwrap()
+                .with_start(Some(Start::At(start)))
+                .unwrap();
+            let op = crate::request::Operation {
+                task: t.clone(),
+                request: crate::request::Request::Add { node },
+                pre: crate::request::Preconditions::default(),
+                now: at(0),
+                clock: Default::default(),
+            };
+            let d = crate::decide::decide(&op, None, crate::decide::Judged::default());
+            match d.verdict {
+                crate::decide::Verdict::Commit(_) => assert!(ok, "{start}"),
+                crate::decide::Verdict::Invalid(e) => {
+                    assert!(!ok, "{start}: {e}");
+                    assert_eq!(e.field.as_deref(), Some("not_before"));
+                }
+                v => panic!("{v:?}"),
+            }
+        }
         let node = NodeSpec::new(&t, None, 0, [])
             .unwrap()
             .with_start(Some(Start::AfterMs(60_000)))

@@ -8,6 +8,26 @@ use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 /// The longest id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 
+thread_local! {
+    /// Set while this thread reads what a store holds
+    /// ([`crate::json::decode_stored`]): an id stored before a rule that
+    /// came later (white space at an end) still reads.
+    static STORED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` reading stored data: ids are held to the rules that make
+/// them unambiguous to read, not to those added for new input since.
+pub(crate) fn reading_stored<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            STORED.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(STORED.with(|s| s.replace(true)));
+    f()
+}
+
 /// A validated identifier: UTF-8, 1..=256 bytes, no control characters.
 ///
 /// Every id in baton (task, owner, executor, run, operator) follows the same
@@ -95,6 +115,23 @@ impl Id {
         if value.trim().is_empty() {
             return Err(Error::invalid(field, "must not be only white space"));
         }
+        // `job` and `job ` (or `job` and U+3000 + `job`) print alike: no
+        // white space (ASCII or Unicode's, the space separators included)
+        // at either end.
+        // (A record stored before this rule keeps its id: it must still read.)
+        let first = value.chars().next().filter(|c| c.is_whitespace());
+        let last = value.chars().next_back().filter(|c| c.is_whitespace());
+        if let Some(c) = first.or(last)
+            && !STORED.with(std::cell::Cell::get)
+        {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not begin or end with white space (found U+{:04X})",
+                    c as u32
+                ),
+            ));
+        }
         // U+2800 (the Braille blank) is a symbol, in no invisible class, yet
         // prints as a space that is not one: `ab` and `ab` + U+2800 look alike.
         if value.contains('\u{2800}') {
@@ -161,8 +198,26 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some("task"), "{blank:?}");
         }
         assert!(
-            Id::parse("task", " padded ").is_ok(),
-            "inner text is kept as given"
+            Id::parse("task", "in ner").is_ok(),
+            "inner space is kept as given"
+        );
+        for padded in [
+            " job",
+            "job ",
+            "\u{3000}job",
+            "job\u{a0}",
+            "\u{2003}job\u{2003}",
+        ] {
+            let e = Id::parse("task", padded).unwrap_err();
+            assert!(e.message.contains("white space"), "{padded:?}: {e}");
+        }
+        // One stored before the rule still reads.
+        let stored: Id =
+            crate::json::decode_stored(br#""job ""#).expect("a stored padded id reads");
+        assert_eq!(stored.as_str(), "job ");
+        assert!(
+            serde_json::from_str::<Id>(r#""job ""#).is_err(),
+            "new input is refused"
         );
         // What renders as nothing, or attaches to what comes before.
         for invisible in [

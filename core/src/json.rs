@@ -45,11 +45,13 @@ pub fn check_depth(field: &str, v: &Value) -> Result<(), Error> {
 /// a task can never be made unreadable. No depth limit, on a stack that
 /// grows as needed.
 pub fn decode_stored<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    de.disable_recursion_limit();
-    let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
-    de.end()?;
-    Ok(value)
+    crate::id::reading_stored(|| {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        de.disable_recursion_limit();
+        let value = T::deserialize(serde_stacker::Deserializer::new(&mut de))?;
+        de.end()?;
+        Ok(value)
+    })
 }
 
 /// Parses `text` as JSON, refusing an object (at any depth) that gives a

@@ -97,7 +97,15 @@ impl Timestamp {
         humantime::format_rfc3339_millis(t).to_string()
     }
 
+    /// Any RFC 3339 time, with `Z` or an offset (`+01:00`); also the
+    /// forms without a zone (read as UTC) that earlier releases took.
     pub fn parse_rfc3339(s: &str) -> Result<Timestamp, String> {
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+            return Some(t.timestamp_millis())
+                .filter(|ms| (0..=MAX_TIMESTAMP_MS).contains(ms))
+                .map(Timestamp)
+                .ok_or_else(|| "is outside 1970-01-01 to 9999-12-31T23:59:59.999Z".to_owned());
+        }
         let t = humantime::parse_rfc3339_weak(s).map_err(|e| e.to_string())?;
         let d = t.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
         i64::try_from(d.as_millis())
@@ -267,6 +275,21 @@ mod tests {
             Timestamp::parse_rfc3339("9999-12-31T23:59:59.999Z"),
             Ok(Timestamp::MAX)
         );
+    }
+
+    #[test]
+    fn any_rfc3339_offset_is_read() {
+        let z = Timestamp::parse_rfc3339("2026-12-06T11:00:00Z").unwrap();
+        for same in [
+            "2026-12-06T12:00:00+01:00",
+            "2026-12-06T06:30:00-04:30",
+            "2026-12-06T11:00:00.000+00:00",
+            "2026-12-06t11:00:00z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(same), Ok(z), "{same}");
+        }
+        assert!(Timestamp::parse_rfc3339("1969-12-31T23:59:59Z").is_err());
+        assert!(Timestamp::parse_rfc3339("2026-12-06T12:00:00+25:00").is_err());
     }
 
     #[test]

@@ -42,8 +42,8 @@ enum Phase {
 /// background (core's keeper); `lost` is a `threading.Event` set as soon
 /// as the work must stop (a renewal refused, or none confirmed in time),
 /// before the lease can run out. A clean exit completes the task, an
-/// exception fails it with `{"type": ..., "message": ...}`; `release()`
-/// gives it back instead.
+/// exception fails it with `{"type": ..., "message": ...}`, and Ctrl-C
+/// (`KeyboardInterrupt`) gives it back; `release()` gives it back too.
 #[pyclass(frozen, module = "baton")]
 #[derive(Debug)]
 pub struct Lease {
@@ -232,6 +232,21 @@ impl Lease {
             // Released (or ended) inside the block: nothing more to report.
             return Ok(false);
         };
+        // Ctrl-C is the person stopping the work, not the work failing:
+        // the task is given back, as `baton run` gives it back on SIGINT.
+        if let Some(t) = exc_type
+            && t.is_subclass_of::<pyo3::exceptions::PyKeyboardInterrupt>()?
+        {
+            let rt = runtime()?;
+            match py.detach(move || rt.block_on(keeper.release())) {
+                Ok(reply) => {
+                    let value = convert::reply(py, &reply, false)?;
+                    self.record_end(Some(value), None)?;
+                }
+                Err(e) => self.record_end(None, Some(e.to_string()))?,
+            }
+            return Ok(false);
+        }
         let outcome = match exc_type {
             None => Outcome::Success {
                 evidence: BTreeMap::new(),

@@ -118,3 +118,32 @@ def test_ctrl_c_ends_a_waiting_next(sqlite_url):
     out, _ = p.communicate(timeout=20)
     assert p.returncode == 3 and "interrupted" in out
     assert time.monotonic() - t < 5
+
+
+HOLDER = """
+import sys, time, baton
+a = baton.authority_for(sys.argv[1])
+with a.lease("ctrl-c", "w1", ttl=30):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_ctrl_c_in_a_kept_lease_gives_the_task_back(sqlite_url):
+    """SIGINT in a `with lease` block releases the task, as `baton run`
+    does on SIGINT: another worker may take it at once, and it is not
+    FAILED."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, sqlite_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "holding"
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=20)
+    assert p.returncode != 0 and "KeyboardInterrupt" in err
+    a = baton.authority_for(sqlite_url)
+    rec = a.get("ctrl-c")
+    assert rec.state == "REGISTERED", rec
+    assert rec.error is None
+    assert a.claim("ctrl-c", "w2")

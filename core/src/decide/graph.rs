@@ -29,6 +29,17 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         Readiness::Ready => true,
         _ => false,
     };
+    // One bound for a start however it is written: a time at most a year
+    // after the add is decided, as a delay is at most a year.
+    if let Some(crate::graph::Start::At(t)) = spec.start
+        && t.as_millis().saturating_sub(now.as_millis())
+            > i64::try_from(crate::graph::MAX_START_AFTER_MS).unwrap_or(i64::MAX)
+    {
+        return Verdict::Invalid(Error::invalid(
+            "not_before",
+            format!("must be at most a year from now (got {t})"),
+        ));
+    }
     let mut r = first_record(&op.task, State::Registered, now);
     r.node = Some(Node {
         spec: spec.clone(),

@@ -1321,4 +1321,9 @@ pub fn records_that_hold_settings_take_no_task_request<H: Harness>(ctx: &mut Ctx
     // The key still limits.
     let st = ctx.block_on(a.key_status(&id("k"))).unwrap().unwrap();
     assert_eq!(st.limit, Some(1));
+    // A worker's prune is refused, whether or not anything is due.
+    let e = ctx
+        .block_on(a.prune(Actor::Worker(id("w")), 0, 1000))
+        .unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::NotPermitted, "{e}");
 }
