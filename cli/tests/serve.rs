@@ -450,6 +450,33 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     assert_eq!((s, r["error"]["field"].as_str()), (400, Some("ttl")), "{r}");
     let (s, r) = http(a, "POST", "/v1/tasks/job/claim", None, "{not json").unwrap();
     assert_eq!((s, r["error"]["field"].as_str()), (400, Some("body")));
+    // A value of the wrong type names its field, at any depth.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/job/claim",
+        None,
+        r#"{"owner":"w1","ttl_ms":"soon"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("ttl_ms")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/deep/add",
+        None,
+        r#"{"node":{"queue":"q","priority":"high","depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("node.priority")),
+        "{r}"
+    );
     // The zombie counter counted the stale completion.
     let metrics = {
         let mut s = TcpStream::connect(a).unwrap();
@@ -2136,4 +2163,110 @@ setTimeout(() => document.getElementById("f").submit(), 500);
         "{}",
         &out[..out.len().min(600)]
     );
+}
+
+/// A worker's token cannot hold the server's slots: a body trickled a
+/// byte at a time after valid headers is cut at `--read-timeout` for the
+/// whole body (408), and one token's blocking queries are capped at a
+/// quarter of the connection limit (429 past it) while another token's
+/// still wait.
+#[test]
+fn a_trickled_body_or_many_waits_hold_no_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(
+        &store,
+        &[
+            "--tokens",
+            &tokens,
+            "--read-timeout",
+            "1s",
+            "--max-connections",
+            "8",
+        ],
+    );
+    let addr = server.addr;
+    // A body trickled a byte every 150 ms: each byte comes well within the
+    // read timeout, the whole body never does.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/tasks/slow/claim HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {WORKER}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut writer = s.try_clone().unwrap();
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..60 {
+            if writer.write_all(b" ").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    });
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let took = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        took < Duration::from_secs(4),
+        "the trickle held its slot {took:?}"
+    );
+    drop(s);
+    trickle.join().unwrap();
+    // Blocking queries: two of one token at once (8 connections / 4), a
+    // third refused at once, another token's admitted.
+    let waits: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                http(
+                    addr,
+                    "GET",
+                    "/v1/events?after=999999&wait=3s",
+                    Some(WORKER),
+                    "",
+                )
+                .unwrap()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let (st, body) = http(
+        addr,
+        "GET",
+        "/v1/events?after=999999&wait=3s",
+        Some(WORKER),
+        "",
+    )
+    .unwrap();
+    assert_eq!(st, 429, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let (st, body) = http(
+        addr,
+        "GET",
+        "/v1/events?after=999999&wait=1s",
+        Some(WORKER2),
+        "",
+    )
+    .unwrap();
+    assert_eq!(st, 200, "another token waits: {body}");
+    for w in waits {
+        let (st, body) = w.join().unwrap();
+        assert_eq!(st, 200, "{body}");
+    }
+    // Once they ended, the token may wait again.
+    let (st, body) = http(
+        addr,
+        "GET",
+        "/v1/events?after=999999&wait=100ms",
+        Some(WORKER),
+        "",
+    )
+    .unwrap();
+    assert_eq!(st, 200, "{body}");
 }

@@ -173,8 +173,10 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
         if let Some(o) = fields.as_object_mut() {
             o.insert("request".into(), Value::String(verb.clone()));
         }
-        let request: Request = serde_json::from_value(fields.clone())
-            .map_err(|e| Error::invalid("body", format!("is not a {verb:?} request: {e}")))?;
+        let request: Request = serde_json::from_value(fields.clone()).map_err(|e| {
+            let field = culprit(&fields, &e.to_string());
+            Error::invalid(&field, format!("is not a {verb:?} request: {e}"))
+        })?;
         refuse_unknown_fields(&fields, &request)?;
         request
     };
@@ -301,32 +303,58 @@ async fn events(
     if a.get(&t).await?.is_none() {
         return refused(&Refusal::NotFound);
     }
-    events_waiting(&app, Some(&t), &q, limit, wait).await
+    let caller = a.store().caller().map(|c| c.name.to_string());
+    events_waiting(&app, caller, Some(&t), &q, limit, wait).await
 }
 
 /// `GET /v1/events`: every task's events, as a task's are read.
 async fn feed(
     State(app): State<Shared>,
     // The caller's token is checked (as for every read) before anything is read.
-    Gate(_a): Gate,
+    Gate(a): Gate,
     Query(q): Query<PageQuery>,
 ) -> Answer {
     let limit = limit(&q)?;
     let wait = wait(&q.wait)?;
     baton_core::authority::parse_cursor(q.after.as_deref())?;
-    events_waiting(&app, None, &q, limit, wait).await
+    let caller = a.store().caller().map(|c| c.name.to_string());
+    events_waiting(&app, caller, None, &q, limit, wait).await
 }
 
-/// A page of events after the query's cursor, waiting up to `wait` for
-/// one to be written when there are none yet.
+/// A page of events after the query's cursor, waiting up to `wait` (at
+/// most a minute a request: ask again for longer) for one to be written
+/// when there are none yet. A token has at most the server's cap of
+/// waits under way at once; past it, 429.
 async fn events_waiting(
     app: &Shared,
+    caller: Option<String>,
     t: Option<&TaskId>,
     q: &PageQuery,
     limit: usize,
     wait: Option<Duration>,
 ) -> Answer {
-    let until = Instant::now() + wait.unwrap_or_default();
+    let wait = wait
+        .unwrap_or_default()
+        .min(Duration::from_millis(baton_store_http::wire::MAX_WATCH_MS));
+    let _place = if wait.is_zero() {
+        None
+    } else {
+        let name = caller.unwrap_or_default();
+        match app.blocking(&name) {
+            Some(p) => Some(p),
+            None => {
+                let mut res = crate::app::ApiError::from(Error::unavailable(format!(
+                    "{} has {} blocking queries under way already, the most one token may: wait for one to end",
+                    if name.is_empty() { "this client" } else { name.as_str() },
+                    app.max_blocking
+                )))
+                .into_response();
+                *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                return Ok(res);
+            }
+        }
+    };
+    let until = Instant::now() + wait;
     let mut pause = Duration::from_millis(20);
     loop {
         let p = app.authority.events(t, q.after.as_deref(), limit).await?;
@@ -577,6 +605,47 @@ async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
     // The authority checks the ids before it acknowledges anything.
     let n = a.ack(&b.intent_ids).await?;
     json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))
+}
+
+/// The field of `fields` that a request's decoding failed on with
+/// `message` (a value of the wrong type: serde's words do not name it, as
+/// a request is read through its tag), by its path (`ttl_ms`,
+/// `node.priority`): the first whose removal changes the error, followed
+/// into objects; `body` when none does.
+fn culprit(fields: &Value, message: &str) -> String {
+    let changes = |without: Value| match serde_json::from_value::<Request>(without) {
+        Ok(_) => true,
+        Err(e) => e.to_string() != message,
+    };
+    let mut path: Vec<String> = Vec::new();
+    // At most as deep as the body is (inputs are at most 32 levels).
+    for _ in 0..baton_core::json::MAX_DEPTH {
+        let here = path.iter().try_fold(fields, |v, k| v.get(k));
+        let Some(object) = here.and_then(Value::as_object) else {
+            break;
+        };
+        let found = object
+            .keys()
+            .filter(|k| !(path.is_empty() && *k == "request"))
+            .find(|k| {
+                let mut without = fields.clone();
+                let parent = path.iter().try_fold(&mut without, |v, p| v.get_mut(p));
+                if let Some(Value::Object(o)) = parent {
+                    o.remove(*k);
+                }
+                changes(without)
+            })
+            .cloned();
+        match found {
+            Some(k) => path.push(k),
+            None => break,
+        }
+    }
+    if path.is_empty() {
+        "body".to_owned()
+    } else {
+        path.join(".")
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,48 @@ pub(crate) struct App {
     /// No tokens on a TCP (so loopback) listener: only loopback `Host`s
     /// are answered (`origin.rs`).
     pub check_host: bool,
+    /// Blocking queries under way, by the name of the token that asked
+    /// (`""` without tokens), each at most `max_blocking` at once: a
+    /// quarter of the connection limit, so no one token's waits can hold
+    /// every slot.
+    pub blocking: Mutex<std::collections::HashMap<String, usize>>,
+    pub max_blocking: usize,
+}
+
+/// One blocking query's place under its token's cap, given back on drop.
+pub(crate) struct Blocking {
+    app: Shared,
+    name: String,
+}
+
+impl Drop for Blocking {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.app.blocking.lock()
+            && let Some(n) = b.get_mut(&self.name)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                b.remove(&self.name);
+            }
+        }
+    }
+}
+
+impl App {
+    /// A place for one more blocking query of the token `name`, or `None`
+    /// when it has [`App::max_blocking`] under way already.
+    pub(crate) fn blocking(self: &Arc<Self>, name: &str) -> Option<Blocking> {
+        let mut b = self.blocking.lock().ok()?;
+        let n = b.entry(name.to_owned()).or_insert(0);
+        if *n >= self.max_blocking {
+            return None;
+        }
+        *n += 1;
+        Some(Blocking {
+            app: self.clone(),
+            name: name.to_owned(),
+        })
+    }
 }
 
 /// The name of the token a request was made with, left on its response
@@ -211,19 +253,25 @@ pub(crate) fn parse_strict<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error
     from_value_strict(value)
 }
 
-/// `value` as a `T`, refusing a field `T` does not know, by its path.
+/// `value` as a `T`, refusing a field `T` does not know, by its path; a
+/// value of the wrong type names its field by its path too (`ttl_ms`,
+/// `node.priority`).
 pub(crate) fn from_value_strict<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, Error> {
     let mut unknown: Vec<String> = Vec::new();
-    let t: T =
-        serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).map_err(|e| {
-            // serde's own words for a struct that denies unknown fields.
-            let message = e.to_string();
-            let field = message
-                .strip_prefix("unknown field `")
-                .and_then(|rest| rest.split_once('`'))
-                .map_or("body", |(f, _)| f);
-            Error::invalid(field, message.clone())
-        })?;
+    let mut note = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
+    let ignoring = serde_ignored::Deserializer::new(value, &mut note);
+    let t: T = serde_path_to_error::deserialize(ignoring).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // serde's own words for a struct that denies unknown fields.
+        let field = message
+            .strip_prefix("unknown field `")
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(f, _)| f.to_owned())
+            .or_else(|| (path != "." && !path.is_empty()).then_some(path))
+            .unwrap_or_else(|| "body".to_owned());
+        Error::invalid(&field, message)
+    })?;
     match unknown.first() {
         Some(field) => Err(Error::invalid(
             field.as_str(),
@@ -237,11 +285,6 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
     Ok(axum::Json(value).into_response())
 }
 
-/// Checks the bearer token before anything else of the request is read:
-/// a request without a valid token is answered 401 and its body is never
-/// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
-/// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
-/// the gate a handler asks for (`gate.rs`).
 /// Refuses what a page elsewhere could have made a browser send, before
 /// anything else is read (`origin.rs`).
 pub(crate) async fn same_origin(
@@ -261,6 +304,63 @@ pub(crate) async fn same_origin(
     }
 }
 
+/// Reads the whole request body before the handler runs, within one
+/// deadline for all of it: the body layer's timeout is between chunks, so
+/// a body trickled a byte at a time after valid headers would otherwise
+/// hold its connection (and a slot) for as long as the client likes.
+pub(crate) async fn whole_body(
+    axum::extract::State((max_body, within)): axum::extract::State<(usize, std::time::Duration)>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(within, axum::body::to_bytes(body, max_body)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(
+                parts,
+                axum::body::Body::from(bytes),
+            ))
+            .await
+        }
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            let (status, message) = if too_large {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the body is larger than the server's limit of {max_body} bytes"),
+                )
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("the body could not be read: {e}"),
+                )
+            };
+            let mut res = ApiError::from(Error::invalid("body", message)).into_response();
+            *res.status_mut() = status;
+            res
+        }
+        Err(_) => {
+            let mut res = ApiError::from(Error::unavailable(format!(
+                "the request's body did not arrive within {} ms (--read-timeout)",
+                within.as_millis()
+            )))
+            .into_response();
+            *res.status_mut() = StatusCode::REQUEST_TIMEOUT;
+            res.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            res
+        }
+    }
+}
+
+/// Checks the bearer token before anything else of the request is read:
+/// a request without a valid token is answered 401 and its body is never
+/// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
+/// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
+/// the gate a handler asks for (`gate.rs`).
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
     mut req: axum::extract::Request,

@@ -122,6 +122,16 @@ impl Store for Gated {
         let mut q = query.clone();
         q.now = self.app.now();
         let max_ms = max_ms.min(baton_store_http::wire::MAX_WATCH_MS);
+        // Past its token's cap of blocking queries, a waiter is told to
+        // back off on its own (no change feed for it now), holding nothing.
+        let name = self
+            .caller
+            .as_ref()
+            .map(|c| c.name.to_string())
+            .unwrap_or_default();
+        let Some(_place) = self.app.blocking(&name) else {
+            return Ok(false);
+        };
         let mut stopping = self.app.stopping.clone();
         tokio::select! {
             w = self.app.store.watch_ready(&q, max_ms) => self.counted(w),

@@ -220,6 +220,12 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(fallback)
+        // After authentication (a stranger's body is never read): the whole
+        // body within --read-timeout, however it trickles.
+        .layer(axum::middleware::from_fn_with_state(
+            (max_body, read_timeout),
+            crate::app::whole_body,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             crate::app::authenticate,
@@ -290,6 +296,8 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         prune_after_ms: opts.prune_after_ms,
         request_log: opts.request_log,
         check_host,
+        blocking: Mutex::new(std::collections::HashMap::new()),
+        max_blocking: (opts.max_connections / 4).max(1),
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
