@@ -798,9 +798,10 @@ pub struct RetryArgs {
     /// `--backoff-max`, give or take a quarter.
     #[arg(long)]
     pub backoff: Option<String>,
-    /// How many times longer each wait is than the one before (default 2).
+    /// How many times longer each wait is than the one before: 1 to 10,
+    /// to a thousandth (default 2; `1.5`).
     #[arg(long)]
-    pub backoff_factor: Option<u32>,
+    pub backoff_factor: Option<f64>,
     /// The longest wait (default 1h).
     #[arg(long)]
     pub backoff_max: Option<String>,

@@ -586,6 +586,30 @@ fn a_killed_workers_attempt_is_retried_after_the_queues_backoff() {
         (0, Some(2)),
         "{out:?}"
     );
+    // A factor written as README writes it, to a thousandth; out of bounds named.
+    let (code, out) = env.baton(&[
+        "add",
+        "grows",
+        "--max-attempts",
+        "3",
+        "--backoff",
+        "1s",
+        "--backoff-factor",
+        "1.5",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    let (_, shown) = env.baton(&["task", "show", "grows"]);
+    assert_eq!(shown[0]["node"]["retry"]["factor"], 1.5, "{shown:?}");
+    let (code, out) = env.baton(&[
+        "add",
+        "shrinks",
+        "--max-attempts",
+        "3",
+        "--backoff-factor",
+        "0.5",
+    ]);
+    assert_eq!(code, 2, "{out:?}");
+    assert!(format!("{out:?}").contains("backoff_factor"), "{out:?}");
     let (code, out) = env.baton(&["add", "job", "--queue", "jobs"]);
     assert_eq!(code, 0, "{out:?}");
     let started = env.dir.path().join("started");

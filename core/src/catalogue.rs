@@ -91,7 +91,7 @@ impl Kind {
             }
             Kind::Retention => "a duration from 0 to 100 years",
             Kind::Retry => {
-                "a retry policy: max_attempts (1 to 1000), backoff_ms (the first wait, up to 7 days), factor (1 to 10), max_backoff_ms (the longest wait)"
+                "a retry policy: max_attempts (1 to 1000), backoff_ms (the first wait, up to 7 days), factor (1 to 10, to a thousandth: 1.5), max_backoff_ms (the longest wait)"
             }
         }
     }
@@ -147,7 +147,7 @@ impl Kind {
             Kind::Retry => json!({"type": "object", "properties": {
                 "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000},
                 "backoff_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TTL_MS},
-                "factor": {"type": "integer", "minimum": 1, "maximum": 10},
+                "factor": {"type": "number", "minimum": 1, "maximum": 10},
                 "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
             }, "required": ["max_attempts", "backoff_ms"]}),
             Kind::Flag => json!({"type": "boolean"}),

@@ -14,6 +14,7 @@ use crate::id::{Id, TaskId};
 use crate::kinds::State;
 use crate::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
 /// The queue a task is in when none is named.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -63,20 +64,76 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// The wait after the first failed attempt.
     pub backoff_ms: u64,
-    /// How many times longer each wait is than the one before.
+    /// How many times longer each wait is than the one before (1 to 10,
+    /// to a thousandth: `1.5`).
     #[serde(default = "RetryPolicy::default_factor")]
-    pub factor: u32,
+    pub factor: Factor,
     /// No wait is longer than this (before its jitter).
     #[serde(default = "RetryPolicy::default_max_backoff_ms")]
     pub max_backoff_ms: u64,
+}
+
+/// A retry policy's growth factor, in thousandths (`1.5` is 1500), so
+/// that two policies compare exactly; written as a JSON number (`2`, `1.5`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Factor(u32);
+
+impl Factor {
+    pub const fn whole(n: u32) -> Factor {
+        Factor(n.saturating_mul(1000))
+    }
+
+    /// `value`, to a thousandth; errors name `field`.
+    pub fn of(field: &str, value: f64) -> Result<Factor, Error> {
+        let milli = (value * 1000.0).round();
+        if !value.is_finite() || !(0.0..=f64::from(u32::MAX)).contains(&milli) {
+            return Err(Error::invalid(
+                field,
+                format!("must be a number from 1 to 10 (got {value})"),
+            ));
+        }
+        // In range, checked above.
+        Ok(Factor(milli as u32))
+    }
+
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / 1000.0
+    }
+}
+
+impl fmt::Display for Factor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_multiple_of(1000) {
+            write!(f, "{}", self.0 / 1000)
+        } else {
+            write!(f, "{}", self.as_f64())
+        }
+    }
+}
+
+impl serde::Serialize for Factor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_multiple_of(1000) {
+            s.serialize_u32(self.0 / 1000)
+        } else {
+            s.serialize_f64(self.as_f64())
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Factor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        Factor::of("factor", v).map_err(|e| serde::de::Error::custom(e.message))
+    }
 }
 
 impl RetryPolicy {
     /// The most attempts a policy may allow.
     pub const MAX_ATTEMPTS: u32 = 1000;
 
-    fn default_factor() -> u32 {
-        2
+    fn default_factor() -> Factor {
+        Factor::whole(2)
     }
 
     fn default_max_backoff_ms() -> u64 {
@@ -100,7 +157,7 @@ impl RetryPolicy {
     pub fn from_parts(
         max_attempts: Option<u32>,
         backoff_ms: Option<u64>,
-        factor: Option<u32>,
+        factor: Option<f64>,
         max_backoff_ms: Option<u64>,
     ) -> Result<Option<RetryPolicy>, Error> {
         if max_attempts.is_none()
@@ -112,7 +169,7 @@ impl RetryPolicy {
         }
         let mut p = RetryPolicy::new(max_attempts.unwrap_or(1), backoff_ms.unwrap_or(1000));
         if let Some(f) = factor {
-            p.factor = f;
+            p.factor = Factor::of("backoff_factor", f)?;
         }
         if let Some(m) = max_backoff_ms {
             p.max_backoff_ms = m;
@@ -136,7 +193,7 @@ impl RetryPolicy {
         }
         check_span("backoff", self.backoff_ms, 0, MAX_TTL_MS)?;
         check_span("max_backoff", self.max_backoff_ms, MIN_TTL_MS, MAX_TTL_MS)?;
-        if !(1..=10).contains(&self.factor) {
+        if !(1000..=10_000).contains(&self.factor.0) {
             return Err(Error::invalid(
                 "backoff_factor",
                 format!("must be from 1 to 10 (got {})", self.factor),
@@ -151,12 +208,15 @@ impl RetryPolicy {
     /// the task and the attempt, so the decision stays a function of its
     /// inputs while tasks that failed together retry apart.
     pub fn wait_ms(&self, task: &TaskId, attempt: u64) -> u64 {
-        let exp = u32::try_from(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
-        let grown = u64::from(self.factor)
-            .checked_pow(exp)
-            .and_then(|f| self.backoff_ms.checked_mul(f))
-            .unwrap_or(u64::MAX);
-        let wait = grown.min(self.max_backoff_ms);
+        let exp = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+        // In floating point (a factor of 1.5), exactly for whole factors up
+        // to the cap; past u64 it is the cap anyway.
+        let grown = self.backoff_ms as f64 * self.factor.as_f64().powi(exp);
+        let wait = if grown.is_finite() && grown < self.max_backoff_ms as f64 {
+            grown as u64
+        } else {
+            self.max_backoff_ms
+        };
         // FNV-1a over the task id and the attempt: a spread, not a secret.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in task.as_str().bytes().chain(attempt.to_be_bytes()) {
@@ -1014,6 +1074,15 @@ pub fn parse_retry(v: Option<&serde_json::Value>) -> Result<Option<RetryPolicy>,
                         .ok_or_else(|| Error::invalid(k, "must be a whole number")),
                 }
             };
+            let number = |k: &str| -> Result<Option<f64>, Error> {
+                match r.get(k) {
+                    None | Some(serde_json::Value::Null) => Ok(None),
+                    Some(v) => v
+                        .as_f64()
+                        .map(Some)
+                        .ok_or_else(|| Error::invalid(k, "must be a number such as 2 or 1.5")),
+                }
+            };
             // Bounds: the policy's own check.
             let span = |k: &str, field: &str| -> Result<Option<u64>, Error> {
                 text(k)?
@@ -1023,7 +1092,7 @@ pub fn parse_retry(v: Option<&serde_json::Value>) -> Result<Option<RetryPolicy>,
             RetryPolicy::from_parts(
                 whole("max_attempts")?,
                 span("backoff", "backoff")?,
-                whole("factor")?,
+                number("factor")?,
                 span("max", "max_backoff")?,
             )?
         }
@@ -1050,6 +1119,47 @@ mod tests {
     /// start (so `next` finds it with the grants that ran out once the
     /// start has come, and never reads it before), not in the ready index;
     /// one whose start had already come when it was ready is ready.
+    #[test]
+    fn a_factor_to_a_thousandth_grows_each_wait() {
+        let t = id("t");
+        let p = RetryPolicy::from_parts(Some(5), Some(1000), Some(1.5), Some(60_000))
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.factor.to_string(), "1.5");
+        assert_eq!(
+            serde_json::to_value(p.factor).unwrap(),
+            serde_json::json!(1.5)
+        );
+        assert_eq!(
+            serde_json::to_value(Factor::whole(2)).unwrap(),
+            serde_json::json!(2)
+        );
+        let read: RetryPolicy = serde_json::from_value(
+            serde_json::json!({"max_attempts": 5, "backoff_ms": 1000, "factor": 1.5}),
+        )
+        .unwrap();
+        assert_eq!(read.factor, p.factor);
+        // 1 s, 1.5 s, 2.25 s, 3.375 s: each give or take a quarter.
+        for (attempt, base) in [(1u64, 1000u64), (2, 1500), (3, 2250), (4, 3375)] {
+            let w = p.wait_ms(&t, attempt);
+            assert!(
+                (base - base / 4..=base + base / 4).contains(&w),
+                "{attempt}: {w}"
+            );
+        }
+        // A whole factor waits exactly as before, up to the cap.
+        let q = RetryPolicy::new(50, 1000);
+        let w = q.wait_ms(&t, 40);
+        assert!(
+            (2_700_000..=4_500_000).contains(&w),
+            "capped at an hour: {w}"
+        );
+        for bad in [0.5, 10.5, f64::NAN, -1.0] {
+            let e = RetryPolicy::from_parts(Some(2), None, Some(bad), None).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("backoff_factor"), "{bad}");
+        }
+    }
+
     #[test]
     fn a_task_put_off_is_indexed_by_its_start() {
         let t = id("later");

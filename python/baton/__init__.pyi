@@ -405,7 +405,7 @@ class Authority:
         not_before: Union[datetime.datetime, str, _Seconds, None] = None,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
@@ -425,7 +425,7 @@ class Authority:
         timeout: Optional[_Seconds] = None,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
@@ -443,7 +443,7 @@ class Authority:
         *,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
     ) -> Union[Record, Refusal]:
         """An operator sets a queue's retry policy (none of the retry arguments: removed)."""

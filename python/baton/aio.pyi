@@ -130,7 +130,7 @@ class Authority:
         not_before: Union[datetime.datetime, str, _Seconds, None] = None,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
@@ -150,7 +150,7 @@ class Authority:
         timeout: Optional[_Seconds] = None,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
     ) -> Union[Record, Refusal]:
@@ -168,7 +168,7 @@ class Authority:
         *,
         max_attempts: Optional[int] = None,
         backoff: Optional[_Seconds] = None,
-        backoff_factor: Optional[int] = None,
+        backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
     ) -> Union[Record, Refusal]:
         """An operator sets a queue's retry policy (none of the retry arguments: removed)."""

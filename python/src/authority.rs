@@ -584,7 +584,7 @@ impl Authority {
         operator: &str,
         max_attempts: Option<u32>,
         backoff: Option<&Bound<'_, PyAny>>,
-        backoff_factor: Option<u32>,
+        backoff_factor: Option<f64>,
         backoff_max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let (q, by) = (id("queue", queue)?, self::operator(operator)?);
@@ -770,7 +770,7 @@ impl Authority {
         not_before: Option<&Bound<'_, PyAny>>,
         max_attempts: Option<u32>,
         backoff: Option<&Bound<'_, PyAny>>,
-        backoff_factor: Option<u32>,
+        backoff_factor: Option<f64>,
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
@@ -812,7 +812,7 @@ impl Authority {
         timeout: Option<&Bound<'_, PyAny>>,
         max_attempts: Option<u32>,
         backoff: Option<&Bound<'_, PyAny>>,
-        backoff_factor: Option<u32>,
+        backoff_factor: Option<f64>,
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
@@ -1012,7 +1012,7 @@ fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
 fn retry_policy(
     max_attempts: Option<u32>,
     backoff: Option<&Bound<'_, PyAny>>,
-    backoff_factor: Option<u32>,
+    backoff_factor: Option<f64>,
     backoff_max: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<baton_core::graph::RetryPolicy>> {
     baton_core::graph::RetryPolicy::from_parts(
@@ -1033,7 +1033,7 @@ struct Shape<'a, 'py> {
     timeout: Option<&'a Bound<'py, PyAny>>,
     max_attempts: Option<u32>,
     backoff: Option<&'a Bound<'py, PyAny>>,
-    backoff_factor: Option<u32>,
+    backoff_factor: Option<f64>,
     backoff_max: Option<&'a Bound<'py, PyAny>>,
     key: Option<&'a str>,
 }

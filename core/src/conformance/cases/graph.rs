@@ -586,7 +586,7 @@ pub fn a_failed_attempt_is_retried_after_its_backoff<H: Harness>(ctx: &mut Ctx<H
     let policy = crate::graph::RetryPolicy {
         max_attempts: 3,
         backoff_ms: ttl,
-        factor: 2,
+        factor: crate::graph::Factor::whole(2),
         max_backoff_ms: 10 * ttl,
     };
     let t = id("flaky");
@@ -943,7 +943,7 @@ pub fn a_queue_policy_retries_failed_and_stalled_attempts<H: Harness>(ctx: &mut 
     let policy = crate::graph::RetryPolicy {
         max_attempts: 3,
         backoff_ms: backoff,
-        factor: 1,
+        factor: crate::graph::Factor::whole(1),
         max_backoff_ms: backoff,
     };
     let queue = id("pq");
