@@ -1367,6 +1367,8 @@ impl Plan {
                             "cron": r.schedule.as_ref().and_then(|s| s.cron.as_deref()),
                             "queue": r.schedule.as_ref().map(|s| &s.template.queue),
                             "since": r.created_at,
+                            // Why its last tick made no task, until one does.
+                            "failure": r.schedule_failure,
                         })
                     })
                     .collect(),

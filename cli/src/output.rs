@@ -515,7 +515,7 @@ fn record_view(v: &Value, now: baton_core::Timestamp, colour: Colour) -> String 
     if let Some(m) = v["metadata"].as_object().filter(|m| !m.is_empty()) {
         rows.push(("metadata", Value::Object(m.clone()).to_string()));
     }
-    for field in ["schedule", "key_limit", "queue_policy"] {
+    for field in ["schedule", "schedule_failure", "key_limit", "queue_policy"] {
         if obj.get(field).is_some_and(|x| !x.is_null()) {
             rows.push((field, text(&v[field])));
         }

@@ -704,3 +704,54 @@ fn task_list_shows_blocked_and_ready_graph_tasks() {
         "the stored state stays, the shown one is beside it"
     );
 }
+
+/// The schedule that stopped every other: `--after ghost` is
+/// refused when set; a schedule whose period is taken by a task defined
+/// otherwise fails alone, `schedule tick` exits 0 having made the next
+/// schedule's task, and `schedule list` says which one fails and why.
+#[test]
+fn one_failing_schedule_stops_no_other_in_schedule_tick() {
+    let env = Env::new(Backend::Sqlite);
+    let (code, out) = env.baton(&[
+        "schedule", "add", "0000", "--every", "1s", "--after", "ghost",
+    ]);
+    assert_eq!(code, 2, "{out:?}");
+    assert_eq!(out[0]["error"]["field"], "depends_on", "{out:?}");
+    let (code, out) = env.baton(&["schedule", "add", "0000", "--every", "1h"]);
+    assert_eq!(code, 0, "{out:?}");
+    let start = out[0]["created_at"].as_str().unwrap().to_owned();
+    let (code, out) = env.baton(&["schedule", "add", "zzzz", "--every", "1h"]);
+    assert_eq!(code, 0, "{out:?}");
+    let (code, out) = env.baton(&["add", &format!("0000@{start}"), "--queue", "elsewhere"]);
+    assert_eq!(code, 0, "{out:?}");
+    let (code, made) = env.baton(&["schedule", "tick"]);
+    assert_eq!(code, 0, "{made:?}");
+    let text = format!("{made:?}");
+    assert!(
+        text.contains("zzzz@"),
+        "the later schedule made its task: {text}"
+    );
+    let (code, list) = env.baton(&["schedule", "list"]);
+    assert_eq!(code, 0);
+    let failing = list
+        .iter()
+        .find(|s| s["schedule"] == "schedule:0000")
+        .unwrap();
+    assert_eq!(
+        failing["failure"]["task"],
+        format!("0000@{start}"),
+        "{list:?}"
+    );
+    assert!(
+        failing["failure"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{list:?}"
+    );
+    let fine = list
+        .iter()
+        .find(|s| s["schedule"] == "schedule:zzzz")
+        .unwrap();
+    assert!(fine["failure"].is_null(), "{list:?}");
+}

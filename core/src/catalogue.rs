@@ -52,6 +52,9 @@ pub enum Kind {
     Node,
     /// Yes or no.
     Flag,
+    /// Who asks: `{"role": "operator", "id": NAME}` (or a worker, the
+    /// holder, by its owner id), as the task API reads it.
+    Actor,
     /// A schedule's period: 1 s to a year.
     Period,
     /// How long ago a task must have ended to be pruned: 0 to 100 years.
@@ -74,7 +77,7 @@ impl Kind {
             Kind::Count => "a whole number",
             Kind::Limit => "a whole number from 1 to 10000",
             Kind::Cursor => "the `next` of the page before",
-            Kind::Json => "a JSON value of at most 16 KiB",
+            Kind::Json => "a JSON object (an error, metadata) of at most 16 KiB",
             Kind::Evidence => "KEY=sha256:HEX pairs, at most 100",
             Kind::State => "a task state",
             Kind::Queues => "a list of queue ids",
@@ -85,6 +88,7 @@ impl Kind {
                 "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), a retry policy, and a concurrency key"
             }
             Kind::Flag => "true or false",
+            Kind::Actor => "who asks: {\"role\": \"operator\" or \"worker\", \"id\": an id}",
             Kind::Period => "a duration from 1 s to a year",
             Kind::Cron => {
                 "a cron expression in UTC: 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, at most 128 characters"
@@ -124,7 +128,9 @@ impl Kind {
             Kind::Limit => {
                 json!({"type": "integer", "minimum": 1, "maximum": crate::authority::MAX_PAGE})
             }
-            Kind::Json | Kind::Manifest => json!({}),
+            // An error or metadata: a JSON object.
+            Kind::Json => json!({"type": "object"}),
+            Kind::Manifest => json!({}),
             Kind::Evidence => {
                 json!({"type": "object", "additionalProperties": {"type": "string"}})
             }
@@ -151,6 +157,16 @@ impl Kind {
                 "max_backoff_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
             }, "required": ["max_attempts", "backoff_ms"]}),
             Kind::Flag => json!({"type": "boolean"}),
+            Kind::Actor => json!({
+                "type": "object",
+                "properties": {
+                    "role": {"type": "string", "enum": ["operator", "worker"]},
+                    "id": {"type": "string"},
+                },
+                "required": ["role", "id"],
+                "additionalProperties": false,
+                "example": {"role": "operator", "id": "alice"},
+            }),
             Kind::Retention => {
                 json!({"type": "integer", "minimum": 0, "maximum": MAX_RETENTION_MS})
             }
@@ -317,7 +333,7 @@ pub const OPERATIONS: &[Op] = &[
         python: Some("cancel"),
         inputs: &[
             TASK,
-            input("owner", "by", Kind::Id, false),
+            input("owner", "by", Kind::Actor, true),
             input("fence", "fence", Kind::Fence, false),
             input("force", "force", Kind::Flag, false),
             input("cascade", "cascade", Kind::Flag, false),
@@ -439,7 +455,7 @@ pub const OPERATIONS: &[Op] = &[
         inputs: &[
             input("key", "key", Kind::Id, true),
             input("limit", "limit", Kind::Count, false),
-            input("operator", "by", Kind::Id, true),
+            input("operator", "operator", Kind::Id, true),
         ],
     },
     Op {
@@ -453,7 +469,7 @@ pub const OPERATIONS: &[Op] = &[
         inputs: &[
             input("queue", "queue", Kind::Id, true),
             input("retry", "retry", Kind::Retry, false),
-            input("operator", "by", Kind::Id, true),
+            input("operator", "operator", Kind::Id, true),
         ],
     },
     Op {
@@ -501,7 +517,7 @@ pub const OPERATIONS: &[Op] = &[
                 Kind::Retention,
                 true,
             ),
-            input("operator", "by", Kind::Id, true),
+            input("operator", "operator", Kind::Id, true),
             input("max", "max", Kind::Count, false),
         ],
     },
@@ -644,7 +660,7 @@ pub const OPERATIONS: &[Op] = &[
         python: Some("redispatch"),
         inputs: &[
             TASK,
-            input("operator", "by", Kind::Id, true),
+            input("operator", "by", Kind::Actor, true),
             input("iteration", "iteration", Kind::Count, true),
         ],
     },
@@ -658,7 +674,7 @@ pub const OPERATIONS: &[Op] = &[
         python: Some("finalize"),
         inputs: &[
             TASK,
-            input("operator", "by", Kind::Id, true),
+            input("operator", "by", Kind::Actor, true),
             input("error", "error", Kind::Json, false),
         ],
     },

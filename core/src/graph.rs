@@ -18,6 +18,13 @@ use std::fmt;
 
 /// The queue a task is in when none is named.
 pub const DEFAULT_QUEUE: &str = "default";
+
+/// [`DEFAULT_QUEUE`] as an id.
+fn default_queue() -> Id {
+    // A constant that follows every id rule: parsing it cannot fail.
+    #[allow(clippy::expect_used)]
+    Id::parse("queue", DEFAULT_QUEUE).expect("the default queue's name is an id")
+}
 /// The most dependencies one task may have.
 pub const MAX_DEPENDENCIES: usize = 256;
 /// The most nodes one `add` of a graph may carry.
@@ -27,10 +34,14 @@ pub const MAX_GRAPH_NODES: usize = 100_000;
 /// whole when the same task is added again.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeSpec {
+    /// Given or not, as every front end reads it (`default`).
+    #[serde(default = "default_queue")]
     pub queue: Id,
-    /// Higher runs first.
+    /// Higher runs first (0 when not given).
+    #[serde(default)]
     pub priority: i64,
-    /// Sorted, without repeats.
+    /// Sorted, without repeats (none when not given).
+    #[serde(default)]
     pub depends_on: Vec<TaskId>,
     /// The most one attempt may run, from the grant that starts it,
     /// however often its holder renews (`None`: no limit). The lease never

@@ -64,7 +64,9 @@ pub enum Request {
         fence: Option<u64>,
         /// An operator's cancel of a task whose lease is live ends it at
         /// once, rather than asking its holder to stop (`cancel_requested`).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        /// Always written, so the task API's check for fields a request
+        /// does not know (which reads a request back) knows it.
+        #[serde(default)]
         force: bool,
     },
     // The registry (SPEC §6).
@@ -95,6 +97,8 @@ pub enum Request {
         run_id: Id,
         executor: Id,
         fence: u64,
+        /// None when the manifest requires none.
+        #[serde(default)]
         evidence: BTreeMap<String, String>,
     },
     TaskFail {

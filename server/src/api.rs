@@ -461,7 +461,21 @@ async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
     }
 }
 
-async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
+/// The body of a request that takes none: empty, or an object with no
+/// field (a field is refused, never ignored).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoBody {}
+
+fn no_body(body: &Bytes) -> Result<(), Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    parse_strict::<NoBody>(body).map(|NoBody {}| ())
+}
+
+async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
+    no_body(&body)?;
     let swept = a.sweep(q.dry_run.unwrap_or(false)).await?;
     json(&json!({"items": swept, "next": null}))
 }
@@ -504,7 +518,8 @@ async fn schedules(Gate(a): Gate) -> Answer {
     json(&json!({"items": a.schedules().await?, "next": null}))
 }
 
-async fn tick(Gate(a): Gate) -> Answer {
+async fn tick(Gate(a): Gate, body: Bytes) -> Answer {
+    no_body(&body)?;
     let made = a.tick_schedules().await?;
     let items: Vec<Value> = made
         .iter()

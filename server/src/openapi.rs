@@ -127,6 +127,32 @@ pub(crate) fn document() -> Value {
             None => item[&method] = operation(op, &method, route.path),
         }
     }
+    // The routes outside the catalogue: what the page reads, the metrics
+    // a scraper reads, and the health probes.
+    for (path, summary, public) in [
+        (
+            "/v1/status",
+            "What the status page shows: counts by state, queues, leases, failures, refusals, failing schedules, the sweeper, recent events",
+            false,
+        ),
+        ("/metrics", "Prometheus metrics (OpenMetrics text)", false),
+        ("/healthz", "The server answers (no store read)", true),
+        ("/readyz", "The store answers a read", true),
+    ] {
+        let mut get = json!({
+            "operationId": path.trim_start_matches('/').replace('/', "_"),
+            "summary": summary,
+            "responses": {
+                "200": {"description": "Answered"},
+                "401": {"description": "No valid bearer token (a server with tokens)"},
+                "503": {"description": "The store could not answer"},
+            },
+        });
+        if public {
+            get["security"] = json!([]);
+        }
+        paths.insert(path.to_owned(), json!({"get": get}));
+    }
     json!({
         "openapi": "3.1.0",
         "info": {

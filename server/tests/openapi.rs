@@ -102,3 +102,111 @@ async fn every_documented_route_is_served_with_the_documented_rules() {
     }
     served.stop().await;
 }
+
+/// A value of the documented schema: the minimum of a number, an id-like
+/// string (or the example, or a date-time), an object of its required
+/// properties (all of them when `all`), an empty list.
+fn sample(schema: &Value, all: bool) -> Value {
+    if let Some(e) = schema.get("example") {
+        return e.clone();
+    }
+    if let Some(first) = schema.get("oneOf").and_then(|o| o.get(0)) {
+        return sample(first, all);
+    }
+    match schema["type"].as_str() {
+        Some("string") if schema["format"] == "date-time" => Value::from("2030-01-01T00:00:00Z"),
+        Some("string") => Value::from("s1"),
+        Some("integer") | Some("number") => {
+            schema.get("minimum").cloned().unwrap_or(Value::from(1))
+        }
+        Some("boolean") => Value::from(false),
+        Some("array") => Value::Array(Vec::new()),
+        Some("object") => {
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut o = serde_json::Map::new();
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, v) in props {
+                    if all || required.contains(&k.as_str()) {
+                        o.insert(k.clone(), sample(v, all));
+                    }
+                }
+            }
+            Value::Object(o)
+        }
+        _ => Value::Null,
+    }
+}
+
+/// Every POST body built from its documented schema (its required
+/// properties alone, and every property) is read by the server: whatever
+/// the answer, it is never that the body's shape is wrong (a field the
+/// document names that the server does not know, one it requires that the
+/// document does not, a value of another type). Every route the server
+/// serves outside the catalogue (status, metrics, health) is documented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_built_from_each_documented_schema_is_accepted() {
+    let mut opts = ServeOptions::new(Listen::Tcp("127.0.0.1:0".parse().unwrap()));
+    opts.sweep_every = None;
+    let served = baton_server::spawn(Arc::new(MemoryStore::new()), opts)
+        .await
+        .unwrap();
+    let addr = served.addr.unwrap();
+    let wrong = tokio::task::spawn_blocking(move || {
+        let (_, doc) = ask(addr, "GET", "/v1/openapi.json", "");
+        for path in ["/v1/status", "/metrics", "/healthz", "/readyz"] {
+            assert!(
+                doc["paths"][path]["get"].is_object(),
+                "{path} is not documented"
+            );
+        }
+        let mut wrong = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let Some(op) = item.get("post") else { continue };
+            let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+            if schema["type"] != "object" {
+                continue;
+            }
+            for all in [false, true] {
+                let body = sample(schema, all);
+                let concrete = path
+                    .replace("{task}", "t1")
+                    .replace("{name}", "n1")
+                    .replace("{key}", "k1")
+                    .replace("{queue}", "q1");
+                let (status, answer) = ask(addr, "POST", &concrete, &body.to_string());
+                let message = answer["error"]["message"].as_str().unwrap_or("");
+                let shape = [
+                    "unknown field",
+                    "missing field",
+                    "invalid type",
+                    "is not a field",
+                    "must be a JSON object",
+                ];
+                if status == 400 && shape.iter().any(|s| message.contains(s)) {
+                    wrong.push(format!("POST {path} {body}: {answer}"));
+                }
+            }
+        }
+        // A body the document does not describe is refused, not ignored.
+        for path in ["/v1/sweep", "/v1/scheduler/tick"] {
+            let (status, answer) = ask(addr, "POST", path, r#"{"surprise": 1}"#);
+            if status != 400 {
+                wrong.push(format!(
+                    "POST {path} took an unknown field: {status} {answer}"
+                ));
+            }
+        }
+        wrong
+    })
+    .await
+    .unwrap();
+    assert!(
+        wrong.is_empty(),
+        "the document and the server disagree:\n{}",
+        wrong.join("\n")
+    );
+    served.stop().await;
+}
