@@ -827,8 +827,9 @@ fn the_child_stops_before_its_lease_ends_while_sqlite_is_locked() {
 #[path = "common/server.rs"]
 mod server;
 
-#[test]
-fn the_child_stops_before_its_lease_ends_while_its_server_is_stopped() {
+/// A server on a SQLite store of its own, and an environment whose store
+/// is that server (the server's folder goes with it).
+fn through_a_server() -> (server::Server, Env, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("s.db").display());
     let server = server::Server::start(&store, None);
@@ -836,6 +837,12 @@ fn the_child_stops_before_its_lease_ends_while_its_server_is_stopped() {
         dir: tempfile::tempdir().unwrap(),
         store: server.url(),
     };
+    (server, env, dir)
+}
+
+#[test]
+fn the_child_stops_before_its_lease_ends_while_its_server_is_stopped() {
+    let (server, env, _dir) = through_a_server();
     stopped_before_the_lease_ends_while_the_store_stalls(&env, || {
         server.signal("-STOP");
         std::thread::sleep(Duration::from_secs(5));
@@ -1117,13 +1124,7 @@ fn a_grant_answered_with_its_lease_over_starts_no_child() {
         eprintln!("skipped: faketime is not installed");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("s.db").display());
-    let server = server::Server::start(&store, None);
-    let env = Env {
-        dir: tempfile::tempdir().unwrap(),
-        store: server.url(),
-    };
+    let (_server, env, _dir) = through_a_server();
     let ran = env.path("ran");
     let report = env.path("report.json");
     let mut c = Command::new(ft);

@@ -1177,10 +1177,11 @@ mod tests {
         let at = |ms: i64| Timestamp(1_767_225_600_000 + ms);
         // A start written as a time has the bound a delay has: a year.
         let year = i64::try_from(MAX_START_AFTER_MS).unwrap();
-        for (start, ok) in [(at(year), true), (at(year + 1), false)] {
+        // The add of `t` starting at `start`, decided at `at(0)`.
+        let added = |start: Start| {
             let node = NodeSpec::new(&t, None, 0, [])
                 .unwrap()
-                .with_start(Some(Start::At(start)))
+                .with_start(Some(start))
                 .unwrap();
             let op = crate::request::Operation {
                 task: t.clone(),
@@ -1189,8 +1190,10 @@ mod tests {
                 now: at(0),
                 clock: Default::default(),
             };
-            let d = crate::decide::decide(&op, None, crate::decide::Judged::default());
-            match d.verdict {
+            crate::decide::decide(&op, None, crate::decide::Judged::default())
+        };
+        for (start, ok) in [(at(year), true), (at(year + 1), false)] {
+            match added(Start::At(start)).verdict {
                 crate::decide::Verdict::Commit(_) => assert!(ok, "{start}"),
                 crate::decide::Verdict::Invalid(e) => {
                     assert!(!ok, "{start}: {e}");
@@ -1199,18 +1202,7 @@ mod tests {
                 v => panic!("{v:?}"),
             }
         }
-        let node = NodeSpec::new(&t, None, 0, [])
-            .unwrap()
-            .with_start(Some(Start::AfterMs(60_000)))
-            .unwrap();
-        let op = crate::request::Operation {
-            task: t.clone(),
-            request: crate::request::Request::Add { node },
-            pre: crate::request::Preconditions::default(),
-            now: at(0),
-            clock: Default::default(),
-        };
-        let d = crate::decide::decide(&op, None, crate::decide::Judged::default());
+        let d = added(Start::AfterMs(60_000));
         let crate::decide::Verdict::Commit(c) = d.verdict else {
             panic!("added: {:?}", d.verdict)
         };

@@ -27,13 +27,18 @@ fn ask(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
     (status, serde_json::from_str(rest).unwrap_or(Value::Null))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_documented_route_is_served_with_the_documented_rules() {
+/// A server without tokens or a sweeper on a memory store.
+async fn serve() -> baton_server::Served {
     let mut opts = ServeOptions::new(Listen::Tcp("127.0.0.1:0".parse().unwrap()));
     opts.sweep_every = None;
-    let served = baton_server::spawn(Arc::new(MemoryStore::new()), opts)
+    baton_server::spawn(Arc::new(MemoryStore::new()), opts)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_route_is_served_with_the_documented_rules() {
+    let served = serve().await;
     let addr = served.addr.unwrap();
     let (doc, checked) = tokio::task::spawn_blocking(move || {
         let (status, doc) = ask(addr, "GET", "/v1/openapi.json", "");
@@ -148,11 +153,7 @@ fn sample(schema: &Value, all: bool) -> Value {
 /// serves outside the catalogue (status, metrics, health) is documented.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_built_from_each_documented_schema_is_accepted() {
-    let mut opts = ServeOptions::new(Listen::Tcp("127.0.0.1:0".parse().unwrap()));
-    opts.sweep_every = None;
-    let served = baton_server::spawn(Arc::new(MemoryStore::new()), opts)
-        .await
-        .unwrap();
+    let served = serve().await;
     let addr = served.addr.unwrap();
     let wrong = tokio::task::spawn_blocking(move || {
         let (_, doc) = ask(addr, "GET", "/v1/openapi.json", "");
