@@ -207,7 +207,7 @@ pub enum Command {
         #[command(flatten)]
         node: NodeArgs,
         /// Not granted before this: an RFC 3339 time (2026-12-24T18:00:00Z)
-        /// or a delay from the add (`90s`, `10m`, `2h`; at most a year).
+        /// or a delay from the add (`90s`, `10m`, `400d`), ending by year 9999.
         /// An add repeated with another start is the same add.
         #[arg(long)]
         not_before: Option<String>,

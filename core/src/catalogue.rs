@@ -85,7 +85,7 @@ impl Kind {
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
             Kind::Node => {
-                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay of at most a year), a retry policy, and a concurrency key"
+                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay, ending by year 9999), a retry policy, and a concurrency key"
             }
             Kind::Flag => "true or false",
             Kind::Actor => "who asks: {\"role\": \"operator\" or \"worker\", \"id\": an id}",

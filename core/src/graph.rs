@@ -500,7 +500,7 @@ impl Start {
     }
 
     /// A start read as a person writes it: an RFC 3339 time, or a duration
-    /// from now (`90s`, `10m`, `2h`; at most a year).
+    /// from now (`90s`, `10m`, `2h`, `400d`); either ends by year 9999.
     pub fn parse(field: &str, text: &str) -> Result<Start, Error> {
         let text = text.trim();
         if let Ok(t) = Timestamp::parse_rfc3339(text) {
@@ -516,13 +516,19 @@ impl Start {
         Start::AfterMs(ms).checked(field)
     }
 
-    /// The start, if within its bounds (a delay of at most a year).
+    /// The start, if within its bounds: a time or a delay, either ending
+    /// by 9999-12-31T23:59:59.999Z (the delay is checked again against
+    /// the time the add is decided at).
     pub fn checked(self, field: &str) -> Result<Start, Error> {
         match self {
-            Start::AfterMs(ms) if ms > MAX_START_AFTER_MS => Err(Error::invalid(
-                field,
-                format!("must be at most a year from now (got {ms}ms)"),
-            )),
+            Start::AfterMs(ms)
+                if ms > u64::try_from(crate::time::MAX_TIMESTAMP_MS).unwrap_or(u64::MAX) =>
+            {
+                Err(Error::invalid(
+                    field,
+                    format!("must end by 9999-12-31T23:59:59.999Z (got a delay of {ms}ms)"),
+                ))
+            }
             s => Ok(s),
         }
     }
@@ -1175,8 +1181,7 @@ mod tests {
     fn a_task_put_off_is_indexed_by_its_start() {
         let t = id("later");
         let at = |ms: i64| Timestamp(1_767_225_600_000 + ms);
-        // A start written as a time has the bound a delay has: a year.
-        let year = i64::try_from(MAX_START_AFTER_MS).unwrap();
+        // A start has one bound however it is written: year 9999.
         // The add of `t` starting at `start`, decided at `at(0)`.
         let added = |start: Start| {
             let node = NodeSpec::new(&t, None, 0, [])
@@ -1192,16 +1197,27 @@ mod tests {
             };
             crate::decide::decide(&op, None, crate::decide::Judged::default())
         };
-        for (start, ok) in [(at(year), true), (at(year + 1), false)] {
-            match added(Start::At(start)).verdict {
-                crate::decide::Verdict::Commit(_) => assert!(ok, "{start}"),
+        let days = |n: u64| n * 24 * 3600 * 1000;
+        let to_the_end = u64::try_from(Timestamp::MAX.as_millis() - at(0).as_millis()).unwrap();
+        for (start, ok) in [
+            (Start::AfterMs(days(367)), true),
+            (Start::At(Timestamp::MAX), true),
+            (Start::AfterMs(to_the_end), true),
+            (Start::AfterMs(to_the_end + 1), false),
+        ] {
+            match added(start).verdict {
+                crate::decide::Verdict::Commit(_) => assert!(ok, "{start:?}"),
                 crate::decide::Verdict::Invalid(e) => {
-                    assert!(!ok, "{start}: {e}");
+                    assert!(!ok, "{start:?}: {e}");
                     assert_eq!(e.field.as_deref(), Some("not_before"));
                 }
                 v => panic!("{v:?}"),
             }
         }
+        assert_eq!(
+            Start::parse("not_before", "367d").unwrap(),
+            Start::AfterMs(days(367))
+        );
         let d = added(Start::AfterMs(60_000));
         let crate::decide::Verdict::Commit(c) = d.verdict else {
             panic!("added: {:?}", d.verdict)

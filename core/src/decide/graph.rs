@@ -29,15 +29,15 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         Readiness::Ready => true,
         _ => false,
     };
-    // One bound for a start however it is written: a time at most a year
-    // after the add is decided, as a delay is at most a year.
-    if let Some(crate::graph::Start::At(t)) = spec.start
-        && t.as_millis().saturating_sub(now.as_millis())
-            > i64::try_from(crate::graph::MAX_START_AFTER_MS).unwrap_or(i64::MAX)
+    // One bound for a start however it is written: the end of time as
+    // baton keeps it, 9999-12-31T23:59:59.999Z (a time past it does not
+    // parse; a delay past it from now is refused here, not cut short).
+    if let Some(crate::graph::Start::AfterMs(ms)) = spec.start
+        && now.checked_plus_ms(ms).is_none()
     {
         return Verdict::Invalid(Error::invalid(
             "not_before",
-            format!("must be at most a year from now (got {t})"),
+            format!("a delay of {ms}ms from {now} ends past 9999-12-31T23:59:59.999Z"),
         ));
     }
     let mut r = first_record(&op.task, State::Registered, now);
