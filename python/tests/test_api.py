@@ -218,8 +218,10 @@ def test_a_task_put_off_is_not_granted_before_its_start(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.add("naive", not_before=datetime.datetime.now())
     assert e.value.field == "not_before"
+    # One bound for a start however it is written: year 9999.
+    assert auth.add("far", not_before="400d").state == "REGISTERED"
     with pytest.raises(baton.InvalidInput) as e:
-        auth.add("far", not_before="400d")
+        auth.add("past-the-end", not_before="10000000d")
     assert e.value.field == "not_before"
 
 
