@@ -2057,6 +2057,31 @@ fn one_failing_schedule_stops_no_other_and_the_status_says_so() {
         assert!(Instant::now() < until, "status {st}\nschedules {list}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A worker's own scheduler on a server without a beat: its tick makes
+    // the later schedule's task though it may not keep the earlier one's
+    // failure (that is an operator's or the server's).
+    let dir2 = tempfile::tempdir().unwrap();
+    let store2 = format!("sqlite:{}", dir2.path().join("s.db").display());
+    let quiet = Server::start_with(&store2, &["--tokens", &tokens, "--sweep-every", "off"]);
+    let b = quiet.addr;
+    let (_, r) = http(b, "POST", "/v1/schedules/0000", Some(OPERATOR), every).unwrap();
+    let start = baton_core::Timestamp::parse_rfc3339(r["created_at"].as_str().unwrap()).unwrap();
+    http(b, "POST", "/v1/schedules/zzzz", Some(OPERATOR), every).unwrap();
+    let (s, r) = http(
+        b,
+        "POST",
+        &format!("/v1/tasks/0000@{start}/add"),
+        Some(WORKER),
+        r#"{"node":{"queue":"other","priority":9,"depends_on":[]}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, made) = http(b, "POST", "/v1/scheduler/tick", Some(WORKER), "").unwrap();
+    assert_eq!(
+        s, 200,
+        "a worker's tick is not stopped by another schedule: {made}"
+    );
+    assert!(made.to_string().contains("zzzz@"), "{made}");
 }
 
 /// Serves `html` to every request on a loopback port of its own (another

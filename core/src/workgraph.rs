@@ -186,8 +186,18 @@ impl<S: Store> Authority<S> {
             });
             let kept = rec.schedule_failure.as_ref().map(|f| &f.error);
             if kept != failure.as_ref().map(|f| &f.error) {
-                self.send(&rec.task, Request::ScheduleTicked { failure })
-                    .await?;
+                match self
+                    .send(&rec.task, Request::ScheduleTicked { failure })
+                    .await
+                {
+                    // A worker's scheduler (a server's token) may make the
+                    // tasks but not keep the failure: the server's own beat,
+                    // or an operator's tick, keeps it. It stops nothing.
+                    Err(e) if e.kind == crate::error::ErrorKind::NotPermitted => {}
+                    r => {
+                        r?;
+                    }
+                }
             }
         }
         Ok(made)
