@@ -133,6 +133,45 @@ impl Keys {
         format!("{}r/", self.prefix)
     }
 
+    /// A state-index entry: every record by its stored state, so a list
+    /// by state reads those records alone.
+    pub fn in_state(&self, state: baton_core::State, task: &str) -> String {
+        format!("{}s/{}/{}", self.prefix, state.as_str(), hex(task))
+    }
+
+    /// Every state-index entry of `state`.
+    pub fn state_entries(&self, state: baton_core::State) -> String {
+        format!("{}s/{}/", self.prefix, state.as_str())
+    }
+
+    /// A count entry: a counted record by the queue it is counted under
+    /// and its stored state; a count is the number of keys under
+    /// [`Keys::counted`], which etcd answers without reading them.
+    pub fn count_entry(&self, queue: &str, state: baton_core::State, task: &str) -> String {
+        format!(
+            "{}c/{}/{}/{}",
+            self.prefix,
+            hex(queue),
+            state.as_str(),
+            hex(task)
+        )
+    }
+
+    /// Every count entry of the store.
+    pub fn count_entries(&self) -> String {
+        format!("{}c/", self.prefix)
+    }
+
+    pub fn counted(&self, queue: &str, state: baton_core::State) -> String {
+        format!("{}c/{}/{}/", self.prefix, hex(queue), state.as_str())
+    }
+
+    /// Written once every record has its state and count entries (a
+    /// store from before them is indexed when first opened).
+    pub fn indexed_marker(&self) -> String {
+        format!("{}v/indexed", self.prefix)
+    }
+
     /// A held-index entry (`TaskRecord::held_key`, in hex), its value the task id.
     pub fn held(&self, key: &[u8]) -> String {
         format!("{}k/{}", self.prefix, hex_bytes(key))

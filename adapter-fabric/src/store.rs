@@ -19,6 +19,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+#[path = "store_counts.rs"]
+mod counts;
 #[path = "store_graph.rs"]
 mod graph;
 
@@ -513,6 +515,7 @@ impl FabricStore {
             pool,
         };
         store.refuse_earlier_layout().await?;
+        store.index_earlier_records().await?;
         Ok(store)
     }
 
@@ -1356,16 +1359,48 @@ impl FabricStore {
         limit: usize,
         states: Option<&BTreeSet<baton_core::State>>,
     ) -> Result<Vec<Snapshot>> {
-        // A page read at one revision; if that revision is compacted away
-        // between two requests of the scan, the scan starts again at the
-        // current one (bounded), instead of asking for it again and again.
+        self.at_one_revision("list", || self.scan_at_one_revision(after, limit, states))
+            .await
+    }
+
+    /// One read of the keys in `[from, end)` at revision `pinned` (the
+    /// current one when `None`), with the options `shape` adds; `None`
+    /// when that revision was compacted.
+    pub(super) async fn range_at(
+        &self,
+        what: &str,
+        from: &[u8],
+        end: &[u8],
+        pinned: Option<i64>,
+        shape: impl Fn(GetOptions) -> GetOptions,
+    ) -> Result<Option<etcd_client::GetResponse>> {
+        self.call_retrying(what, |mut c| {
+            let mut o = shape(GetOptions::new().with_range(end.to_vec()));
+            if let Some(r) = pinned {
+                o = o.with_revision(r);
+            }
+            let from = from.to_vec();
+            async move { not_compacted(c.get(from, Some(o)).await) }
+        })
+        .await
+    }
+
+    /// A read made of several requests at one revision (`read`: `None`
+    /// when that revision was compacted away between two of them), started
+    /// again at the current revision (bounded) instead of asking for the
+    /// compacted one again and again.
+    async fn at_one_revision<T, F, Fut>(&self, what: &str, read: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Option<T>>>,
+    {
         for _ in 0..SCAN_RESTARTS {
-            if let Some(found) = self.scan_at_one_revision(after, limit, states).await? {
+            if let Some(found) = read().await? {
                 return Ok(found);
             }
         }
         Err(Error::unavailable(format!(
-            "etcd prefix {:?}: list: the cluster compacted the revision being read {SCAN_RESTARTS} times running",
+            "etcd prefix {:?}: {what}: the cluster compacted the revision being read {SCAN_RESTARTS} times running",
             self.opts.prefix
         ))
         .with_context(self.context()))
@@ -1400,14 +1435,7 @@ impl FabricStore {
             };
             let page = i64::try_from(page).unwrap_or(1);
             let resp = self
-                .call_retrying("list", |mut c| {
-                    let mut o = GetOptions::new().with_range(e.clone()).with_limit(page);
-                    if let Some(r) = pinned {
-                        o = o.with_revision(r);
-                    }
-                    let s = s.clone();
-                    async move { not_compacted(c.get(s, Some(o)).await) }
-                })
+                .range_at("list", &s, &e, pinned, |o| o.with_limit(page))
                 .await?;
             let Some(resp) = resp else {
                 return Ok(None);
@@ -1431,6 +1459,16 @@ impl FabricStore {
                 start.push(0);
             }
         }
+        self.judged(out, pinned).await
+    }
+
+    /// `records` (in id order, read at revision `pinned`) with what the
+    /// engine judges of them at that revision; `None` when it was compacted.
+    async fn judged(
+        &self,
+        out: Vec<TaskRecord>,
+        pinned: Option<i64>,
+    ) -> Result<Option<Vec<Snapshot>>> {
         // Which of them hold a live grant, and which wait on a deadline that
         // has not passed, at the same revision.
         let (holders, deadlines) = (self.keys.holders(), self.keys.deadlines());
@@ -1478,14 +1516,13 @@ impl FabricStore {
         let mut to = key_of(last.task.as_str()).into_bytes();
         to.push(0);
         let resp = self
-            .call_retrying("list", |mut c| {
-                let mut o = GetOptions::new().with_range(to.clone()).with_keys_only();
-                if let Some(r) = pinned {
-                    o = o.with_revision(r);
-                }
-                let from = from.clone();
-                async move { not_compacted(c.get(from, Some(o)).await) }
-            })
+            .range_at(
+                "list",
+                from.as_bytes(),
+                &to,
+                pinned,
+                GetOptions::with_keys_only,
+            )
             .await?;
         let Some(resp) = resp else {
             return Ok(None);
@@ -1589,11 +1626,20 @@ impl Store for FabricStore {
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-        // etcd has no secondary index: filter by stored state (a superset of the clauses).
+        // By stored state through the state index (a superset of the
+        // clauses: the due condition is the engine's keys, judged with
+        // them); a scan of every record before the store is indexed.
         let states: Option<BTreeSet<baton_core::State>> = query
             .clauses
             .as_ref()
             .map(|cs| cs.iter().map(|c| c.state).collect());
+        if let Some(states) = &states
+            && let Some(found) = self
+                .list_by_state(query.after.as_ref(), query.limit, states)
+                .await?
+        {
+            return Ok(found);
+        }
         self.scan(query.after.as_ref(), query.limit, states.as_ref())
             .await
     }
@@ -1614,6 +1660,10 @@ impl Store for FabricStore {
                 e
             })
             .collect())
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        self.kept_counts().await
     }
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {

@@ -25,7 +25,7 @@ const MAX_TXN_OPS: usize = 120;
 /// How many races for a grant `next` loses before it answers that it took none.
 const NEXT_TRIES: usize = 16;
 /// The most decisions of passed-over candidates one `next` transaction
-/// writes (about eight keys each, under [`MAX_TXN_OPS`]); it commits them
+/// writes (about twelve keys each, under [`MAX_TXN_OPS`]); it commits them
 /// and goes on.
 const NEXT_WRITES: usize = 8;
 
@@ -585,6 +585,27 @@ impl FabricStore {
                 ops.push(TxnOp::put(key(&self.keys, &a), task.clone(), None));
             }
         }
+        // The state index and the counts (see counts.rs).
+        let state = |r: Option<&TaskRecord>| r.map(|r| r.state);
+        if state(old) != state(new) {
+            if let Some(s) = state(old) {
+                ops.push(TxnOp::delete(self.keys.in_state(s, &task), None));
+            }
+            if let Some(s) = state(new) {
+                ops.push(TxnOp::put(self.keys.in_state(s, &task), "", None));
+            }
+        }
+        fn counted(r: Option<&TaskRecord>) -> Option<(&str, baton_core::State)> {
+            r.and_then(|r| Some((r.census_queue()?, r.state)))
+        }
+        if counted(old) != counted(new) {
+            if let Some((q, s)) = counted(old) {
+                ops.push(TxnOp::delete(self.keys.count_entry(q, s, &task), None));
+            }
+            if let Some((q, s)) = counted(new) {
+                ops.push(TxnOp::put(self.keys.count_entry(q, s, &task), "", None));
+            }
+        }
     }
 
     /// Task ids under an index range `[start, end)` of one of the indexes.
@@ -700,8 +721,9 @@ impl FabricStore {
     /// keys (etcd's limit), each whole; a refusal stops at the chunk it is
     /// in, leaving the chunks before it committed.
     pub(super) async fn apply_all_on_etcd(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        // About six keys a node (record, event, index, a link per dependency).
-        let per_chunk = (MAX_TXN_OPS / 8).max(1);
+        // About eight keys a node (record, event, indexes, count, a link
+        // per dependency).
+        let per_chunk = (MAX_TXN_OPS / 12).max(1);
         let mut out = Vec::with_capacity(ops.len());
         for chunk in ops.chunks(per_chunk) {
             let ds = self.apply_group(chunk, true).await?;

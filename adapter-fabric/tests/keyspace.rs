@@ -373,3 +373,73 @@ async fn a_list_survives_compactions_between_its_pages() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     compactor.await.unwrap();
 }
+
+/// A store written before the state and count indexes (its records
+/// alone, no index keys, no marker) is indexed when first opened: the
+/// counts then equal a count of its records, and a list by state finds
+/// what a scan finds, also after writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_before_the_counts_is_indexed_when_opened() {
+    use baton_core::Store;
+    use baton_core::counts::{Counts, drift, recount};
+    let Some(cluster) = EtcdCluster::start_or_skip() else {
+        return;
+    };
+    let a = authority(&cluster, "earlier").await;
+    let w = id("w");
+    let hour = Some(3_600_000);
+    let f = a
+        .claim(&id("done"), &w, hour)
+        .await
+        .unwrap()
+        .grant()
+        .unwrap();
+    a.complete(&id("done"), &w, f.fence).await.unwrap();
+    a.claim(&id("held"), &w, hour).await.unwrap();
+    a.declare(manifest("declared", 1, &[], 60, 1))
+        .await
+        .unwrap();
+    let alice = baton_core::Actor::Operator(id("alice"));
+    a.set_limit(&id("repo"), Some(1), alice).await.unwrap();
+    let before = Counts::of_stored(recount(a.store(), a.now()).await.unwrap());
+    close(a).await;
+    // Undo the indexes: what a store written by an earlier build holds.
+    let mut client = etcd_client::Client::connect(cluster.endpoints(), None)
+        .await
+        .unwrap();
+    for family in ["s/", "c/", "v/"] {
+        client
+            .delete(
+                format!("earlier\0{family}"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+    }
+    let a = authority(&cluster, "earlier").await;
+    let kept = a.store().counts().await.unwrap().expect("indexed on open");
+    assert_eq!(Counts::of_stored(kept), before);
+    assert_eq!(
+        before.queues[""][&baton_core::State::Succeeded],
+        1,
+        "{before:?}"
+    );
+    let held = a
+        .list(Some(baton_core::State::Claimed), None, 100)
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].task.as_str(), "held");
+    let f = held[0].lease.as_ref().unwrap().fence;
+    a.complete(&id("held"), &w, f).await.unwrap();
+    assert_eq!(drift(a.store(), a.now()).await.unwrap(), None);
+    assert!(
+        a.list(Some(baton_core::State::Claimed), None, 100)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    close(a).await;
+}

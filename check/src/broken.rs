@@ -106,6 +106,9 @@ impl<S: Store> Store for Broken<S> {
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         self.inner.pending(after, limit).await
     }
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        self.inner.counts().await
+    }
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         self.inner.ack(intent_ids, now).await
     }

@@ -28,6 +28,8 @@ pub struct FaultStore<S> {
     inner: S,
     always: Mutex<Option<Fault>>,
     next: Mutex<Option<Fault>>,
+    /// How many records `list` has returned through this handle.
+    listed: std::sync::atomic::AtomicU64,
 }
 
 impl<S> FaultStore<S> {
@@ -37,6 +39,7 @@ impl<S> FaultStore<S> {
             inner,
             always: Mutex::new(None),
             next: Mutex::new(None),
+            listed: Default::default(),
         }
     }
 
@@ -46,6 +49,7 @@ impl<S> FaultStore<S> {
             inner,
             always: Mutex::new(Some(fault)),
             next: Mutex::new(None),
+            listed: Default::default(),
         }
     }
 
@@ -65,6 +69,12 @@ impl<S> FaultStore<S> {
 
     pub fn inner(&self) -> &S {
         &self.inner
+    }
+
+    /// How many records `list` has returned through this handle (a test
+    /// of what a read costs counts them).
+    pub fn records_listed(&self) -> u64 {
+        self.listed.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -106,7 +116,10 @@ impl<S: Store> Store for FaultStore<S> {
         self.write(self.inner.next(query)).await
     }
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-        self.inner.list(query).await
+        let found = self.inner.list(query).await?;
+        self.listed
+            .fetch_add(found.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(found)
     }
     async fn watch_ready(&self, query: &crate::graph::NextQuery, max_ms: u64) -> Result<bool> {
         self.inner.watch_ready(query, max_ms).await
@@ -119,6 +132,9 @@ impl<S: Store> Store for FaultStore<S> {
     }
     async fn ack(&self, ids: &[String], now: Timestamp) -> Result<u64> {
         self.inner.ack(ids, now).await
+    }
+    async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+        self.inner.counts().await
     }
     fn commits(&self) -> Option<u64> {
         self.inner.commits()

@@ -16,6 +16,7 @@ pub mod authority;
 pub mod catalogue;
 #[cfg(feature = "committer")]
 pub mod commit;
+pub mod counts;
 pub mod decide;
 pub mod engine;
 pub mod error;

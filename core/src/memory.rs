@@ -34,6 +34,8 @@ struct Inner {
     outbox: BTreeMap<u64, Notification>,
     outbox_seq: u64,
     fence: u64,
+    /// The counts by (queue, stored state), kept with every commit.
+    counts: BTreeMap<(String, crate::model::State), i64>,
 }
 
 /// A store that lives in this process's memory.
@@ -63,6 +65,8 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
     }
     if let Some(r) = decision.record_to_write() {
         let old = inner.tasks.insert(r.task.clone(), r.clone());
+        crate::counts::tally(&mut inner.counts, old.as_ref(), -1);
+        crate::counts::tally(&mut inner.counts, Some(r), 1);
         if let Some(o) = old {
             if let Some(e) = o.ready_entry() {
                 inner.ready.remove(&e.key());
@@ -263,6 +267,10 @@ impl Store for MemoryStore {
             .take(limit)
             .cloned()
             .collect())
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+        Ok(Some(crate::counts::from_sums(&self.lock()?.counts)))
     }
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {

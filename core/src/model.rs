@@ -162,6 +162,18 @@ impl TaskRecord {
         self.manifest.is_none()
     }
 
+    /// The queue this record is counted under in the counts every store
+    /// keeps with its commits (`""` for a task outside the work graph), or
+    /// `None` for a record that holds a setting, which is not a task
+    /// (a pruned task's tombstone is counted, as lists show it). Stores
+    /// group by this and the stored state, nothing else ([`crate::counts`]).
+    pub fn census_queue(&self) -> Option<&str> {
+        if self.holds_setting() {
+            return None;
+        }
+        Some(self.node.as_ref().map_or("", |n| n.spec.queue.as_str()))
+    }
+
     /// The run-time limit of each attempt, if the task has one (its
     /// graph node's `timeout`, or its manifest's `timeout_seconds`).
     pub fn timeout_ms(&self) -> Option<u64> {

@@ -245,6 +245,20 @@ pub trait Store: Send + Sync + Debug {
     /// Unacknowledged notifications with `seq > after`, in order, at most `limit`.
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>>;
 
+    /// How many records are stored in each state, by the queue they are
+    /// counted under ([`TaskRecord::census_queue`]; records it says are
+    /// not counted are left out, as are zero counts), in any order; `None` when the
+    /// store keeps no counts (core then reads the records).
+    ///
+    /// # Contract
+    /// Writes nothing that changes an answer. The counts are changed in
+    /// the same commit as the records they count, so they equal a count of
+    /// the records at one moment (whatever crashed); reading them costs
+    /// the same however many tasks there are.
+    async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+        Ok(None)
+    }
+
     /// How many durable commits (fsyncs) this store handle has made, if it
     /// counts them: benchmarks divide grants by it.
     fn commits(&self) -> Option<u64> {
@@ -361,6 +375,9 @@ macro_rules! forward_store {
             }
             async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
                 (**self).pending(after, limit).await
+            }
+            async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+                (**self).counts().await
             }
             async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
                 (**self).ack(intent_ids, now).await

@@ -159,6 +159,11 @@ impl Store for Gated {
         self.counted(r)
     }
 
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        let r = self.app.store.counts().await;
+        self.counted(r)
+    }
+
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         access::require_operator(self.caller.as_ref(), "an outbox acknowledgement")?;
         baton_core::model::validate_intent_ids(intent_ids)?;

@@ -92,7 +92,7 @@ impl Metrics {
         let tasks = Family::<ByState, Gauge>::default();
         registry.register(
             "tasks",
-            "Tasks by derived state, counted at scrape (up to the census bound)",
+            "Tasks by derived state: the counts the store keeps with each commit, read at scrape",
             tasks.clone(),
         );
         let batch = Histogram::new(exponential_buckets(1.0, 2.0, 10));

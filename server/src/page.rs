@@ -17,8 +17,6 @@ use baton_core::{Error, State as TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-/// The most tasks a census reads (the page and `/metrics` say when it stopped short).
-pub const CENSUS_BOUND: usize = 100_000;
 /// The most live leases and events the page shows.
 const SHOWN: usize = 200;
 
@@ -74,7 +72,8 @@ pub(crate) struct Failure {
     queue: Option<String>,
 }
 
-/// One queue's tasks by state, and how long its oldest waiting task has waited.
+/// One queue's tasks by state, and how long its oldest waiting task has
+/// waited (known while no more than [`READ_BOUND`] tasks wait in all).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct QueueDepth {
     pub counts: std::collections::BTreeMap<String, u64>,
@@ -91,70 +90,111 @@ pub(crate) struct Census {
     pub truncated: bool,
 }
 
-/// Every task's derived state, up to [`CENSUS_BOUND`] tasks.
-pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
+/// The most records of one kind the page reads beside the counts: live
+/// leases, and the waiting tasks whose age it shows (only while no more
+/// wait than this).
+const READ_BOUND: usize = 1000;
+
+/// What the page shows of the tasks, without reading every task: the
+/// counts the store keeps with its commits (with what changed by itself
+/// since moved, [`baton_core::counts`]), the live leases (as many as are
+/// held, at most [`READ_BOUND`]), and the expired leases and failures of
+/// the newest events (`recent`), topped up from the failed states' index.
+pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result<Census, Error> {
+    use baton_core::EventKind as K;
     let now = app.now();
-    let mut counts = [0u64; TaskState::ALL.len()];
-    let mut queues: std::collections::BTreeMap<String, QueueDepth> = Default::default();
-    let mut failures = Vec::new();
-    let mut leases = Vec::new();
-    let mut after: Option<String> = None;
-    let mut seen = 0usize;
-    let mut truncated = false;
-    loop {
-        let page = app
-            .authority
-            .list(None, after.as_deref(), baton_core::authority::MAX_PAGE)
-            .await?;
-        for r in &page.items {
-            if let Some(i) = TaskState::ALL.iter().position(|s| *s == r.state) {
-                counts[i] += 1;
-            }
-            let queue = r.node.as_ref().map(|n| n.spec.queue.to_string());
-            let depth = queues.entry(queue.clone().unwrap_or_default()).or_default();
-            *depth.counts.entry(r.state.as_str().to_owned()).or_default() += 1;
-            if matches!(r.state, TaskState::Registered | TaskState::Declared) {
+    let counts = app.authority.counts().await?;
+    let mut queues: std::collections::BTreeMap<String, QueueDepth> = counts
+        .queues
+        .iter()
+        .map(|(q, states)| {
+            let counts = states
+                .iter()
+                .map(|(s, n)| (s.as_str().to_owned(), *n))
+                .collect();
+            let depth = QueueDepth {
+                counts,
+                oldest_waiting: None,
+            };
+            (q.clone(), depth)
+        })
+        .collect();
+    let totals = counts.totals();
+    let total = |s: TaskState| totals.iter().find(|(t, _)| *t == s).map_or(0, |(_, n)| *n);
+    let waiting = total(TaskState::Registered) + total(TaskState::Declared);
+    if usize::try_from(waiting).is_ok_and(|w| w <= READ_BOUND) {
+        for state in [TaskState::Registered, TaskState::Declared] {
+            for r in app
+                .authority
+                .list(Some(state), None, READ_BOUND)
+                .await?
+                .items
+            {
+                let Some(depth) = r.census_queue().and_then(|q| queues.get_mut(q)) else {
+                    continue;
+                };
                 let since = r.deadline_from.unwrap_or(r.created_at);
                 depth.oldest_waiting = Some(depth.oldest_waiting.map_or(since, |o| o.min(since)));
             }
-            let left = |l: &baton_core::Lease| l.expires_at.as_millis() - now.as_millis();
-            if let Some(l) = &r.lease
-                && (r.state.is_held() || (l.expired && -left(l) < RECENTLY_EXPIRED_MS))
-            {
-                leases.push(Lease {
-                    task: r.task.to_string(),
-                    owner: l.owner.to_string(),
-                    fence: l.fence,
-                    state: r.state,
-                    expires_at: l.expires_at,
-                    left_ms: left(l),
-                    live: r.state.is_held(),
-                });
-            }
-            let failed = matches!(
-                r.state,
-                TaskState::Failed | TaskState::Stalled | TaskState::NotStarted
-            ) || (r.state == TaskState::Registered && r.error.is_some());
-            if failed && r.pruned_at.is_none() {
-                failures.push(Failure {
-                    task: r.task.to_string(),
-                    state: r.state,
-                    attempt: r.attempt,
-                    iteration: r.iteration,
-                    error: r.error.clone(),
-                    at: r.finished_at.unwrap_or(r.updated_at),
-                    queue,
-                });
-            }
         }
-        seen += page.items.len();
-        match page.next {
-            Some(n) if seen < CENSUS_BOUND => after = Some(n),
-            Some(_) => {
-                truncated = true;
-                break;
+    }
+    let mut leases = Vec::new();
+    let mut listed = std::collections::BTreeSet::new();
+    let mut lease_of = |r: &baton_core::TaskRecord, leases: &mut Vec<Lease>| {
+        let left = |l: &baton_core::Lease| l.expires_at.as_millis() - now.as_millis();
+        if let Some(l) = &r.lease
+            && (r.state.is_held() || (l.expired && -left(l) < RECENTLY_EXPIRED_MS))
+            && listed.insert(r.task.to_string())
+        {
+            leases.push(Lease {
+                task: r.task.to_string(),
+                owner: l.owner.to_string(),
+                fence: l.fence,
+                state: r.state,
+                expires_at: l.expires_at,
+                left_ms: left(l),
+                live: r.state.is_held(),
+            });
+        }
+    };
+    for state in [TaskState::Claimed, TaskState::Running] {
+        for r in app
+            .authority
+            .list(Some(state), None, READ_BOUND)
+            .await?
+            .items
+        {
+            lease_of(&r, &mut leases);
+        }
+    }
+    // Expired and not yet swept: among the due records the counts read.
+    for r in &counts.due {
+        lease_of(r, &mut leases);
+    }
+    // Expired and swept, and the newest failures: the tasks the newest
+    // events name, each read once, newest first.
+    let mut failures = Vec::new();
+    let mut read = std::collections::BTreeSet::new();
+    for e in recent.iter().rev() {
+        let expiry = matches!(e.kind, K::Stalled | K::TimedOut);
+        let failure = expiry || matches!(e.kind, K::Failed | K::NotStarted | K::RetryScheduled);
+        if !failure || read.len() >= 2 * SHOWN || !read.insert(e.task.clone()) {
+            continue;
+        }
+        if let Some(r) = app.authority.get(&e.task).await? {
+            lease_of(&r, &mut leases);
+            push_failure(&r, &mut failures);
+        }
+    }
+    // Older failures, while the page has room, from the failed states.
+    for state in [TaskState::Failed, TaskState::Stalled, TaskState::NotStarted] {
+        if failures.len() >= SHOWN {
+            break;
+        }
+        for r in app.authority.list(Some(state), None, SHOWN).await?.items {
+            if !read.contains(&r.task) {
+                push_failure(&r, &mut failures);
             }
-            None => break,
         }
     }
     // Live leases first, the nearest to ending first; then the ended,
@@ -164,12 +204,32 @@ pub(crate) async fn census(app: &Shared) -> Result<Census, Error> {
     failures.sort_by_key(|f| std::cmp::Reverse(f.at));
     failures.truncate(SHOWN);
     Ok(Census {
-        counts: TaskState::ALL.iter().copied().zip(counts).collect(),
+        counts: totals,
         queues,
         leases,
         failures,
-        truncated,
+        truncated: counts.truncated,
     })
+}
+
+/// Adds `r` to the failures if it ended without success (or waits to be
+/// tried again after a failure) and is not pruned.
+fn push_failure(r: &baton_core::TaskRecord, failures: &mut Vec<Failure>) {
+    let failed = matches!(
+        r.state,
+        TaskState::Failed | TaskState::Stalled | TaskState::NotStarted
+    ) || (r.state == TaskState::Registered && r.error.is_some());
+    if failed && r.pruned_at.is_none() {
+        failures.push(Failure {
+            task: r.task.to_string(),
+            state: r.state,
+            attempt: r.attempt,
+            iteration: r.iteration,
+            error: r.error.clone(),
+            at: r.finished_at.unwrap_or(r.updated_at),
+            queue: r.node.as_ref().map(|n| n.spec.queue.to_string()),
+        });
+    }
 }
 
 /// The sequence number of the newest event: found with a few indexed
@@ -217,8 +277,9 @@ async fn status(
     _caller: crate::gate::Gate,
 ) -> Answer {
     let n = q.events.unwrap_or(30).clamp(1, SHOWN);
-    let census = census(&app).await?;
     let newest = newest_seq(&app).await?;
+    let newest_events = recent_events(&app, newest).await?;
+    let census = census(&app, &newest_events).await?;
     let events = app
         .store
         .events(None, newest.saturating_sub(n as u64), n)
@@ -240,7 +301,7 @@ async fn status(
         .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
         .collect();
     let now = app.now();
-    let activity = per_minute(&app, newest, now).await?;
+    let activity = per_minute(&newest_events, newest, now);
     // Schedules whose last tick could not make their period's task.
     let failing: Vec<serde_json::Value> = app
         .authority
@@ -272,26 +333,10 @@ const CHART_EVENTS: u64 = 5000;
 /// The chart's span, in minutes.
 const CHART_MINUTES: usize = 60;
 
-/// Grants and failures in each of the last hour's minutes (the oldest
-/// first), from the newest events (at most [`CHART_EVENTS`] of them; the
-/// chart says from which minute it is whole).
-async fn per_minute(
-    app: &Shared,
-    newest: u64,
-    now: baton_core::Timestamp,
-) -> Result<serde_json::Value, Error> {
-    use baton_core::EventKind as K;
-    let mut grants = vec![0u64; CHART_MINUTES];
-    let mut failures = vec![0u64; CHART_MINUTES];
+/// The newest events, at most [`CHART_EVENTS`], oldest first.
+async fn recent_events(app: &Shared, newest: u64) -> Result<Vec<baton_core::Event>, Error> {
     let mut after = newest.saturating_sub(CHART_EVENTS);
-    let complete_from = after == 0;
-    let minute = |at: baton_core::Timestamp| -> Option<usize> {
-        let ago = (now.as_millis() - at.as_millis()) / 60_000;
-        usize::try_from(ago)
-            .ok()
-            .filter(|a| *a < CHART_MINUTES)
-            .map(|a| CHART_MINUTES - 1 - a)
-    };
+    let mut out = Vec::new();
     loop {
         let page = app
             .store
@@ -299,22 +344,46 @@ async fn per_minute(
             .await?;
         let Some(last) = page.last() else { break };
         after = last.seq;
-        for e in &page {
-            let Some(m) = minute(e.at) else { continue };
-            match e.kind {
-                K::Claimed | K::Recovered => grants[m] += 1,
-                K::Failed | K::Stalled | K::TimedOut | K::NotStarted => failures[m] += 1,
-                // A holder's failure tried again (a stall's retry follows
-                // its STALLED, counted already).
-                K::RetryScheduled if e.actor != baton_core::Actor::System => failures[m] += 1,
-                _ => {}
-            }
-        }
-        if page.len() < baton_core::authority::MAX_PAGE {
+        let whole = page.len() < baton_core::authority::MAX_PAGE;
+        out.extend(page);
+        if whole {
             break;
         }
     }
-    Ok(json!({"grants": grants, "failures": failures, "whole": complete_from}))
+    Ok(out)
+}
+
+/// Grants and failures in each of the last hour's minutes (the oldest
+/// first), from the newest events (`recent`: the events after
+/// `newest - CHART_EVENTS`; the chart says whether that is all of them).
+fn per_minute(
+    recent: &[baton_core::Event],
+    newest: u64,
+    now: baton_core::Timestamp,
+) -> serde_json::Value {
+    use baton_core::EventKind as K;
+    let mut grants = vec![0u64; CHART_MINUTES];
+    let mut failures = vec![0u64; CHART_MINUTES];
+    let complete_from = newest <= CHART_EVENTS;
+    let minute = |at: baton_core::Timestamp| -> Option<usize> {
+        let ago = (now.as_millis() - at.as_millis()) / 60_000;
+        usize::try_from(ago)
+            .ok()
+            .filter(|a| *a < CHART_MINUTES)
+            .map(|a| CHART_MINUTES - 1 - a)
+    };
+    for e in recent {
+        let Some(m) = minute(e.at) else { continue };
+        match e.kind {
+            K::Claimed | K::Recovered => grants[m] += 1,
+            K::Failed | K::Stalled | K::TimedOut | K::NotStarted => failures[m] += 1,
+            // A holder's failure tried again (a stall's retry follows
+            // its STALLED, counted already).
+            K::RetryScheduled if e.actor != baton_core::Actor::System => failures[m] += 1,
+            _ => {}
+        }
+    }
+    json!({"grants": grants, "failures": failures, "whole": complete_from})
 }
 
 const PAGE: &str = r##"<!doctype html>
@@ -466,7 +535,7 @@ async function showList() {
   const { res, json: s } = await api("/v1/status");
   if (!res.ok) { notice((s && s.error && s.error.message) || res.statusText, false); return; }
   $("auth").style.display = "none";
-  $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (counts stop at the census bound)" : "");
+  $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (more tasks are due a change than one reading derives: some count in their stored state)" : "");
   const sw = s.sweeper;
   $("sweeper").textContent = !sw ? "this server does not sweep (expired leases are persisted by `baton sweep`)"
     : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error

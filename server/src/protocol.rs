@@ -25,6 +25,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(wire::PENDING, post(pending))
         .route(wire::ACK, post(ack))
         .route(wire::PERMIT, post(permit))
+        .route(wire::COUNTS, post(counts))
 }
 
 async fn capabilities(gate: Gate) -> Answer {
@@ -96,6 +97,10 @@ async fn ack(gate: Gate, body: Bytes) -> Answer {
             .ack(&b.intent_ids, Timestamp::default())
             .await?,
     )
+}
+
+async fn counts(gate: Gate) -> Answer {
+    json(&gate.store().counts().await?)
 }
 
 async fn permit(gate: Gate, body: Bytes) -> Answer {

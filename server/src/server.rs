@@ -143,12 +143,13 @@ async fn readyz(State(app): State<Shared>) -> Response {
 }
 
 async fn metrics(State(app): State<Shared>, _caller: crate::gate::Gate) -> Answer {
-    if let Ok(census) = crate::page::census(&app).await {
-        app.metrics.census(census.queues.iter().flat_map(|(q, d)| {
-            d.counts
-                .iter()
-                .map(move |(s, n)| (q.as_str(), s.as_str(), *n))
-        }));
+    if let Ok(counts) = app.authority.counts().await {
+        app.metrics
+            .census(counts.queues.iter().flat_map(|(q, states)| {
+                states
+                    .iter()
+                    .map(move |(s, n)| (q.as_str(), s.as_str(), *n))
+            }));
     }
     Ok((
         [(

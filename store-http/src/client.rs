@@ -410,6 +410,10 @@ impl Store for HttpStore {
             .await
     }
 
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        self.post(wire::COUNTS, &(), false).await
+    }
+
     async fn permit(&self, act: baton_core::store::Act) -> Result<()> {
         self.post(wire::PERMIT, &act, false).await
     }

@@ -20,6 +20,7 @@ pub const EVENTS: &str = "/v1/store/events";
 pub const PENDING: &str = "/v1/store/pending";
 pub const ACK: &str = "/v1/store/ack";
 pub const PERMIT: &str = "/v1/store/permit";
+pub const COUNTS: &str = "/v1/store/counts";
 
 /// The longest wait a `watch_ready` may ask for, in milliseconds.
 pub const MAX_WATCH_MS: u64 = 60_000;

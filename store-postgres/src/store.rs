@@ -280,6 +280,28 @@ impl Inner {
                 .await
                 .map_err(err)?;
         }
+        if from < 4 {
+            // Schema 4: the rows written before it get the queue they are
+            // counted under (core's rule, so from the record); the
+            // triggers count them.
+            let rows = tx
+                .query(&format!("SELECT task_id, record FROM {schema}.tasks"), &[])
+                .await
+                .map_err(err)?;
+            let set = tx
+                .prepare(&format!(
+                    "UPDATE {schema}.tasks SET counted_queue = $2 WHERE task_id = $1"
+                ))
+                .await
+                .map_err(err)?;
+            for r in rows {
+                let task: String = r.get(0);
+                let record: baton_core::TaskRecord = self.decode(r.get(1))?;
+                tx.execute(&set, &[&task, &record.census_queue()])
+                    .await
+                    .map_err(err)?;
+            }
+        }
         if from < MIGRATIONS.len() {
             tx.execute(
                 &format!(
@@ -484,6 +506,44 @@ impl Inner {
         Ok(out)
     }
 
+    /// Folds the deltas the triggers appended (schema 4) into `counts`
+    /// and reads it: one folder at a time, each delta folded once.
+    async fn counts(&self) -> Result<Vec<baton_core::counts::Count>> {
+        let mut client = self.client().await?;
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let tx = client.transaction().await.map_err(err)?;
+        tx.batch_execute(
+            "LOCK TABLE counts IN EXCLUSIVE MODE;
+             WITH moved AS (DELETE FROM count_deltas RETURNING queue, state, n)
+             INSERT INTO counts AS c (queue, state, n)
+             SELECT queue, state, sum(n)::bigint FROM moved GROUP BY queue, state
+             ON CONFLICT (queue, state) DO UPDATE SET n = c.n + excluded.n",
+        )
+        .await
+        .map_err(err)?;
+        let rows = tx
+            .query("SELECT queue, state, n FROM counts WHERE n <> 0", &[])
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let state: String = r.get(1);
+            let state = baton_core::State::parse("state", &state).map_err(|_| {
+                Error::corrupt(format!(
+                    "{}: a count of an unknown state {state:?}",
+                    self.name
+                ))
+            })?;
+            out.push(baton_core::counts::Count {
+                queue: r.get(0),
+                state,
+                n: self.stored_u64("a count", r.get(2))?,
+            });
+        }
+        Ok(out)
+    }
+
     async fn ack(&self, ids: &[String], now: Timestamp) -> Result<u64> {
         let client = self.client().await?;
         let n = client
@@ -574,6 +634,13 @@ impl Store for PostgresStore {
         let i = self.inner.clone();
         self.inner
             .spawn(async move { i.pending(after, limit).await })
+            .await
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        let i = self.inner.clone();
+        self.inner
+            .spawn(async move { i.counts().await.map(Some) })
             .await
     }
 

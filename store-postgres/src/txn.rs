@@ -103,11 +103,11 @@ const SQL: [&str; 13] = [
     // insert: a task this transaction found no row for. Another creating
     // it meanwhile fails the statement (unique violation), and the batch
     // is decided again with that row.
-    "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
-     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key, counted_queue)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     // update: a row this transaction holds locked.
-    "UPDATE tasks SET state = $2, due_at = $3, revision = $4, record = $5, ready_key = $6, held_key = $7
-     WHERE task_id = $1",
+    "UPDATE tasks SET state = $2, due_at = $3, revision = $4, record = $5, ready_key = $6, held_key = $7,
+     counted_queue = $8 WHERE task_id = $1",
     // event
     "INSERT INTO events (task_id, kind, body) VALUES ($1, $2, $3)",
     // conflict: a repeated one (same task and key) counts on the first.
@@ -231,6 +231,7 @@ struct TaskRow {
     record: String,
     ready: Option<Vec<u8>>,
     held: Option<Vec<u8>>,
+    counted: Option<String>,
 }
 
 /// What the decisions wrote since the last round trip, as the one write
@@ -283,6 +284,7 @@ impl Pending {
                 &r.record,
                 &r.ready,
                 &r.held,
+                &r.counted,
             ];
             sent.push(client.execute_raw(stmt, p).boxed());
         }
@@ -521,6 +523,7 @@ impl PgTx<'_> {
                 record: encode(r)?,
                 ready: r.ready_entry().map(|e| e.key()),
                 held: r.held_key(),
+                counted: r.census_queue().map(str::to_owned),
             };
             if let Some(entry) = r.ready_entry() {
                 let key = wake_key(entry.lane, &entry.queue);

@@ -32,7 +32,7 @@ fn a_version_1_store_migrates_on_open_and_goes_on() {
     let store = rt
         .block_on(PostgresStore::open_url(&pg.url("old")))
         .unwrap();
-    assert_eq!(pg.sql("SELECT version FROM old.schema_version"), "3");
+    assert_eq!(pg.sql("SELECT version FROM old.schema_version"), "4");
     let a = Authority::new(store.clone(), Arc::new(SystemClock));
 
     // The records as they were.
@@ -40,6 +40,16 @@ fn a_version_1_store_migrates_on_open_and_goes_on() {
     assert_eq!(t2.state, State::Succeeded);
     let b = rt.block_on(a.get(&id("task", "b"))).unwrap().unwrap();
     assert_eq!(b.state, State::Registered);
+
+    // Counted on upgrade (schema 4): the counts are the records' own.
+    use baton_core::counts::Counts;
+    let counted = || {
+        let drift = rt.block_on(baton_core::counts::drift(&store, a.now()));
+        assert_eq!(drift.unwrap(), None);
+        Counts::of_stored(rt.block_on(store.counts()).unwrap().unwrap())
+    };
+    let c = counted();
+    assert!(c.queues[""][&State::Succeeded] >= 1, "{c:?}");
 
     // The events with their numbers, then new ones after them.
     let before = rt.block_on(store.events(None, 0, 1000)).unwrap();
@@ -86,4 +96,5 @@ fn a_version_1_store_migrates_on_open_and_goes_on() {
         .block_on(a.next(&id("owner", "w2"), &[], Some(60_000), None))
         .unwrap();
     assert_eq!(next.grant().unwrap().task.as_str(), "b", "{next:?}");
+    counted();
 }

@@ -217,6 +217,10 @@ fn check(url: &str, tasks: usize, answered: &[(String, u64)]) {
         }
         assert!(!claimed.is_empty(), "{t} was never claimed");
     }
+    // The counts kept with the commits (clients killed mid-commit
+    // included) equal a count of the records.
+    let drift = rt.block_on(baton_core::counts::drift(a.store(), a.now()));
+    assert_eq!(drift.unwrap(), None, "the kept counts");
 }
 
 #[test]

@@ -25,7 +25,36 @@ use std::time::{Duration, Instant};
 /// The layout version this build writes.
 /// 2: the work graph's `ready` and `held` trees (a version 1 store has no
 /// graph tasks, so it is upgraded in place by writing the version).
-const SCHEMA_VERSION: u64 = 2;
+/// 3: counts by (queue, stored state) in `meta` under [`COUNT_PREFIX`],
+/// changed in the transaction of every record write (a version 2 store is
+/// counted once when opened).
+const SCHEMA_VERSION: u64 = 3;
+
+/// Where `meta` keeps the counts: `count/QUEUE\0STATE` to an i64, big-endian.
+const COUNT_PREFIX: &[u8] = b"count/";
+
+fn count_key(queue: &str, state: baton_core::State) -> Vec<u8> {
+    let mut k = COUNT_PREFIX.to_vec();
+    k.extend_from_slice(&prefixed_key(queue, state.as_str().as_bytes()));
+    k
+}
+
+/// A count's key back to its queue and state; `None` for a key no
+/// build wrote.
+fn count_of_key(key: &[u8]) -> Option<(String, baton_core::State)> {
+    let rest = key.strip_prefix(COUNT_PREFIX)?;
+    let cut = rest.iter().position(|b| *b == 0)?;
+    let queue = std::str::from_utf8(&rest[..cut]).ok()?;
+    let state = std::str::from_utf8(&rest[cut + 1..]).ok()?;
+    Some((
+        queue.to_owned(),
+        baton_core::State::parse("state", state).ok()?,
+    ))
+}
+
+fn read_i64(v: &[u8]) -> Option<i64> {
+    Some(i64::from_be_bytes(v.try_into().ok()?))
+}
 const MAGIC: &[u8] = b"baton";
 
 /// How a store is opened.
@@ -436,6 +465,36 @@ impl SledStore {
 }
 
 /// Marks a new store as baton's; refuses a foreign or newer one.
+/// Layout 3: the counts of a store written before it, from its records
+/// (any counts a crash left half written are replaced; the version is
+/// written only after them).
+fn count_existing(path: &Path, trees: &Trees) -> Result<()> {
+    let err = |e| map_err(path, e);
+    for item in trees.meta.scan_prefix(COUNT_PREFIX) {
+        let (k, _) = item.map_err(err)?;
+        trees.meta.remove(k).map_err(err)?;
+    }
+    let mut sums = BTreeMap::new();
+    for item in trees.tasks.iter() {
+        let (k, v) = item.map_err(err)?;
+        let record: TaskRecord = baton_core::json::decode_stored(&v).map_err(|e| {
+            Error::corrupt(format!(
+                "{}: task {} does not decode: {e}",
+                path.display(),
+                String::from_utf8_lossy(&k)
+            ))
+        })?;
+        baton_core::counts::tally(&mut sums, Some(&record), 1);
+    }
+    for ((queue, state), n) in sums {
+        trees
+            .meta
+            .insert(count_key(&queue, state), &n.to_be_bytes())
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
     let err = |e| map_err(path, e);
     let magic = trees.meta.get("magic").map_err(err)?;
@@ -448,6 +507,9 @@ fn check_layout(path: &Path, db: &sled::Db, trees: &Trees) -> Result<()> {
                     "{}: layout version {version} was written by a newer baton; this build reads up to {SCHEMA_VERSION}",
                     path.display()
                 )));
+            }
+            if version < 3 {
+                count_existing(path, trees)?;
             }
             if version < SCHEMA_VERSION {
                 trees
@@ -874,6 +936,27 @@ impl Inner {
         Ok(out)
     }
 
+    fn counts(&self) -> Result<Vec<baton_core::counts::Count>> {
+        let mut out = Vec::new();
+        for item in self.trees.meta.scan_prefix(COUNT_PREFIX) {
+            let (k, v) = item.map_err(|e| map_err(&self.path, e))?;
+            let (Some((queue, state)), Some(n)) = (count_of_key(&k), read_i64(&v)) else {
+                return Err(Error::corrupt(format!(
+                    "{}: a count that does not decode",
+                    self.path.display()
+                )));
+            };
+            if n > 0 {
+                out.push(baton_core::counts::Count {
+                    queue,
+                    state,
+                    n: n.unsigned_abs(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
     fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         let mut out = Vec::new();
         for item in self
@@ -1052,6 +1135,20 @@ impl SledTx<'_> {
                 ),
                 None => None,
             };
+            let mut moved = BTreeMap::new();
+            baton_core::counts::tally(&mut moved, current.as_ref(), -1);
+            baton_core::counts::tally(&mut moved, Some(r), 1);
+            for ((queue, state), by) in moved {
+                if by != 0 {
+                    let k = count_key(&queue, state);
+                    let n = match meta.get(&k)? {
+                        Some(v) => read_i64(&v)
+                            .ok_or_else(|| abort("a count does not decode".to_owned()))?,
+                        None => 0,
+                    };
+                    meta.insert(k, &(n + by).to_be_bytes())?;
+                }
+            }
             if let Some(old) = &current {
                 self.by_state.remove(prefixed_key(
                     old.state.as_str(),
@@ -1347,6 +1444,10 @@ impl Store for SledStore {
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         self.run(move |inner| inner.pending(after, limit)).await
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        self.run(|inner| inner.counts().map(Some)).await
     }
 
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {

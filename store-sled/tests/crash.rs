@@ -321,6 +321,8 @@ fn hundreds_of_kills_and_the_store_opens_after_every_one() {
                 .unwrap();
             assert!(g.fence > max_fence, "round {round}: a fence was reused");
             max_fence = g.fence;
+            let drift = rt.block_on(baton_core::counts::drift(a.store(), a.now()));
+            assert_eq!(drift.unwrap(), None, "round {round}: the kept counts");
         }
     }
     assert!(answered.len() > kills, "the storm granted between kills");

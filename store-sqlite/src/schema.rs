@@ -10,6 +10,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_fewer_pages.sql"),
     include_str!("../migrations/0006_file_path.sql"),
     include_str!("../migrations/0007_retention.sql"),
+    include_str!("../migrations/0008_counts.sql"),
 ];
 
 /// The schema version this build writes.

@@ -588,11 +588,42 @@ fn migrate(conn: &mut Connection, path: &Path, file: FileId) -> Result<()> {
     if start < 2 {
         record_identity(&tx, file).map_err(err)?;
     }
+    if start < 8 {
+        count_existing(&tx, path)?;
+    }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
         .map_err(err)?;
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(err)?;
     tx.commit().map_err(err)
+}
+
+/// Schema 8: every row written before it gets the queue it is counted
+/// under (core's rule, so from the record), which the triggers count.
+fn count_existing(tx: &rusqlite::Transaction<'_>, path: &Path) -> Result<()> {
+    let err = |e| map_err(path, e);
+    let mut read = tx
+        .prepare("SELECT task_id, record FROM tasks")
+        .map_err(err)?;
+    let rows = read
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(err)?;
+    let mut write = tx
+        .prepare("UPDATE tasks SET counted_queue = ?2 WHERE task_id = ?1")
+        .map_err(err)?;
+    for row in rows {
+        let (task, json) = row.map_err(err)?;
+        let record: TaskRecord = baton_core::json::decode_stored(json.as_bytes()).map_err(|e| {
+            Error::corrupt(format!(
+                "{}: task {task} does not decode: {e}",
+                path.display()
+            ))
+        })?;
+        write
+            .execute(params![task, record.census_queue()])
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 fn schema_facts(conn: &Connection) -> rusqlite::Result<(i64, i64, i64)> {
@@ -888,11 +919,13 @@ impl Inner {
         if let Some(r) = d.record_to_write() {
             let json = encode(r)?;
             tx.prepare_cached(
-                "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key,
+                                    counted_queue)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, due_at = excluded.due_at,
                  revision = excluded.revision, record = excluded.record,
-                 ready_key = excluded.ready_key, held_key = excluded.held_key",
+                 ready_key = excluded.ready_key, held_key = excluded.held_key,
+                 counted_queue = excluded.counted_queue",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -903,6 +936,7 @@ impl Inner {
                     json,
                     r.ready_entry().map(|e| e.key()),
                     r.held_key(),
+                    r.census_queue(),
                 ])
             })
             .map_err(err)?;
@@ -1072,6 +1106,38 @@ impl Inner {
                     self.stored_u64("an outbox sequence", seq)?,
                     draft,
                 ));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The counts the triggers keep (schema 8), one read of a table with a
+    /// row per queue and state.
+    fn counts(&self) -> Result<Vec<baton_core::counts::Count>> {
+        self.read(|tx| {
+            let err = |e| self.err(e);
+            let mut s = tx
+                .prepare_cached("SELECT queue, state, n FROM counts WHERE n <> 0")
+                .map_err(err)?;
+            let rows = s
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(err)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (queue, state, n) = row.map_err(err)?;
+                let state = baton_core::State::parse("state", &state)
+                    .map_err(|_| self.corrupt(&format!("a count of an unknown state {state:?}")))?;
+                out.push(baton_core::counts::Count {
+                    queue,
+                    state,
+                    n: self.stored_u64("a count", n)?,
+                });
             }
             Ok(out)
         })
@@ -1373,6 +1439,10 @@ impl Store for SqliteStore {
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         self.run(move |inner| inner.pending(after, limit)).await
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
+        self.run(|inner| inner.counts().map(Some)).await
     }
 
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {

@@ -215,6 +215,9 @@ fn check(path: &str, grants: &[(String, u64)], successes: &[(String, u64)]) {
         );
         assert_eq!(r.current_fence(), Some(*fence));
     }
+    // The counts kept with the commits equal a count of the records.
+    let drift = rt.block_on(baton_core::counts::drift(a.store(), a.now()));
+    assert_eq!(drift.unwrap(), None, "the kept counts after the crash");
     // Fences only grow, and each task's holder is its newest grant.
     let mut last = 0;
     let mut newest: BTreeMap<String, u64> = BTreeMap::new();

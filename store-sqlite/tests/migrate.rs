@@ -5,7 +5,7 @@
 mod common;
 
 use baton_core::graph::NodeSpec;
-use baton_core::{Refusal, Reply};
+use baton_core::{Refusal, Reply, State, Store};
 use common::{id, open_with, rt};
 use std::time::Duration;
 
@@ -51,6 +51,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
     // Put the indexes back as version 3 wrote them.
     {
         let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(UNDO_COUNTS).unwrap();
         c.execute_batch(VERSION_4).unwrap();
         c.execute_batch(VERSION_3_INDEXES).unwrap();
         let v: i64 = c
@@ -64,7 +65,7 @@ fn a_version_3_store_gets_partial_indexes_and_keeps_its_tasks() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 7, "migrated to version 7");
+        assert_eq!(v, 8, "migrated to version 8");
         for name in ["tasks_ready", "tasks_held", "tasks_by_due"] {
             let sql: String = c
                 .query_row(
@@ -132,6 +133,7 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
     };
     {
         let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(UNDO_COUNTS).unwrap();
         c.execute_batch(VERSION_4).unwrap();
         // Version 4 counted with the row alone: put it ahead of every
         // fence the events show, so only a store that reads the row
@@ -145,7 +147,7 @@ fn a_version_4_store_keeps_counting_fences_from_its_fence_row() {
         let v: i64 = c
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 7);
+        assert_eq!(v, 8);
         let due: String = c
             .query_row(
                 "SELECT sql FROM sqlite_master WHERE name = 'tasks_by_due'",
@@ -189,10 +191,10 @@ fn a_version_6_store_prunes_what_ended_before_the_upgrade() {
     };
     {
         let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute_batch(
-            "DROP INDEX tasks_ended; DROP INDEX outbox_acked_by_task;
-             UPDATE tasks SET due_at = NULL; PRAGMA user_version = 6;",
-        )
+        c.execute_batch(&format!(
+            "{UNDO_COUNTS} DROP INDEX tasks_ended; DROP INDEX outbox_acked_by_task;
+                 UPDATE tasks SET due_at = NULL; PRAGMA user_version = 6;"
+        ))
         .unwrap();
     }
     let a = open_with(&path, Duration::from_secs(5)).unwrap();
@@ -204,5 +206,55 @@ fn a_version_6_store_prunes_what_ended_before_the_upgrade() {
         assert!(r.pruned_at.is_some(), "{r:?}");
         let f = fence_of(&a.claim(&id("new"), &id("w"), Some(600_000)).await);
         assert!(f > done, "{f} after {done}");
+    });
+}
+
+/// What schema 8 adds, taken away again (a store as version 7 left it).
+const UNDO_COUNTS: &str = "DROP TRIGGER counts_insert; DROP TRIGGER counts_update_from;
+    DROP TRIGGER counts_update_to; DROP TRIGGER counts_delete; DROP TABLE counts;
+    ALTER TABLE tasks DROP COLUMN counted_queue;";
+
+/// Version 8 keeps counts with every commit: a version 7 store's tasks
+/// are counted on upgrade (settings left out), and the writes after it
+/// keep the counts equal to a count of the records.
+#[test]
+fn a_version_7_store_counts_its_tasks_on_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v7.db");
+    let rt = rt();
+    {
+        let a = open_with(&path, Duration::from_secs(5)).unwrap();
+        rt.block_on(async {
+            let f = fence_of(&a.claim(&id("done"), &id("w"), Some(600_000)).await);
+            a.complete(&id("done"), &id("w"), f).await.unwrap();
+            fence_of(&a.claim(&id("held"), &id("w"), Some(600_000)).await);
+            a.add(&id("queued"), spec("queued", &[])).await.unwrap();
+            let alice = baton_core::Actor::Operator(id("alice"));
+            a.set_limit(&id("repo"), Some(1), alice).await.unwrap();
+        });
+    }
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(&format!("{UNDO_COUNTS} PRAGMA user_version = 7;"))
+            .unwrap();
+    }
+    let a = open_with(&path, Duration::from_secs(5)).unwrap();
+    rt.block_on(async {
+        let got = baton_core::counts::Counts::of_stored(a.store().counts().await.unwrap().unwrap())
+            .queues;
+        let want: std::collections::BTreeMap<String, std::collections::BTreeMap<State, u64>> = [
+            (
+                "".to_owned(),
+                [(State::Succeeded, 1), (State::Claimed, 1)].into(),
+            ),
+            ("default".to_owned(), [(State::Registered, 1)].into()),
+        ]
+        .into();
+        assert_eq!(got, want);
+        let f = fence_of(&a.claim(&id("done-too"), &id("w"), Some(600_000)).await);
+        a.complete(&id("done-too"), &id("w"), f).await.unwrap();
+        let got = baton_core::counts::Counts::of_stored(a.store().counts().await.unwrap().unwrap())
+            .queues;
+        assert_eq!(got[""][&State::Succeeded], 2, "{got:?}");
     });
 }

@@ -266,7 +266,8 @@ macro_rules! conformance_tests {
             lists_of_tasks_leave_out_the_records_that_hold_settings,
             a_cron_schedule_enqueues_one_task_per_named_time,
             a_failing_schedule_stops_no_other_and_says_why,
-            records_that_hold_settings_take_no_task_request
+            records_that_hold_settings_take_no_task_request,
+            counts_kept_with_commits_equal_a_recount
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

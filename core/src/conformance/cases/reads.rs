@@ -180,3 +180,97 @@ pub fn verify_answers<H: Harness>(ctx: &mut Ctx<H>) {
         Err(Refusal::NotFound)
     ));
 }
+
+/// The counts a store keeps with its commits equal a count of its
+/// records after every kind of write (a grant, an end, a graph add, a
+/// setting, an expiry swept, a prune), and the counts by derived state
+/// equal the lists by derived state, a lease that ran out unswept
+/// included. Settings are not counted; tombstones are, as lists show them.
+pub fn counts_kept_with_commits_equal_a_recount<H: Harness>(ctx: &mut Ctx<H>) {
+    use crate::counts::{Count, Counts, count_records};
+    use crate::store::ListQuery;
+    let a = ctx.auth();
+    let check = |ctx: &mut Ctx<H>, when: &str| {
+        let a = ctx.auth();
+        let now = a.now();
+        let records: Vec<crate::TaskRecord> = ctx
+            .block_on(a.store().list(&ListQuery {
+                after: None,
+                limit: 10_000,
+                clauses: None,
+                now,
+            }))
+            .unwrap()
+            .into_iter()
+            .map(|s| s.record)
+            .collect();
+        let kept: Option<Vec<Count>> = ctx.block_on(a.store().counts()).unwrap();
+        let kept = kept.unwrap_or_else(|| panic!("{when}: the store keeps no counts"));
+        assert_eq!(
+            Counts::of_stored(kept).queues,
+            Counts::of_stored(count_records(&records)).queues,
+            "{when}: kept counts"
+        );
+        let counts = ctx.block_on(a.counts()).unwrap();
+        assert!(!counts.truncated, "{when}");
+        for (state, n) in counts.totals() {
+            let listed = ctx.block_on(a.list(Some(state), None, 10_000)).unwrap();
+            assert_eq!(n, listed.items.len() as u64, "{when}: {state:?}");
+        }
+        counts
+    };
+    let w = id("w");
+    let alice = Actor::Operator(id("alice"));
+    let ttl = ctx.short_ttl_ms();
+    check(ctx, "empty");
+    ctx.block_on(a.claim(&id("held"), &w, Some(ttl))).unwrap();
+    let done = id("done");
+    let g = fence(&ctx.block_on(a.claim(&done, &w, None)).unwrap());
+    ctx.block_on(a.complete(&done, &w, g)).unwrap();
+    ctx.block_on(a.declare(manifest("declared", 1, &[], 60, 1)))
+        .unwrap();
+    let spec = |t: &str, after: &[&str]| {
+        crate::graph::NodeSpec::new(&id(t), Some(id("q1")), 0, after.iter().map(|d| id(d))).unwrap()
+    };
+    ctx.block_on(a.add(&id("first"), spec("first", &[])))
+        .unwrap();
+    ctx.block_on(a.add(&id("second"), spec("second", &["first"])))
+        .unwrap();
+    ctx.block_on(a.set_limit(&id("repo"), Some(2), alice.clone()))
+        .unwrap();
+    let counts = check(ctx, "written");
+    assert_eq!(counts.queues["q1"][&State::Registered], 2, "{counts:?}");
+    assert_eq!(counts.queues[""][&State::Claimed], 1, "{counts:?}");
+    // A graph grant moves a task of q1; its lease and the bare one run out.
+    let r = ctx
+        .block_on(a.next(&w, &[id("q1")], Some(ttl), None))
+        .unwrap();
+    assert!(r.grant().is_some(), "{r:?}");
+    check(ctx, "granted");
+    ctx.expire(ttl);
+    let counts = check(ctx, "expired, unswept");
+    assert!(
+        counts.due.iter().any(|r| r.task.as_str() == "held"),
+        "the expired lease is among the due records: {counts:?}"
+    );
+    assert!(
+        !counts.queues[""].contains_key(&State::Claimed),
+        "{counts:?}"
+    );
+    ctx.block_on(a.sweep(false)).unwrap();
+    let counts = check(ctx, "swept");
+    assert!(counts.due.is_empty(), "{counts:?}");
+    // A prune turns the ended task into a tombstone, counted where it was.
+    let window = 2 * ctx.short_ttl_ms();
+    ctx.advance_ms(window + ctx.expiry_margin_ms());
+    let pruned = ctx.block_on(a.prune(alice, window, 1000)).unwrap();
+    assert!(pruned >= 1, "{pruned}");
+    let counts = check(ctx, "pruned");
+    assert_eq!(
+        counts.totals().iter().map(|(_, n)| n).sum::<u64>(),
+        ctx.block_on(a.list(None, None, 10_000))
+            .unwrap()
+            .items
+            .len() as u64
+    );
+}
