@@ -33,6 +33,7 @@ pub const MAX_GRAPH_NODES: usize = 100_000;
 /// What a task's definition says about its place in the graph: compared
 /// whole when the same task is added again.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NodeSpec {
     /// Given or not, as every front end reads it (`default`).
     #[serde(default = "default_queue")]
@@ -69,6 +70,7 @@ pub struct NodeSpec {
 /// factor`, ...), at most `max_backoff_ms`, give or take a quarter, until
 /// `max_attempts` attempts have failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included.
@@ -484,6 +486,7 @@ pub const MAX_START_AFTER_MS: u64 = 366 * 24 * 3600 * 1000;
 /// When a task added to the work graph may first be granted: at a time, or
 /// a while after its add is decided (by the store's judge of time then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Start {
     At(Timestamp),

@@ -10,6 +10,7 @@ use std::fmt;
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum State {
     Declared,
@@ -222,6 +223,7 @@ impl fmt::Display for EventKind {
 /// Who makes a request. "Operator" is a declared role (attributed and
 /// audited), not an authenticated identity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "role", content = "id", rename_all = "snake_case")]
 pub enum Actor {
     /// A worker, session or executor acting for itself.

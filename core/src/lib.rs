@@ -33,6 +33,8 @@ pub mod model;
 pub mod next;
 pub mod refusal;
 pub mod request;
+#[cfg(feature = "schema")]
+mod schema;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -23,6 +23,7 @@ pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 // manifest of the one large variant (declare) would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "request", rename_all = "snake_case")]
 pub enum Request {
     // The authority (SPEC §4).
@@ -70,6 +71,7 @@ pub enum Request {
         force: bool,
     },
     // The registry (SPEC §6).
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Declare {
         manifest: Manifest,
     },
@@ -125,6 +127,7 @@ pub enum Request {
         metadata: BTreeMap<String, Value>,
     },
     /// Persist what time has already decided (expiry, deadlines) and nothing else.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Settle,
     // The work graph.
     /// Creates a bare task in REGISTERED, in a queue, after its dependencies.
@@ -132,65 +135,77 @@ pub enum Request {
         node: crate::graph::NodeSpec,
     },
     /// Sets a recurring schedule on a `schedule:NAME` record.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Schedule {
         schedule: crate::graph::Schedule,
     },
     /// What a scheduler's tick of the schedule came to (by the scheduler,
     /// never a worker): the failure that kept its period's task from
     /// being made, or `None` once one is made again.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     ScheduleTicked {
         failure: Option<crate::graph::ScheduleFailure>,
     },
     /// Written by a store in the commit of a dependent's add (a follow-up,
     /// never sent by a caller): records `dependent` on this task.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Link {
         dependent: TaskId,
     },
     /// Written by a store in the commit of a dependency's success (a
     /// follow-up, never sent by a caller): the task becomes ready if every
     /// dependency has now succeeded.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Wake,
     /// Sets the limit of the concurrency key whose record (`key:KEY`) this
     /// is: at most `limit` live grants of tasks with that key (`None`: no
     /// limit). An operator's.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Limit {
         by: Actor,
         limit: Option<u32>,
     },
     /// Adds refusals a server answered to the record that keeps the newest
     /// of them (`refusals:recent`); the system's (a server's own beat).
+    #[cfg_attr(feature = "schema", schemars(skip))]
     NoteRefusals {
         notes: Vec<crate::refusal::RefusalNote>,
     },
     /// Sets the policy of the queue whose record (`queue:QUEUE`) this is:
     /// the retry policy a task added to the queue without its own takes
     /// (`None`: none). An operator's.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     QueuePolicy {
         by: Actor,
         retry: Option<crate::graph::RetryPolicy>,
     },
     /// Written by a store in the commit of a grant of a task with a key (a
     /// follow-up on the key's record, never sent): `task` holds a grant.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     KeyHold {
         task: TaskId,
     },
     /// Written by a store in the commit that ends a keyed task's grant (a
     /// follow-up on the key's record): a slot may be free.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     KeyDrop {
         task: TaskId,
     },
     /// Written by a store in the commit that found a keyed task's key full
     /// (a follow-up on the key's record): `task` waits for a slot.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     KeyPark {
         task: TaskId,
     },
     /// Written by a store in the commit of a change of a key with a free
     /// slot (a follow-up on a parked task): back in the ready index.
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Unpark,
     /// Retention: if the task ended at or before `before`, its body and
     /// events are removed and its record becomes a tombstone (the id is
     /// never granted again; its fences stay). An operator's, or the
     /// system's (a server's retention beat).
+    #[cfg_attr(feature = "schema", schemars(skip))]
     Prune {
         by: Actor,
         before: Timestamp,
@@ -505,6 +520,7 @@ fn validate_metadata(metadata: &BTreeMap<String, Value>) -> Result<(), Error> {
 /// merely not contradicted. A named condition the record cannot show refuses
 /// the request with `precondition_failed`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Preconditions {
     pub expected_state: Option<State>,
     pub expected_revision: Option<u64>,

@@ -394,9 +394,9 @@ async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     page(&a.list(state, q.after.as_deref(), limit).await?)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NextBody {
+pub(crate) struct NextBody {
     owner: Option<Id>,
     executor: Option<Id>,
     ttl_ms: Option<u64>,
@@ -463,9 +463,9 @@ async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
 
 /// The body of a request that takes none: empty, or an object with no
 /// field (a field is refused, never ignored).
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct NoBody {}
+pub(crate) struct NoBody {}
 
 fn no_body(body: &Bytes) -> Result<(), Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -482,9 +482,9 @@ async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer
 
 /// The body of `POST /v1/schedules/{name}`: the period, and the task
 /// each period makes (its queue, priority, dependencies, limit, retries).
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ScheduleBody {
+pub(crate) struct ScheduleBody {
     #[serde(default)]
     every_ms: Option<u64>,
     #[serde(default)]
@@ -530,9 +530,9 @@ async fn tick(Gate(a): Gate, body: Bytes) -> Answer {
 
 /// The body of `POST /v1/limits/{key}`: the limit (`null`: none) and the
 /// operator setting it.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LimitBody {
+pub(crate) struct LimitBody {
     limit: Option<u32>,
     operator: String,
 }
@@ -558,9 +558,9 @@ async fn keys(Gate(a): Gate) -> Answer {
 
 /// The body of `POST /v1/queues/{queue}/policy`: the retry policy
 /// (`null`: none) and the operator setting it.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct QueuePolicyBody {
+pub(crate) struct QueuePolicyBody {
     retry: Option<baton_core::graph::RetryPolicy>,
     operator: String,
 }
@@ -579,9 +579,9 @@ async fn queue_policy(Gate(a): Gate, Path(queue): Path<String>) -> Answer {
 }
 
 /// The body of `POST /v1/prune`.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct PruneBody {
+pub(crate) struct PruneBody {
     finished_before_ms: u64,
     operator: String,
     #[serde(default)]
@@ -607,9 +607,9 @@ async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     page(&a.pending(q.after.as_deref(), limit).await?)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AckBody {
+pub(crate) struct AckBody {
     intent_ids: Vec<String>,
 }
 

@@ -1,9 +1,17 @@
-//! The task API's OpenAPI document (`GET /v1/openapi.json`), generated
-//! from core's catalogue of operations, so that what is published is what
-//! the routes serve and every input carries the rule every front end
-//! applies to it.
+//! The task API's OpenAPI document (`GET /v1/openapi.json`), generated:
+//! the routes, their path and query parameters and the rule of every input
+//! from core's catalogue of operations (what every front end applies); each
+//! request body from the type the server decodes it as (`schemars`: core's
+//! `Request` variant of a task verb with its preconditions, or the route's
+//! own body type), so what is published is what the routes read. The two
+//! bodies that are whole files read by hand (a manifest, a graph file) are
+//! described by the catalogue's schema of them.
 
+use crate::api::{AckBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody};
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
+use baton_core::{Preconditions, Request};
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 /// Where the document is served (publicly, like the page).
@@ -24,10 +32,95 @@ fn parameter(i: &Input, place: &str) -> Value {
     })
 }
 
+/// The JSON Schema of `T`, every subschema inline.
+fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    let mut v = generator.into_root_schema_for::<T>().to_value();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+        o.remove("title");
+    }
+    v
+}
+
+/// The body of `POST /v1/tasks/{task}/VERB`: the fields of core's
+/// `Request` variant `verb` (its tag is the path's verb), with `pre`, and
+/// `cascade` for a cancel. `None` for a verb that is not a variant.
+fn task_verb_body(verb: &str) -> Option<Value> {
+    let request = schema_of::<Request>();
+    let mut body = request["oneOf"]
+        .as_array()?
+        .iter()
+        .find(|v| v["properties"]["request"]["const"] == verb)?
+        .clone();
+    let o = body.as_object_mut()?;
+    if let Some(p) = o.get_mut("properties").and_then(Value::as_object_mut) {
+        p.remove("request");
+        p.insert("pre".into(), schema_of::<Preconditions>());
+        if verb == "cancel" {
+            p.insert(
+                "cascade".into(),
+                json!({"type": "boolean", "description": "an operator's cancel of every dependent too"}),
+            );
+        }
+    }
+    if let Some(r) = o.get_mut("required").and_then(Value::as_array_mut) {
+        r.retain(|f| f != "request");
+    }
+    o.insert("additionalProperties".into(), json!(false));
+    Some(body)
+}
+
+/// The schema of the body the server decodes for `op` at `path`, if it
+/// decodes one as a type.
+fn decoded_body(op: &Op, path: &str) -> Option<Value> {
+    let body = match op.name {
+        "next" | "task_next" => schema_of::<NextBody>(),
+        "schedule" => schema_of::<ScheduleBody>(),
+        "limit" => schema_of::<LimitBody>(),
+        "queue_policy" => schema_of::<QueuePolicyBody>(),
+        "prune" => schema_of::<PruneBody>(),
+        "ack" => schema_of::<AckBody>(),
+        "sweep" | "tick" => schema_of::<NoBody>(),
+        verb if path == format!("/v1/tasks/{{task}}/{verb}") => task_verb_body(verb)?,
+        _ => return None,
+    };
+    Some(body)
+}
+
+/// Adds the catalogue's rule of each input to the property of that name
+/// (its description, and its numeric bounds where it has them).
+fn with_rules(mut body: Value, inputs: &[Input]) -> Value {
+    let Some(props) = body.get_mut("properties").and_then(Value::as_object_mut) else {
+        return body;
+    };
+    for i in inputs {
+        let rule = i.kind.schema();
+        let Some(p) = props.get_mut(i.wire) else {
+            continue;
+        };
+        // A field decoded as any JSON value (`true`, the schema of
+        // anything) is held to the shape the catalogue's rule gives it.
+        if *p == json!(true) || *p == json!({}) {
+            *p = rule.clone();
+        }
+        let Some(p) = p.as_object_mut() else {
+            continue;
+        };
+        p.insert("description".into(), json!(i.kind.rule()));
+        for bound in ["minimum", "maximum"] {
+            if let Some(b) = rule.get(bound) {
+                p.insert(bound.into(), b.clone());
+            }
+        }
+    }
+    body
+}
+
 fn operation(op: &Op, method: &str, path: &str) -> Value {
     let mut parameters = Vec::new();
-    let mut body = Map::new();
-    let mut required = Vec::new();
     let mut whole_body: Option<&Input> = None;
     for i in op.inputs {
         if path.contains(&format!("{{{}}}", i.name)) {
@@ -37,13 +130,6 @@ fn operation(op: &Op, method: &str, path: &str) -> Value {
         } else if matches!(i.kind, Kind::Manifest | Kind::Graph) {
             // The body is the manifest or the graph file itself.
             whole_body = Some(i);
-        } else {
-            let mut schema = i.kind.schema();
-            schema["description"] = json!(i.kind.rule());
-            body.insert(i.wire.to_owned(), schema);
-            if i.required {
-                required.push(i.wire);
-            }
         }
     }
     let mut o = json!({
@@ -69,15 +155,13 @@ fn operation(op: &Op, method: &str, path: &str) -> Value {
             "description": i.kind.rule(),
             "content": {"application/json": {"schema": i.kind.schema()}},
         });
-    } else if method == "post" {
+    } else if method == "post"
+        && let Some(body) = decoded_body(op, path)
+    {
+        let required = body["required"].as_array().is_some_and(|r| !r.is_empty());
         o["requestBody"] = json!({
-            "required": !required.is_empty(),
-            "content": {"application/json": {"schema": {
-                "type": "object",
-                "properties": body,
-                "required": required,
-                "additionalProperties": false,
-            }}},
+            "required": required,
+            "content": {"application/json": {"schema": with_rules(body, op.inputs)}},
         });
     }
     o
@@ -168,4 +252,48 @@ pub(crate) fn document() -> Value {
 
 pub(crate) async fn serve() -> axum::Json<Value> {
     axum::Json(document())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+
+    fn body<'a>(doc: &'a Value, path: &str) -> &'a Value {
+        &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    }
+
+    fn fields(schema: &Value) -> Vec<&str> {
+        schema["properties"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every POST documents the body the server decodes: a task verb's is
+    /// its `Request` variant's fields (with `pre`), with the catalogue's rules.
+    #[test]
+    fn every_post_documents_the_body_the_server_decodes() {
+        let doc = document();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if let Some(op) = item.get("post") {
+                assert!(body(&doc, path).is_object(), "{path}: {op}");
+            }
+        }
+        let claim = body(&doc, "/v1/tasks/{task}/claim");
+        assert_eq!(fields(claim), ["lock_delay_ms", "owner", "pre", "ttl_ms"]);
+        assert_eq!(claim["required"], json!(["owner"]));
+        assert_eq!(claim["additionalProperties"], json!(false));
+        assert_eq!(
+            claim["properties"]["ttl_ms"]["maximum"],
+            json!(7 * 24 * 3_600_000u64)
+        );
+        let cancel = body(&doc, "/v1/tasks/{task}/cancel");
+        assert_eq!(fields(cancel), ["by", "cascade", "fence", "force", "pre"]);
+        let by = serde_json::to_string(&cancel["properties"]["by"]).unwrap();
+        assert!(by.contains("\"role\"") && by.contains("operator"), "{by}");
+        let limit = body(&doc, "/v1/limits/{key}");
+        assert_eq!(fields(limit), ["limit", "operator"]);
+        assert_eq!(limit["required"], json!(["operator"]));
+    }
 }

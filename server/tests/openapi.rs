@@ -112,13 +112,30 @@ async fn every_documented_route_is_served_with_the_documented_rules() {
 /// string (or the example, or a date-time), an object of its required
 /// properties (all of them when `all`), an empty list.
 fn sample(schema: &Value, all: bool) -> Value {
-    if let Some(e) = schema.get("example") {
-        return e.clone();
+    for fixed in ["example", "const"] {
+        if let Some(e) = schema.get(fixed) {
+            return e.clone();
+        }
     }
-    if let Some(first) = schema.get("oneOf").and_then(|o| o.get(0)) {
-        return sample(first, all);
+    if let Some(first) = schema.get("enum").and_then(|e| e.get(0)) {
+        return first.clone();
     }
-    match schema["type"].as_str() {
+    // One of several shapes (an enum's variants, an optional value):
+    // the first that is not null.
+    for key in ["oneOf", "anyOf"] {
+        if let Some(first) = schema
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|alts| alts.iter().find(|a| a["type"] != "null"))
+        {
+            return sample(first, all);
+        }
+    }
+    let ty = match &schema["type"] {
+        Value::Array(types) => types.iter().find(|t| *t != "null").cloned(),
+        t => Some(t.clone()),
+    };
+    match ty.as_ref().and_then(Value::as_str) {
         Some("string") if schema["format"] == "date-time" => Value::from("2030-01-01T00:00:00Z"),
         Some("string") => Value::from("s1"),
         Some("integer") | Some("number") => {
@@ -143,6 +160,14 @@ fn sample(schema: &Value, all: bool) -> Value {
         }
         _ => Value::Null,
     }
+}
+
+/// A documented path with each parameter filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{task}", "t1")
+        .replace("{name}", "n1")
+        .replace("{key}", "k1")
+        .replace("{queue}", "q1")
 }
 
 /// Every POST body built from its documented schema (its required
@@ -172,11 +197,7 @@ async fn a_request_built_from_each_documented_schema_is_accepted() {
             }
             for all in [false, true] {
                 let body = sample(schema, all);
-                let concrete = path
-                    .replace("{task}", "t1")
-                    .replace("{name}", "n1")
-                    .replace("{key}", "k1")
-                    .replace("{queue}", "q1");
+                let concrete = concrete(path);
                 let (status, answer) = ask(addr, "POST", &concrete, &body.to_string());
                 let message = answer["error"]["message"].as_str().unwrap_or("");
                 let shape = [
@@ -188,6 +209,23 @@ async fn a_request_built_from_each_documented_schema_is_accepted() {
                 ];
                 if status == 400 && shape.iter().any(|s| message.contains(s)) {
                     wrong.push(format!("POST {path} {body}: {answer}"));
+                }
+            }
+            // A field the document does not name is refused, naming it,
+            // where the document says no other field is taken.
+            if schema["additionalProperties"] == false {
+                let mut body = sample(schema, true);
+                body["zz_surprise"] = Value::from(1);
+                let concrete = concrete(path);
+                let (status, answer) = ask(addr, "POST", &concrete, &body.to_string());
+                let named = answer["error"]["field"] == "zz_surprise"
+                    || answer["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("zz_surprise"));
+                if status != 400 || !named {
+                    wrong.push(format!(
+                        "POST {path} took a field the document does not name: {status} {answer}"
+                    ));
                 }
             }
         }
