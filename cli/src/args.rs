@@ -359,6 +359,10 @@ pub enum Command {
         /// after its last answer), and to send its headers and body.
         #[arg(long, default_value = "10s")]
         read_timeout: String,
+        /// The longest one blocking query waits (`GET /v1/events?wait=`, a
+        /// `next --wait` through the server); a longer wait is cut to it.
+        #[arg(long, default_value = "60s")]
+        max_wait: String,
         /// Write a JSON line per request on standard error: time, method,
         /// path, status, latency in ms, and the token's name (never the token).
         #[arg(long)]

@@ -489,6 +489,7 @@ struct ServeLimits<'a> {
     prune_after: Option<&'a str>,
     max_connections: usize,
     read_timeout: &'a str,
+    max_wait: &'a str,
     request_log: bool,
 }
 
@@ -520,6 +521,7 @@ async fn serve(
     let read_timeout = parse_ttl(Some(limits.read_timeout))
         .map_err(|e| Error::invalid("read_timeout", e.message))?
         .map_or(baton_server::READ_TIMEOUT, std::time::Duration::from_millis);
+    let max_wait = catalogue::duration_ms(Kind::Wait, "max_wait", limits.max_wait)?;
     let sweep_every = match limits.sweep_every {
         "off" => None,
         every => parse_ttl(Some(every))
@@ -552,6 +554,7 @@ async fn serve(
     opts.request_log = limits.request_log;
     opts.max_connections = limits.max_connections;
     opts.read_timeout = read_timeout;
+    opts.max_wait = std::time::Duration::from_millis(max_wait);
     opts.check()?;
     let store = store_for(&url).await?;
     baton_server::serve(store, opts).await?;
@@ -585,6 +588,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             prune_after,
             max_connections,
             read_timeout,
+            max_wait,
             request_log,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
@@ -593,6 +597,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
                 prune_after: prune_after.as_deref(),
                 max_connections: *max_connections,
                 read_timeout,
+                max_wait,
                 request_log: *request_log,
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;

@@ -2192,9 +2192,9 @@ setTimeout(() => document.getElementById("f").submit(), 500);
 
 /// A worker's token cannot hold the server's slots: a body trickled a
 /// byte at a time after valid headers is cut at `--read-timeout` for the
-/// whole body (408), and one token's blocking queries are capped at a
+/// whole body (408), one token's blocking queries are capped at a
 /// quarter of the connection limit (429 past it) while another token's
-/// still wait.
+/// still wait, and a wait of an hour holds its slot `--max-wait` alone.
 #[test]
 fn a_trickled_body_or_many_waits_hold_no_slots() {
     let dir = tempfile::tempdir().unwrap();
@@ -2209,9 +2209,31 @@ fn a_trickled_body_or_many_waits_hold_no_slots() {
             "1s",
             "--max-connections",
             "8",
+            "--max-wait",
+            "1s",
         ],
     );
     let addr = server.addr;
+    // An hour's wait is answered (nothing after the cursor) at the cap.
+    let t = Instant::now();
+    let (st, body) = http(
+        addr,
+        "GET",
+        "/v1/events?after=999999&wait=1h",
+        Some(WORKER),
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        (st, &body["items"]),
+        (200, &serde_json::json!([])),
+        "{body}"
+    );
+    let held = t.elapsed();
+    assert!(
+        held >= Duration::from_millis(900) && held < Duration::from_secs(10),
+        "an hour's wait held its slot {held:?}, not --max-wait"
+    );
     // A body trickled a byte every 150 ms: each byte comes well within the
     // read timeout, the whole body never does.
     let mut s = TcpStream::connect(addr).unwrap();

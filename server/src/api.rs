@@ -322,7 +322,7 @@ async fn feed(
 }
 
 /// A page of events after the query's cursor, waiting up to `wait` (at
-/// most a minute a request: ask again for longer) for one to be written
+/// most the server's `max_wait` a request: ask again for longer) for one to be written
 /// when there are none yet. A token has at most the server's cap of
 /// waits under way at once; past it, 429.
 async fn events_waiting(
@@ -333,9 +333,7 @@ async fn events_waiting(
     limit: usize,
     wait: Option<Duration>,
 ) -> Answer {
-    let wait = wait
-        .unwrap_or_default()
-        .min(Duration::from_millis(baton_store_http::wire::MAX_WATCH_MS));
+    let wait = wait.unwrap_or_default().min(app.max_wait);
     let _place = if wait.is_zero() {
         None
     } else {

@@ -60,6 +60,8 @@ pub(crate) struct App {
     /// every slot.
     pub blocking: Mutex<std::collections::HashMap<String, usize>>,
     pub max_blocking: usize,
+    /// The longest one blocking query waits (`ServeOptions::max_wait`).
+    pub max_wait: std::time::Duration,
 }
 
 /// One blocking query's place under its token's cap, given back on drop.

@@ -121,7 +121,8 @@ impl Store for Gated {
     async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {
         let mut q = query.clone();
         q.now = self.app.now();
-        let max_ms = max_ms.min(baton_store_http::wire::MAX_WATCH_MS);
+        let cap = u64::try_from(self.app.max_wait.as_millis()).unwrap_or(u64::MAX);
+        let max_ms = max_ms.min(cap);
         // Past its token's cap of blocking queries, a waiter is told to
         // back off on its own (no change feed for it now), holding nothing.
         let name = self

@@ -68,6 +68,10 @@ pub struct ServeOptions {
     /// Write a line per request on standard error (method, path, status,
     /// latency, the token's name; never the token).
     pub request_log: bool,
+    /// The longest one blocking query waits (`GET /v1/events?wait=`, a
+    /// `next --wait` through the server): a longer wait is cut to it, and
+    /// the client asks again.
+    pub max_wait: Duration,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -108,6 +112,7 @@ impl ServeOptions {
             prune_after_ms: None,
             request_log: false,
             max_connections: MAX_CONNECTIONS,
+            max_wait: MAX_WAIT,
         }
     }
 }
@@ -116,6 +121,8 @@ impl ServeOptions {
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
 /// The most connections a server holds by default.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// The longest a blocking query waits by default.
+pub const MAX_WAIT: Duration = Duration::from_millis(baton_store_http::wire::MAX_WATCH_MS);
 /// How often a server sweeps by default.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// The default time a client has to send its request.
@@ -299,6 +306,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         check_host,
         blocking: Mutex::new(std::collections::HashMap::new()),
         max_blocking: (opts.max_connections / 4).max(1),
+        max_wait: opts.max_wait,
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
