@@ -224,12 +224,13 @@ impl Replay<'_> {
     }
 }
 
-/// Decides `op` on its record and its upstream, writing nothing.
+/// Decides `op` on its record and its upstream, writing nothing; with
+/// the record as it was read.
 fn decide_on(
     r: &mut Replay<'_>,
     op: &Operation,
     rules: LeaseRules,
-) -> std::result::Result<Decision, Halt> {
+) -> std::result::Result<(Decision, Option<crate::model::TaskRecord>), Halt> {
     let current = r
         .load(vec![op.task.clone()], op.now, false)?
         .pop()
@@ -243,8 +244,9 @@ fn decide_on(
     let key = key_view(r, op, current.as_ref(), &ids, found.as_deref())?;
     // Run again after its write: the decision is the one written (left in
     // the journal for `write` to read back), not decided a second time.
+    let stored = current.as_ref().map(|s| s.record.clone());
     if let Some(Supply::Written(w)) = r.journal.get(r.at) {
-        return Ok((**w).clone());
+        return Ok(((**w).clone(), stored));
     }
     let mut upstream = match found {
         None => crate::graph::Upstream::default(),
@@ -257,9 +259,8 @@ fn decide_on(
         Some(s) => (Some(&s.record), s.judged),
         None => (None, Judged::default()),
     };
-    Ok(crate::decide::decide_in(
-        op, record, judged, rules, &upstream,
-    ))
+    let d = crate::decide::decide_in(op, record, judged, rules, &upstream);
+    Ok((d, stored))
 }
 
 /// For a grant of a task with a concurrency key: the key's record (read
@@ -327,7 +328,7 @@ fn apply_run(
     rules: LeaseRules,
     depth: u8,
 ) -> std::result::Result<(Decision, bool), Halt> {
-    let d = decide_on(r, op, rules)?;
+    let (d, stored) = decide_on(r, op, rules)?;
     // Stores that hand fences out ahead (Postgres) count on it.
     debug_assert!(
         !d.mints_fence() || op.request.may_grant(),
@@ -338,18 +339,29 @@ fn apply_run(
         return Ok((d, false));
     }
     let d = r.write(d)?;
-    // A link may wake its dependent; nothing goes deeper.
-    if depth < 2 {
-        for (task, request) in d.follow_ups.clone() {
-            let f = Operation {
-                task,
-                request,
-                pre: Preconditions::default(),
-                now: op.now,
-                clock: Default::default(),
-            };
-            apply_run(r, &f, rules, depth + 1)?;
-        }
+    // Debug and test builds check what was written (its fence assigned)
+    // before the commit: a broken invariant fails it closed.
+    if cfg!(debug_assertions) {
+        crate::invariants::check_decision(stored.as_ref(), &d)?;
+    }
+    // A link may wake its dependent; nothing goes deeper, and a decision
+    // there that asks for more is a bug, refused rather than dropped.
+    if depth >= 2 && !d.follow_ups.is_empty() {
+        return Err(Halt::Err(Error::corrupt(format!(
+            "{}: a follow-up at depth {depth} asks for {} more; follow-ups go two deep",
+            op.task,
+            d.follow_ups.len()
+        ))));
+    }
+    for (task, request) in d.follow_ups.clone() {
+        let f = Operation {
+            task,
+            request,
+            pre: Preconditions::default(),
+            now: op.now,
+            clock: Default::default(),
+        };
+        apply_run(r, &f, rules, depth + 1)?;
     }
     Ok((d, true))
 }
@@ -953,8 +965,12 @@ mod tests {
                 Need::Load { tasks, .. } => {
                     e.supply(Supply::Loaded(vec![None; tasks.len()])).unwrap()
                 }
-                Need::Write(d) => {
+                Need::Write(mut d) => {
                     writes += 1;
+                    // As a store does: the fence assigned when written.
+                    if d.mints_fence() {
+                        d.assign_fence(writes);
+                    }
                     e.supply(Supply::Written(d)).unwrap()
                 }
                 _ => panic!("no page for a group"),

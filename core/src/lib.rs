@@ -23,6 +23,7 @@ pub mod error;
 pub mod fault;
 pub mod graph;
 pub mod id;
+pub mod invariants;
 pub mod json;
 #[cfg(feature = "keeper")]
 pub mod keeper;

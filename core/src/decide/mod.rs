@@ -343,6 +343,19 @@ pub fn decide_in(
     rules: LeaseRules,
     upstream: &Upstream,
 ) -> Decision {
+    // A task's time never runs backwards: a caller whose clock is behind
+    // the record's last write (processes' clocks differ, within the skew
+    // a store allows) decides at that write's time, so what it stamps
+    // follows what is stamped already.
+    if let Some(r) = current
+        && r.updated_at > op.now
+    {
+        let later = Operation {
+            now: r.updated_at,
+            ..op.clone()
+        };
+        return decide_in(&later, current, judged, rules, upstream);
+    }
     let settle = current.and_then(|r| settle(r, judged, op.now));
     let rec = settle.as_ref().map(|c| &c.record).or(current);
     let live = rec.is_some_and(|r| live_lease(r, judged.lease_holds));
