@@ -56,7 +56,15 @@ pub struct GroupCommitter {
     inline_blocks_on: bool,
     /// Jobs submitted and not yet answered (inline or queued).
     in_flight: AtomicUsize,
+    /// The most jobs in flight at once; past it a job is refused
+    /// (`Unavailable`, nothing applied) instead of queued without end.
+    bound: usize,
 }
+
+/// The most jobs a committer holds in flight by default: far more than
+/// callers that wait on it (a server's connections, a process's threads),
+/// so only a runaway caller meets it.
+pub const MAX_IN_FLIGHT: usize = 65_536;
 
 /// A commit function that a caller's thread may run as well as the
 /// committer's.
@@ -163,7 +171,14 @@ impl GroupCommitter {
             inline,
             inline_blocks_on,
             in_flight: AtomicUsize::new(0),
+            bound: MAX_IN_FLIGHT,
         })
+    }
+
+    /// At most `jobs` in flight at once (at least one).
+    pub fn bounded(mut self, jobs: usize) -> GroupCommitter {
+        self.bound = jobs.max(1);
+        self
     }
 
     /// Tells `observer` the size of every batch committed from now on
@@ -193,7 +208,13 @@ impl GroupCommitter {
             let answers = blocking(|| isolate(&self.name, || commit(std::slice::from_ref(&job))))?;
             return self.one_answer(answers);
         }
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.bound {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::unavailable(format!(
+                "{}: {} commits are waiting already, the most this store queues: try again shortly",
+                self.name, self.bound
+            )));
+        }
         let _done = InFlight(&self.in_flight);
         let (answer, reply) = tokio::sync::oneshot::channel();
         let sent = match self.inbox.lock() {
@@ -599,6 +620,29 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert_eq!(seen[0], (std::thread::current().id(), 1));
         assert_eq!(seen[1], (on, 1), "a runtime worker, in block_in_place");
+    }
+
+    /// Past its bound a committer refuses a job at once (nothing applied)
+    /// instead of queueing it without end, and takes jobs again once the
+    /// ones in flight are answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn past_its_bound_a_job_is_refused_not_queued() {
+        let (c, _) = shared(std::time::Duration::from_millis(300));
+        let c = std::sync::Arc::new(c.bounded(4));
+        let waiting: Vec<_> = (0..4)
+            .map(|i| {
+                let c = c.clone();
+                tokio::spawn(async move { c.submit(claim(&format!("t{i}"))).await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let e = c.submit(claim("one-too-many")).await.unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Unavailable, "{e}");
+        assert!(e.message.contains("waiting already"), "{e}");
+        for w in waiting {
+            assert!(w.await.unwrap().unwrap().mints_fence());
+        }
+        assert!(c.submit(claim("after")).await.unwrap().mints_fence());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -82,6 +82,11 @@ impl Timestamp {
         self.checked_plus_ms(ms).unwrap_or(Timestamp::MAX)
     }
 
+    /// How many ms `self` is after `earlier` (0 if it is not).
+    pub fn millis_since(self, earlier: Timestamp) -> u64 {
+        u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0)
+    }
+
     /// `self + ms`, or `None` past [`Timestamp::MAX`].
     pub fn checked_plus_ms(self, ms: u64) -> Option<Timestamp> {
         let ms = i64::try_from(ms).ok()?;

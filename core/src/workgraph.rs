@@ -646,16 +646,17 @@ impl<S: Store> Authority<S> {
     /// jittered by a quarter either way, so waiting workers do not try in
     /// step. `drained` ends the wait at once.
     pub async fn next_waiting(&self, taker: Taker, queues: &[Id], wait_ms: u64) -> Result<Reply> {
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        // The deadline is the authority's clock's, as every time in core.
+        let until = self.clock.now().plus_ms(wait_ms);
         let mut pause = NEXT_WAIT_FIRST_MS;
         loop {
-            let tried = std::time::Instant::now();
+            let tried = self.clock.now();
             let reply = self.next_for(taker.clone(), queues).await?;
-            let now = std::time::Instant::now();
+            let now = self.clock.now();
             // How long a try takes here now: a spread narrower than a few
             // tries lets woken waiters try before the first one's grant
             // is seen (a loaded store, a slow network).
-            let try_ms = u64::try_from((now - tried).as_millis()).unwrap_or(u64::MAX);
+            let try_ms = now.millis_since(tried);
             if !matches!(reply, Reply::Refused(Refusal::NoneReady { .. })) || now >= until {
                 return Ok(reply);
             }
@@ -663,8 +664,7 @@ impl<S: Store> Authority<S> {
                 &std::collections::hash_map::RandomState::new(),
                 pause,
             );
-            let left = until - now;
-            let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+            let left_ms = until.millis_since(now);
             let query = self.next_query(taker.clone(), queues)?;
             let pause_ms = if self
                 .store
@@ -677,11 +677,8 @@ impl<S: Store> Authority<S> {
             } else {
                 pause - pause / 4 + noise % (pause / 2 + 1)
             };
-            tokio::time::sleep(
-                std::time::Duration::from_millis(pause_ms)
-                    .min(until - std::time::Instant::now().min(until)),
-            )
-            .await;
+            let left_ms = until.millis_since(self.clock.now());
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms.min(left_ms))).await;
             pause = (pause * 2).min(NEXT_WAIT_CAP_MS);
         }
     }
@@ -701,11 +698,11 @@ impl<S: Store> Authority<S> {
         ttl_ms: Option<u64>,
         wait_ms: u64,
     ) -> Result<Reply> {
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+        let until = self.clock.now().plus_ms(wait_ms);
         let mut pause: u64 = 100;
         loop {
             let reply = self.claim(task, owner, ttl_ms).await?;
-            let now = std::time::Instant::now();
+            let now = self.clock.now();
             let waits = matches!(
                 reply,
                 Reply::Refused(Refusal::Held { .. } | Refusal::LockDelay { .. })
@@ -718,7 +715,8 @@ impl<S: Store> Authority<S> {
                 pause,
             );
             let pause_ms = pause - pause / 4 + noise % (pause / 2 + 1);
-            tokio::time::sleep(std::time::Duration::from_millis(pause_ms).min(until - now)).await;
+            let left_ms = until.millis_since(now);
+            tokio::time::sleep(std::time::Duration::from_millis(pause_ms.min(left_ms))).await;
             pause = (pause * 2).min(1000);
         }
     }

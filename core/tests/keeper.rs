@@ -238,3 +238,41 @@ async fn a_report_the_store_did_not_answer_is_sent_again() {
     assert!(r.is_idempotent(), "{r:?}");
     assert_eq!(r.record().unwrap().state, State::Succeeded);
 }
+
+/// A waiting `next` counts its deadline on the authority's clock, as
+/// every time in core: with the clock moved an hour on while it waits,
+/// a wait of ten minutes ends at its next try, answering `none_ready`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_next_ends_by_the_authoritys_clock() {
+    let (a, clock) = world();
+    let spec = baton_core::graph::NodeSpec::new(&id("busy"), Some(id("q")), 0, []).unwrap();
+    a.add(&id("busy"), spec).await.unwrap();
+    let held = a
+        .next(&id("w1"), &[id("q")], Some(3_600_000), None)
+        .await
+        .unwrap();
+    assert!(held.grant().is_some(), "{held:?}");
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let taker = baton_core::graph::Taker::Owner {
+                owner: id("w2"),
+                ttl_ms: None,
+                lock_delay_ms: None,
+            };
+            a.next_waiting(taker, &[id("q")], 600_000).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "ten minutes have not passed");
+    clock.advance_ms(3_600_000 - 1000);
+    let reply = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the wait ended once the authority's clock passed its deadline")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(reply, baton_core::Reply::Refused(Refusal::NoneReady { .. })),
+        "{reply:?}"
+    );
+}
