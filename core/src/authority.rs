@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+#[path = "retention.rs"]
+mod retention;
+
 /// The answer to a request that the store could answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -705,156 +708,6 @@ impl<S: Store> Authority<S> {
     pub async fn ack(&self, intent_ids: &[String]) -> Result<u64> {
         crate::model::validate_intent_ids(intent_ids)?;
         self.store.ack(intent_ids, self.clock.now()).await
-    }
-
-    /// Persists the derived change of every task whose lease or start
-    /// deadline has passed (with its events and notifications). Never needed
-    /// for correctness; it makes the outbox speak for tasks nobody touches.
-    /// Retention: prunes tasks that ended at least `older_than_ms` ago
-    /// (by this authority's clock), at most `max` of them, in commits of
-    /// [`PRUNE_BATCH`]: each becomes its tombstone and loses its events and
-    /// acknowledged notifications ([`Request::Prune`]). Finds them through
-    /// the stores' (state, due) index, where an ended task is due at its
-    /// end and a tombstone is not at all, so a pass never reads what an
-    /// earlier one pruned. Returns how many it pruned.
-    pub async fn prune(&self, by: Actor, older_than_ms: u64, max: usize) -> Result<u64> {
-        let now = self.clock.now();
-        let before = Timestamp(
-            now.as_millis()
-                .saturating_sub(i64::try_from(older_than_ms).unwrap_or(i64::MAX)),
-        );
-        // Who may prune is the decision's to say, and it says so whether
-        // or not anything is due: asked on no record, before any is read.
-        let probe = Operation {
-            task: crate::refusal::refusals_record_id(),
-            request: Request::Prune {
-                by: by.clone(),
-                before,
-            },
-            pre: Preconditions::none(),
-            now,
-            clock: crate::time::CommitClock::none(),
-        };
-        if let Verdict::Refuse {
-            refusal: refusal @ Refusal::OperatorRequired { .. },
-            ..
-        } = crate::decide::decide(&probe, None, crate::decide::Judged::default()).verdict
-        {
-            return Err(Error::not_permitted(format!(
-                "prune was refused: {refusal}"
-            )));
-        }
-        let mut pruned: u64 = 0;
-        for state in State::ALL.into_iter().filter(|s| s.is_terminal()) {
-            let mut cursor: Option<TaskId> = None;
-            loop {
-                let left = max.saturating_sub(usize::try_from(pruned).unwrap_or(usize::MAX));
-                if left == 0 {
-                    return Ok(pruned);
-                }
-                let limit = PRUNE_BATCH.min(left);
-                let query = ListQuery {
-                    after: cursor.clone(),
-                    limit,
-                    clauses: Some(vec![Clause {
-                        state,
-                        due: crate::store::Due::Passed,
-                    }]),
-                    now: before,
-                };
-                let batch = self.store.list(&query).await?;
-                let Some(last) = batch.last() else {
-                    break;
-                };
-                cursor = Some(last.record.task.clone());
-                let at = self.clock.now();
-                let ops: Vec<Operation> = batch
-                    .iter()
-                    .map(|s| Operation {
-                        task: s.record.task.clone(),
-                        request: Request::Prune {
-                            by: by.clone(),
-                            before,
-                        },
-                        pre: Preconditions::none(),
-                        now: at,
-                        clock: self.commit_clock(),
-                    })
-                    .collect();
-                let decided = self.store.apply_all(ops).await?;
-                // A refusal (an operator's act asked by a worker) or bad
-                // input stops the pass: nothing of this batch was written.
-                for d in &decided {
-                    match &d.verdict {
-                        Verdict::Refuse { refusal, .. } => {
-                            return Err(Error::not_permitted(format!(
-                                "prune was refused: {refusal}"
-                            )));
-                        }
-                        Verdict::Invalid(e) => return Err(e.clone()),
-                        _ => {}
-                    }
-                }
-                pruned += decided.iter().filter(|d| d.drops_history()).count() as u64;
-                if batch.len() < limit {
-                    break;
-                }
-            }
-        }
-        Ok(pruned)
-    }
-
-    pub async fn sweep(&self, dry_run: bool) -> Result<Vec<Swept>> {
-        // An operator's act: a store that authenticates its callers (a
-        // server with tokens) refuses it up front, whether or not
-        // anything is due.
-        self.store.permit(crate::store::Act::Sweep).await?;
-        let now = self.clock.now();
-        let mut swept = Vec::new();
-        let mut cursor: Option<TaskId> = None;
-        loop {
-            let query = ListQuery {
-                after: cursor.clone(),
-                limit: 500,
-                clauses: Some(Clause::due_now()),
-                now,
-            };
-            let batch = self.store.list(&query).await?;
-            let exhausted = batch.len() < 500;
-            for snap in batch {
-                cursor = Some(snap.record.task.clone());
-                let derived = derive(&snap.record, snap.judged, now);
-                if derived.state == snap.record.state {
-                    continue;
-                }
-                if dry_run {
-                    swept.push(Swept {
-                        task: derived.task,
-                        from: snap.record.state,
-                        to: derived.state,
-                    });
-                    continue;
-                }
-                let op = Operation {
-                    task: snap.record.task.clone(),
-                    request: Request::Settle,
-                    pre: Preconditions::none(),
-                    now: self.clock.now(),
-                    clock: self.commit_clock(),
-                };
-                let d = self.store.apply(op).await?;
-                if let Some(c) = &d.settle {
-                    swept.push(Swept {
-                        task: c.record.task.clone(),
-                        from: snap.record.state,
-                        to: c.record.state,
-                    });
-                }
-            }
-            if exhausted {
-                return Ok(swept);
-            }
-        }
     }
 }
 
