@@ -5,8 +5,8 @@
 //!
 //! * a revision is the one before plus one (a task's first is 1);
 //! * a fence never goes down;
-//! * a held task (CLAIMED or RUNNING) has its grant: a lease, unexpired,
-//!   with its fence (elsewhere a lease is only the last grant's history);
+//! * a held task (CLAIMED or RUNNING) has its grant: an unexpired lease
+//!   (elsewhere a lease is only the last grant's history);
 //! * time never runs backwards within a task (`updated_at`).
 
 use crate::error::{Error, Result};
@@ -29,19 +29,20 @@ pub fn check_write(before: Option<&TaskRecord>, after: &TaskRecord) -> Result<()
             before.map_or(0, |b| b.revision)
         ));
     }
+    // A fence still pending is one the store assigns as it commits (etcd:
+    // the revision that writes it), above every fence before it.
+    let pending = after.current_fence() == Some(crate::model::PENDING_FENCE);
     if let (Some(b), a) = (
         before.and_then(TaskRecord::current_fence),
         after.current_fence(),
-    ) && a.is_none_or(|a| a < b)
+    ) && !pending
+        && a.is_none_or(|a| a < b)
     {
         return broken(format!("fence {a:?} after {b}"));
     }
-    // Held means granted: a lease, unexpired, with its fence. (Outside a
-    // held state a lease is the last grant's history, never a grant.)
-    let granted = after
-        .lease
-        .as_ref()
-        .is_some_and(|l| !l.expired && l.fence != crate::model::PENDING_FENCE);
+    // Held means granted: a lease, unexpired. (Outside a held state a
+    // lease is the last grant's history, never a grant.)
+    let granted = after.lease.as_ref().is_some_and(|l| !l.expired);
     if after.state.is_held() && !granted {
         return broken(format!("state {} with no grant", after.state.as_str()));
     }
