@@ -1,14 +1,14 @@
 //! `baton.Authority`: the Rust API's calls, one for one.
 
 use crate::convert::{self, duration, id, json_text, millis, to_json};
+use crate::shape::*;
 use crate::{ProcessBound, errors, runtime};
 use baton_core::catalogue::Kind;
-use baton_core::graph::{NodeSpec, Taker};
-use baton_core::{Actor, Id, Manifest, State};
+use baton_core::graph::Taker;
+use baton_core::{Manifest, State};
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -46,7 +46,7 @@ pub fn authority_for(py: Python<'_>, url: &str, token: Option<String>) -> PyResu
 #[derive(Debug)]
 pub struct Authority {
     url: String,
-    inner: ProcessBound<Mutex<Option<Arc<DynAuthority>>>>,
+    pub(crate) inner: ProcessBound<Mutex<Option<Arc<DynAuthority>>>>,
 }
 
 impl Authority {
@@ -57,46 +57,6 @@ impl Authority {
         guard
             .clone()
             .ok_or_else(|| errors::unavailable("this authority is closed"))
-    }
-
-    /// Runs one call of the Rust API with the GIL released.
-    fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
-    where
-        T: Send,
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<T>>,
-    {
-        let a = self.open()?;
-        let rt = runtime()?;
-        py.detach(move || rt.block_on(f(a))).map_err(errors::to_py)
-    }
-
-    /// Like `call`, for a call that may wait long (`next` with `wait`):
-    /// a signal Python has a handler for (Ctrl-C's `KeyboardInterrupt`)
-    /// ends the wait, checked every 50 ms. A grant being made at that
-    /// instant may still land, as with any interrupted call.
-    fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
-    where
-        T: Send,
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<T>>,
-    {
-        let a = self.open()?;
-        let rt = runtime()?;
-        let answer: PyResult<baton_core::Result<T>> = py.detach(move || {
-            rt.block_on(async move {
-                let call = f(a);
-                tokio::pin!(call);
-                let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
-                loop {
-                    tokio::select! {
-                        r = &mut call => return Ok(r),
-                        _ = tick.tick() => Python::attach(|py| py.check_signals())?,
-                    }
-                }
-            })
-        });
-        answer?.map_err(errors::to_py)
     }
 
     fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
@@ -119,76 +79,6 @@ impl Authority {
         let r = slf.get().call(py, f)?;
         convert::reply_from(py, &r, true, Some(slf.clone().into_any().unbind()))
     }
-}
-
-fn operator(name: &str) -> PyResult<Actor> {
-    Ok(Actor::Operator(id("operator", name)?))
-}
-
-/// A declared task's call names its task, run and executor.
-fn run_ids(task: &str, run_id: &str, executor: &str) -> PyResult<(Id, Id, Id)> {
-    Ok((
-        id("task", task)?,
-        id("run_id", run_id)?,
-        id("executor", executor)?,
-    ))
-}
-
-/// `queues` as given: one queue's name, or a list (or tuple) of them;
-/// anything else is bad input naming the field.
-fn queue_list(queues: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
-    use pyo3::types::{PyList, PyString, PyTuple};
-    let Some(q) = queues.filter(|q| !q.is_none()) else {
-        return Ok(Vec::new());
-    };
-    if let Ok(s) = q.cast::<PyString>() {
-        return Ok(vec![s.extract::<String>()?]);
-    }
-    let bad = |what: String| {
-        errors::invalid(
-            "queues",
-            format!("must be a queue's name or a list of them (got {what})"),
-        )
-    };
-    let type_name = |v: &Bound<'_, PyAny>| {
-        v.get_type()
-            .name()
-            .map_or_else(|_| "an object".to_owned(), |n| n.to_string())
-    };
-    let items: Vec<Bound<'_, PyAny>> = if let Ok(l) = q.cast::<PyList>() {
-        l.iter().collect()
-    } else if let Ok(t) = q.cast::<PyTuple>() {
-        t.iter().collect()
-    } else {
-        return Err(bad(type_name(q)));
-    };
-    items
-        .iter()
-        .map(|i| {
-            i.cast::<PyString>()
-                .map_err(|_| bad(format!("a list holding {}", type_name(i))))
-                .and_then(|s| s.extract::<String>())
-        })
-        .collect()
-}
-
-fn queue_ids(queues: Vec<String>) -> PyResult<Vec<Id>> {
-    queues.iter().map(|q| id("queue", q)).collect()
-}
-
-fn evidence(v: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<String, String>> {
-    match v.filter(|v| !v.is_none()) {
-        None => Ok(BTreeMap::new()),
-        Some(v) => v
-            .extract()
-            .map_err(|_| errors::invalid("evidence", "must be a dict of str keys to str hashes")),
-    }
-}
-
-fn error_json(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<serde_json::Value>> {
-    v.filter(|v| !v.is_none())
-        .map(|v| to_json("error", v))
-        .transpose()
 }
 
 #[pymethods]
@@ -986,80 +876,5 @@ impl Authority {
             _ => self.call(py, move |a| async move { a.next_for(taker, &queues).await })?,
         };
         convert::reply_from(py, &reply, true, auth)
-    }
-}
-
-/// A page cursor: the `next` of the previous page (a str), or an int.
-fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
-    match v.filter(|v| !v.is_none()) {
-        None => Ok(None),
-        Some(v) => {
-            if let Ok(s) = v.extract::<String>() {
-                Ok(Some(s))
-            } else if let Ok(n) = v.extract::<u64>() {
-                Ok(Some(n.to_string()))
-            } else {
-                Err(errors::invalid(
-                    "after",
-                    "must be the `next` of the previous page",
-                ))
-            }
-        }
-    }
-}
-
-/// The retry policy the arguments give, if any is given.
-fn retry_policy(
-    max_attempts: Option<u32>,
-    backoff: Option<&Bound<'_, PyAny>>,
-    backoff_factor: Option<f64>,
-    backoff_max: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<baton_core::graph::RetryPolicy>> {
-    baton_core::graph::RetryPolicy::from_parts(
-        max_attempts,
-        duration(Kind::LockDelay, "backoff", backoff)?,
-        backoff_factor,
-        duration(Kind::Ttl, "max_backoff", backoff_max)?,
-    )
-    .map_err(errors::to_py)
-}
-
-/// How a task added to the work graph waits and runs, as `add` and
-/// `schedule` take it.
-struct Shape<'a, 'py> {
-    queue: Option<&'a str>,
-    priority: i64,
-    after: Option<Vec<String>>,
-    timeout: Option<&'a Bound<'py, PyAny>>,
-    max_attempts: Option<u32>,
-    backoff: Option<&'a Bound<'py, PyAny>>,
-    backoff_factor: Option<f64>,
-    backoff_max: Option<&'a Bound<'py, PyAny>>,
-    key: Option<&'a str>,
-}
-
-impl Shape<'_, '_> {
-    /// The spec of `task` in this shape.
-    fn spec(self, task: &Id) -> PyResult<NodeSpec> {
-        let q = self.queue.map(|q| id("queue", q)).transpose()?;
-        let deps = self
-            .after
-            .unwrap_or_default()
-            .iter()
-            .map(|d| id("after", d))
-            .collect::<PyResult<Vec<_>>>()?;
-        let retry = retry_policy(
-            self.max_attempts,
-            self.backoff,
-            self.backoff_factor,
-            self.backoff_max,
-        )?;
-        let timeout = duration(Kind::Ttl, "timeout", self.timeout)?;
-        let key = self.key.map(|k| id("key", k)).transpose()?;
-        NodeSpec::new(task, q, self.priority, deps)
-            .and_then(|s| s.with_timeout(timeout))
-            .and_then(|s| s.with_retry(retry))
-            .and_then(|s| s.with_key(key))
-            .map_err(errors::to_py)
     }
 }

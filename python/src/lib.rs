@@ -13,72 +13,12 @@ mod authority;
 mod convert;
 mod errors;
 mod lease;
+mod runtime;
+mod shape;
+
+pub(crate) use runtime::{ProcessBound, runtime};
 
 use pyo3::prelude::*;
-use std::sync::Mutex;
-
-/// The process's tokio runtime, made on first use. One per process: a
-/// child of `fork` finds the parent's recorded under another pid and makes
-/// its own. Runtimes are leaked on purpose, never dropped: dropping one in
-/// a forked child would wait for worker threads that do not exist there.
-fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
-    static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
-    let pid = std::process::id();
-    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((owner, rt)) = *slot
-        && owner == pid
-    {
-        return Ok(rt);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        // Calls run on the caller's thread (block_on); the worker drives
-        // timers, connections and lease keepers in the background.
-        .worker_threads(1)
-        .thread_name("baton")
-        .enable_all()
-        .build()
-        .map_err(|e| errors::unavailable(format!("cannot start baton's runtime: {e}")))?;
-    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
-    *slot = Some((pid, rt));
-    Ok(rt)
-}
-
-/// A value that belongs to the process that made it. Used from another
-/// process (a child of `fork`) it is refused; dropped there it is leaked,
-/// so that the child never closes the parent's SQLite handle (which would
-/// drop the parent's POSIX locks) nor tears down the parent's threads.
-#[derive(Debug)]
-pub(crate) struct ProcessBound<T> {
-    pid: u32,
-    /// Always `Some` until dropped.
-    value: Option<T>,
-}
-
-impl<T> ProcessBound<T> {
-    pub(crate) fn new(value: T) -> Self {
-        ProcessBound {
-            pid: std::process::id(),
-            value: Some(value),
-        }
-    }
-
-    /// The value, if this is the process that made it.
-    pub(crate) fn get(&self, what: &str) -> PyResult<&T> {
-        let now = std::process::id();
-        match &self.value {
-            Some(v) if now == self.pid => Ok(v),
-            _ => Err(errors::used_after_fork(what, self.pid, now)),
-        }
-    }
-}
-
-impl<T> Drop for ProcessBound<T> {
-    fn drop(&mut self) {
-        if std::process::id() != self.pid {
-            std::mem::forget(self.value.take());
-        }
-    }
-}
 
 /// baton: who may run a piece of work. `baton.authority_for(url)` opens a
 /// store; a request the store answered returns a value (a `Grant`, a
