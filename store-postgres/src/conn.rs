@@ -36,6 +36,9 @@ pub(crate) struct Inner {
     pub(crate) min_ttl_ms: u64,
     pub(crate) commits: AtomicU64,
     pub(crate) write_transactions: AtomicU64,
+    /// Requests this handle committed since it last folded the count
+    /// deltas (see `PostgresStore::job`).
+    pub(crate) since_fold: AtomicU64,
     /// The advisory lock the sequencer of events and notifications holds.
     pub(crate) sequencer_key: i64,
     pub(crate) watch: Watch,

@@ -47,4 +47,4 @@ pub mod testing;
 mod txn;
 
 pub use options::PostgresOptions;
-pub use store::PostgresStore;
+pub use store::{FOLD_EVERY, PostgresStore};

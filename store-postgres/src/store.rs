@@ -113,6 +113,7 @@ impl PostgresStore {
             min_ttl_ms: u64::try_from(options.min_ttl.as_millis()).unwrap_or(u64::MAX),
             commits: AtomicU64::new(0),
             write_transactions: AtomicU64::new(0),
+            since_fold: AtomicU64::new(0),
             _rt: rt,
         });
         let schema = options.schema.clone();
@@ -164,7 +165,7 @@ impl PostgresStore {
     async fn job(&self, job: Job) -> Result<Answer> {
         // Committed alone on the store's own runtime, whose handle its
         // synchronous code blocks on.
-        job_alone_or_grouped(
+        let answer = job_alone_or_grouped(
             self.committer.as_deref(),
             Some(&self.inner.handle),
             || self.inner.name.clone(),
@@ -172,9 +173,38 @@ impl PostgresStore {
             job,
             |i: &Inner, jobs: &[Job]| crate::txn::commit_jobs(i, jobs, None),
         )
-        .await
+        .await;
+        self.fold_now_and_then();
+        answer
+    }
+
+    /// Every [`FOLD_EVERY`] requests this handle commits, folds the count
+    /// deltas in the background, so they stay few whether or not anyone
+    /// reads the counts (a reader folds too). A fold that fails is left to
+    /// the next one: the deltas stay until then, and are counted.
+    fn fold_now_and_then(&self) {
+        let since = self.inner.since_fold.fetch_add(1, Ordering::AcqRel) + 1;
+        if since < FOLD_EVERY
+            || self
+                .inner
+                .since_fold
+                .compare_exchange(since, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let i = self.inner.clone();
+        self.inner.handle.spawn(async move {
+            // Failed (the database gone a moment): the next fold, or the
+            // next reader, folds these deltas with its own.
+            let _ = i.counts().await;
+        });
     }
 }
+
+/// How many requests a handle commits between its folds of the count
+/// deltas.
+pub const FOLD_EVERY: u64 = 1024;
 
 impl Inner {
     /// Whether this store is listening for ready tasks (connecting and
