@@ -23,14 +23,7 @@ use std::collections::BTreeMap;
 /// keeps them few; past this the counts say they are `truncated`).
 pub const DUE_BOUND: usize = 10_000;
 
-/// One count a store keeps: how many records of `queue` are stored in `state`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Count {
-    /// The queue ("" for tasks outside the work graph).
-    pub queue: String,
-    pub state: State,
-    pub n: u64,
-}
+pub use crate::store::Count;
 
 /// Tasks by queue and derived state, at one reading.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

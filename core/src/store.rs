@@ -207,6 +207,15 @@ impl Capabilities {
     }
 }
 
+/// One count a store keeps: how many records of `queue` are stored in `state`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Count {
+    /// The queue ("" for tasks outside the work graph).
+    pub queue: String,
+    pub state: State,
+    pub n: u64,
+}
+
 /// A backend. See the module docs for the contract every method keeps.
 #[async_trait]
 pub trait Store: Send + Sync + Debug {
@@ -255,7 +264,7 @@ pub trait Store: Send + Sync + Debug {
     /// the same commit as the records they count, so they equal a count of
     /// the records at one moment (whatever crashed); reading them costs
     /// the same however many tasks there are.
-    async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+    async fn counts(&self) -> Result<Option<Vec<Count>>> {
         Ok(None)
     }
 
@@ -376,7 +385,7 @@ macro_rules! forward_store {
             async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
                 (**self).pending(after, limit).await
             }
-            async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
+            async fn counts(&self) -> Result<Option<Vec<Count>>> {
                 (**self).counts().await
             }
             async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {

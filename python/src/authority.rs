@@ -59,6 +59,26 @@ impl Authority {
             .ok_or_else(|| errors::unavailable("this authority is closed"))
     }
 
+    /// Runs one call of the Rust API with the GIL released.
+    fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<T>>,
+    {
+        crate::runtime::call(py, self.open()?, f)
+    }
+
+    /// Like `call`, ended by a signal Python handles (Ctrl-C) while it waits.
+    fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        T: Send,
+        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+        Fut: Future<Output = baton_core::Result<T>>,
+    {
+        crate::runtime::call_interruptible(py, self.open()?, f)
+    }
+
     fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
     where
         F: FnOnce(Arc<DynAuthority>) -> Fut + Send,

@@ -2,7 +2,6 @@
 //! being used (or dropped) by a child of `fork`, and how a call of the
 //! Rust API runs on that runtime with the GIL released.
 
-use crate::authority::Authority;
 use crate::errors;
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
@@ -72,44 +71,44 @@ impl<T> Drop for ProcessBound<T> {
     }
 }
 
-impl Authority {
-    /// Runs one call of the Rust API with the GIL released.
-    pub(crate) fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
-    where
-        T: Send,
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<T>>,
-    {
-        let a = self.open()?;
-        let rt = runtime()?;
-        py.detach(move || rt.block_on(f(a))).map_err(errors::to_py)
-    }
+/// Runs one call of the Rust API on `a` with the GIL released.
+pub(crate) fn call<T, F, Fut>(py: Python<'_>, a: Arc<DynAuthority>, f: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+    Fut: Future<Output = baton_core::Result<T>>,
+{
+    let rt = runtime()?;
+    py.detach(move || rt.block_on(f(a))).map_err(errors::to_py)
+}
 
-    /// Like `call`, for a call that may wait long (`next` with `wait`):
-    /// a signal Python has a handler for (Ctrl-C's `KeyboardInterrupt`)
-    /// ends the wait, checked every 50 ms. A grant being made at that
-    /// instant may still land, as with any interrupted call.
-    pub(crate) fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
-    where
-        T: Send,
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<T>>,
-    {
-        let a = self.open()?;
-        let rt = runtime()?;
-        let answer: PyResult<baton_core::Result<T>> = py.detach(move || {
-            rt.block_on(async move {
-                let call = f(a);
-                tokio::pin!(call);
-                let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
-                loop {
-                    tokio::select! {
-                        r = &mut call => return Ok(r),
-                        _ = tick.tick() => Python::attach(|py| py.check_signals())?,
-                    }
+/// Like `call`, for a call that may wait long (`next` with `wait`):
+/// a signal Python has a handler for (Ctrl-C's `KeyboardInterrupt`)
+/// ends the wait, checked every 50 ms. A grant being made at that
+/// instant may still land, as with any interrupted call.
+pub(crate) fn call_interruptible<T, F, Fut>(
+    py: Python<'_>,
+    a: Arc<DynAuthority>,
+    f: F,
+) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
+    Fut: Future<Output = baton_core::Result<T>>,
+{
+    let rt = runtime()?;
+    let answer: PyResult<baton_core::Result<T>> = py.detach(move || {
+        rt.block_on(async move {
+            let call = f(a);
+            tokio::pin!(call);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    r = &mut call => return Ok(r),
+                    _ = tick.tick() => Python::attach(|py| py.check_signals())?,
                 }
-            })
-        });
-        answer?.map_err(errors::to_py)
-    }
+            }
+        })
+    });
+    answer?.map_err(errors::to_py)
 }

@@ -3,6 +3,7 @@
 //! for a task that does not exist) with the refusal's reason and details.
 
 use crate::app::{Answer, Shared, from_value_strict, json, parse_strict};
+use crate::bodies::*;
 use crate::gate::Gate;
 use axum::Router;
 use axum::body::Bytes;
@@ -392,17 +393,6 @@ async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     page(&a.list(state, q.after.as_deref(), limit).await?)
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NextBody {
-    owner: Option<Id>,
-    executor: Option<Id>,
-    ttl_ms: Option<u64>,
-    lock_delay_ms: Option<u64>,
-    #[serde(default)]
-    queues: Vec<Id>,
-}
-
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
 /// `{"executor": ...}` for a declared one; `queues` (default `["default"]`).
 async fn next(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
@@ -459,12 +449,6 @@ async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
     }
 }
 
-/// The body of a request that takes none: empty, or an object with no
-/// field (a field is refused, never ignored).
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NoBody {}
-
 fn no_body(body: &Bytes) -> Result<(), Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
@@ -476,19 +460,6 @@ async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer
     no_body(&body)?;
     let swept = a.sweep(q.dry_run.unwrap_or(false)).await?;
     json(&json!({"items": swept, "next": null}))
-}
-
-/// The body of `POST /v1/schedules/{name}`: the period, and the task
-/// each period makes (its queue, priority, dependencies, limit, retries).
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ScheduleBody {
-    #[serde(default)]
-    every_ms: Option<u64>,
-    #[serde(default)]
-    cron: Option<String>,
-    #[serde(default)]
-    template: Option<baton_core::NodeSpec>,
 }
 
 async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answer {
@@ -526,15 +497,6 @@ async fn tick(Gate(a): Gate, body: Bytes) -> Answer {
     json(&json!({"items": items, "next": null}))
 }
 
-/// The body of `POST /v1/limits/{key}`: the limit (`null`: none) and the
-/// operator setting it.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct LimitBody {
-    limit: Option<u32>,
-    operator: String,
-}
-
 async fn set_limit(Gate(a): Gate, Path(key): Path<String>, body: Bytes) -> Answer {
     let b: LimitBody = parse_strict(&body)?;
     let key = baton_core::Id::parse("key", &key)?;
@@ -554,15 +516,6 @@ async fn keys(Gate(a): Gate) -> Answer {
     json(&json!({"items": a.keys().await?, "next": null}))
 }
 
-/// The body of `POST /v1/queues/{queue}/policy`: the retry policy
-/// (`null`: none) and the operator setting it.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct QueuePolicyBody {
-    retry: Option<baton_core::graph::RetryPolicy>,
-    operator: String,
-}
-
 async fn set_queue_policy(Gate(a): Gate, Path(queue): Path<String>, body: Bytes) -> Answer {
     let b: QueuePolicyBody = parse_strict(&body)?;
     let queue = baton_core::Id::parse("queue", &queue)?;
@@ -574,16 +527,6 @@ async fn queue_policy(Gate(a): Gate, Path(queue): Path<String>) -> Answer {
     let queue = baton_core::Id::parse("queue", &queue)?;
     let policy = a.queue_policy(&queue).await?.unwrap_or_default();
     json(&json!({"queue": queue, "retry": policy.retry}))
-}
-
-/// The body of `POST /v1/prune`.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PruneBody {
-    finished_before_ms: u64,
-    operator: String,
-    #[serde(default)]
-    max: Option<usize>,
 }
 
 async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
@@ -603,12 +546,6 @@ async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
 async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
     page(&a.pending(q.after.as_deref(), limit).await?)
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct AckBody {
-    intent_ids: Vec<String>,
 }
 
 async fn ack(Gate(a): Gate, body: Bytes) -> Answer {

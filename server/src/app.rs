@@ -287,25 +287,6 @@ pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
     Ok(axum::Json(value).into_response())
 }
 
-/// Refuses what a page elsewhere could have made a browser send, before
-/// anything else is read (`origin.rs`).
-pub(crate) async fn same_origin(
-    axum::extract::State(app): axum::extract::State<Shared>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let authority = req.uri().authority().map(|a| a.as_str().to_owned());
-    match crate::origin::refusal(
-        req.method(),
-        req.headers(),
-        authority.as_deref(),
-        app.check_host,
-    ) {
-        Some(refused) => refused,
-        None => next.run(req).await,
-    }
-}
-
 /// Reads the whole request body before the handler runs, within one
 /// deadline for all of it: the body layer's timeout is between chunks, so
 /// a body trickled a byte at a time after valid headers would otherwise

@@ -16,6 +16,7 @@
 mod api;
 mod app;
 pub mod auth;
+mod bodies;
 mod conns;
 mod gate;
 pub mod metrics;

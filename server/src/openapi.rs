@@ -7,7 +7,9 @@
 //! bodies that are whole files read by hand (a manifest, a graph file) are
 //! described by the catalogue's schema of them.
 
-use crate::api::{AckBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody};
+use crate::bodies::{
+    AckBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody,
+};
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
 use baton_core::{Preconditions, Request};
 use schemars::JsonSchema;

@@ -20,6 +20,25 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_core::Error;
 
+/// Refuses what a page elsewhere could have made a browser send, before
+/// anything else is read (`origin.rs`).
+pub(crate) async fn same_origin(
+    axum::extract::State(app): axum::extract::State<crate::app::Shared>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let authority = req.uri().authority().map(|a| a.as_str().to_owned());
+    match refusal(
+        req.method(),
+        req.headers(),
+        authority.as_deref(),
+        app.check_host,
+    ) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    }
+}
+
 /// Refuses what a page elsewhere (or a rebound name) could have sent;
 /// `check_host`: the server has no tokens and listens on a loopback address.
 /// `authority`: the request's `:authority` (HTTP/2), read where it has no `Host`.

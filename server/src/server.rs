@@ -240,7 +240,7 @@ fn router(app: Shared, max_body: usize, read_timeout: Duration) -> Router {
         ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
-            crate::app::same_origin,
+            crate::origin::same_origin,
         ))
         .layer(axum::middleware::from_fn_with_state(app.clone(), track))
         .layer(DefaultBodyLimit::max(max_body))
