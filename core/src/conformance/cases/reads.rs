@@ -240,7 +240,14 @@ pub fn counts_kept_with_commits_equal_a_recount<H: Harness>(ctx: &mut Ctx<H>) {
         .unwrap();
     let counts = check(ctx, "written");
     assert_eq!(counts.queues["q1"][&State::Registered], 2, "{counts:?}");
-    assert_eq!(counts.queues[""][&State::Claimed], 1, "{counts:?}");
+    // The bare claim is held, or (a slow store: its lease is short)
+    // already derives to waiting again.
+    let bare = &counts.queues[""];
+    let held = [State::Claimed, State::Registered]
+        .iter()
+        .filter_map(|s| bare.get(s))
+        .sum::<u64>();
+    assert_eq!(held, 1, "{counts:?}");
     // A graph grant moves a task of q1; its lease and the bare one run out.
     let r = ctx
         .block_on(a.next(&w, &[id("q1")], Some(ttl), None))
