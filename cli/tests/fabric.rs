@@ -172,10 +172,22 @@ fn processes_with_clocks_an_hour_off_move_no_deadline() {
     );
     assert_eq!(code, 0, "{g}");
     let fence = g["fence"].as_u64().unwrap().to_string();
-    // The process really ran an hour behind: the expiry it reports is its own.
+    // Its clock is behind the record's last write (the register's), so
+    // it decided at that write's time: a task's time never runs back.
     let expiry = baton_core::Timestamp::parse_rfc3339(g["expiry"].as_str().unwrap()).unwrap();
     let now = baton_core::Clock::now(&baton_core::SystemClock);
-    assert!(expiry.as_millis() < now.as_millis() - 1_800_000, "{g}");
+    assert!(expiry.as_millis() > now.as_millis() - 60_000, "{g}");
+    // The process really runs an hour behind: on a task of its own (no
+    // write before it), the expiry it reports is its own clock's.
+    let (code, own) = baton_skewed(
+        ft,
+        "-1h",
+        &url,
+        &["claim", "fresh", "--owner", "x", "--ttl", "2s"],
+    );
+    assert_eq!(code, 0, "{own}");
+    let behind = baton_core::Timestamp::parse_rfc3339(own["expiry"].as_str().unwrap()).unwrap();
+    assert!(behind.as_millis() < now.as_millis() - 1_800_000, "{own}");
     std::thread::sleep(std::time::Duration::from_millis(3_500));
     let (code, r) = baton_skewed(
         ft,
