@@ -866,13 +866,25 @@ pub fn drive_next<T: crate::next::NextSource + ?Sized>(
             after,
             limit,
             now,
-        } => tx.ready(*lane, queue, after.as_ref(), *limit, *now),
+        } => tx.ready(crate::next::IndexPage {
+            lane: *lane,
+            queue,
+            after: after.as_ref(),
+            limit: *limit,
+            now: *now,
+        }),
         Need::Expired {
             lane,
             queue,
             limit,
             now,
-        } => tx.expired(*lane, queue, *limit, *now),
+        } => tx.expired(crate::next::IndexPage {
+            lane: *lane,
+            queue,
+            after: None,
+            limit: *limit,
+            now: *now,
+        }),
         _ => Ok(Vec::new()),
     })
 }

@@ -13,6 +13,8 @@
 
 pub mod access;
 pub mod authority;
+#[cfg(feature = "committer")]
+pub mod blocking;
 pub mod catalogue;
 #[cfg(feature = "committer")]
 pub mod commit;

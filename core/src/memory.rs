@@ -6,14 +6,13 @@ use crate::decide::Decision;
 use crate::engine::Job;
 use crate::engine::{Engine, apply_in, drive_next};
 use crate::error::{Error, Result};
-use crate::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
-use crate::id::Id;
+use crate::graph::NextQuery;
 use crate::id::TaskId;
 use crate::model::{Event, Notification};
-use crate::next::NextSource;
+use crate::next::{IndexPage, NextSource};
 use crate::request::Operation;
 use crate::store::Txn;
-use crate::store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
+use crate::store::{Capabilities, ListQuery, Snapshot, Store};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -138,60 +137,42 @@ impl Txn for Tx<'_> {
 }
 
 impl NextSource for Tx<'_> {
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (from, end) = ready_range(lane, queue, after);
-        if from >= end {
-            return Ok(Vec::new()); // an `after` past this queue: nothing (and no range panic)
-        }
-        Ok(self
-            .inner
-            .ready
-            .range((
-                std::ops::Bound::Excluded(from),
-                std::ops::Bound::Excluded(end),
-            ))
-            .take(limit)
-            .filter_map(|(_, t)| self.inner.tasks.get(t))
-            .map(|r| Snapshot::at(r.clone(), now))
-            .collect())
+    fn ready(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        let Some((from, end)) = page.ready_keys() else {
+            return Ok(Vec::new());
+        };
+        use std::ops::Bound::Excluded;
+        Ok(self.snapshots(
+            self.inner.ready.range((Excluded(from), Excluded(end))),
+            page,
+        ))
     }
 
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (start, end) = held_range(lane, queue, now);
-        Ok(self
-            .inner
-            .held
-            .range(start..end)
-            .take(limit)
+    fn expired(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        let (start, end) = page.held_keys();
+        Ok(self.snapshots(self.inner.held.range(start..end), page))
+    }
+}
+
+impl Tx<'_> {
+    /// The records an index range names, at most `page.limit`.
+    fn snapshots<'k>(
+        &self,
+        entries: impl Iterator<Item = (&'k Vec<u8>, &'k TaskId)>,
+        page: IndexPage<'_>,
+    ) -> Vec<Snapshot> {
+        entries
+            .take(page.limit)
             .filter_map(|(_, t)| self.inner.tasks.get(t))
-            .map(|r| Snapshot::at(r.clone(), now))
-            .collect())
+            .map(|r| Snapshot::at(r.clone(), page.now))
+            .collect()
     }
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            clock: ClockKind::Injected,
-            durable: false,
-            multi_process: false,
-            min_ttl_ms: 1,
-            ttl_granularity_ms: 1,
-        }
+        Capabilities::injected_clock(false, false)
     }
 
     async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {

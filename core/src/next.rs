@@ -91,28 +91,43 @@ pub const NEXT_SCAN: usize = 1024;
 /// [`crate::engine::drive_next`], all inside the one commit the grant is
 /// made in.
 pub trait NextSource: crate::store::Txn {
-    /// Up to `limit` records of the ready index of `lane` and `queue`, in
-    /// index order ([`ReadyEntry::key`]), strictly after `after`.
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> crate::error::Result<Vec<Snapshot>>;
+    /// Up to `page.limit` records of the ready index of the page's lane
+    /// and queue, in index order ([`ReadyEntry::key`]), strictly after
+    /// `page.after` ([`IndexPage::ready_keys`]).
+    fn ready(&mut self, page: IndexPage<'_>) -> crate::error::Result<Vec<Snapshot>>;
 
-    /// Up to `limit` held tasks of `lane` and `queue` whose lease has run
-    /// out at `now` (claimable again, and not in the ready index): for a
-    /// store whose stored expiry is its judge, the keys of
-    /// `held_range` in its held index ([`TaskRecord::held_key`]).
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> crate::error::Result<Vec<Snapshot>>;
+    /// Up to `page.limit` held tasks of the page's lane and queue whose
+    /// lease has run out at `page.now` (claimable again, and not in the
+    /// ready index): for a store whose stored expiry is its judge, the
+    /// keys of [`IndexPage::held_keys`] in its held index
+    /// ([`TaskRecord::held_key`]).
+    fn expired(&mut self, page: IndexPage<'_>) -> crate::error::Result<Vec<Snapshot>>;
+}
+
+/// One page of a queue's index that `next` reads.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexPage<'a> {
+    pub lane: Lane,
+    pub queue: &'a Id,
+    /// The ready index only: the page starts after this entry.
+    pub after: Option<&'a ReadyEntry>,
+    pub limit: usize,
+    /// The decision's time, that snapshots are judged at.
+    pub now: Timestamp,
+}
+
+impl IndexPage<'_> {
+    /// The page's ready-index keys, `(from, end)` both exclusive; `None`
+    /// when `after` lies past the queue (nothing there).
+    pub fn ready_keys(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        let (from, end) = crate::graph::ready_range(self.lane, self.queue, self.after);
+        (from < end).then_some((from, end))
+    }
+
+    /// The held-index keys of leases run out at `now`: `[start, end)`.
+    pub fn held_keys(&self) -> (Vec<u8>, Vec<u8>) {
+        crate::graph::held_range(self.lane, self.queue, self.now)
+    }
 }
 
 /// Whether `next` has any candidate at all: an entry in one of its queues'
@@ -122,10 +137,17 @@ pub trait NextSource: crate::store::Txn {
 /// cheap poll of waiting workers).
 pub fn has_candidates(query: &NextQuery, src: &mut dyn NextSource) -> crate::error::Result<bool> {
     for q in &query.queues {
-        if !src.ready(query.lane(), q, None, 1, query.now)?.is_empty() {
+        let page = |limit| IndexPage {
+            lane: query.lane(),
+            queue: q,
+            after: None,
+            limit,
+            now: query.now,
+        };
+        if !src.ready(page(1))?.is_empty() {
             return Ok(true);
         }
-        let expired = src.expired(query.lane(), q, NEXT_PAGE, query.now)?;
+        let expired = src.expired(page(NEXT_PAGE))?;
         if expired.iter().any(|s| query.takeable(s)) {
             return Ok(true);
         }

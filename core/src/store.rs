@@ -31,7 +31,7 @@ use crate::id::TaskId;
 use crate::model::{Event, Notification, State, TaskRecord};
 use crate::request::Operation;
 use crate::time::Timestamp;
-use async_trait::async_trait;
+pub use async_trait::async_trait;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -198,6 +198,18 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// A store whose time is the authority's clock and whose leases are
+    /// kept to the millisecond (memory, SQLite, sled).
+    pub fn injected_clock(durable: bool, multi_process: bool) -> Capabilities {
+        Capabilities {
+            clock: ClockKind::Injected,
+            durable,
+            multi_process,
+            min_ttl_ms: 1,
+            ttl_granularity_ms: 1,
+        }
+    }
+
     /// The lease rules the decision applies for this store.
     pub fn lease_rules(&self) -> crate::decide::LeaseRules {
         crate::decide::LeaseRules {
@@ -336,67 +348,100 @@ pub trait Store: Send + Sync + Debug {
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64>;
 }
 
+/// Implements [`Store`] for a type by handing every call to the store it
+/// holds: `forward_store!(MyStore.field: FieldType)`, or for a type that is
+/// `AsRef<Target>`, `forward_store!(impl[GENERICS] Type => Target)`.
+#[macro_export]
 macro_rules! forward_store {
-    ($ty:ty) => {
-        #[async_trait]
-        impl<S: Store + ?Sized> Store for $ty {
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
+    ($ty:ident . $field:ident : $target:ty) => {
+        impl AsRef<$target> for $ty {
+            fn as_ref(&self) -> &$target {
+                &self.$field
+            }
+        }
+        $crate::forward_store!(impl[] $ty => $target);
+    };
+    (impl[$($gen:tt)*] $ty:ty => $target:ty) => {
+        #[$crate::store::async_trait]
+        impl<$($gen)*> $crate::Store for $ty {
+            fn capabilities(&self) -> $crate::Capabilities {
+                <Self as AsRef<$target>>::as_ref(self).capabilities()
             }
             fn commits(&self) -> Option<u64> {
-                (**self).commits()
+                <Self as AsRef<$target>>::as_ref(self).commits()
             }
-            fn observe_batches(&self, observer: BatchObserver) -> bool {
-                (**self).observe_batches(observer)
+            fn observe_batches(&self, observer: $crate::store::BatchObserver) -> bool {
+                <Self as AsRef<$target>>::as_ref(self).observe_batches(observer)
             }
-            async fn permit(&self, act: Act) -> Result<()> {
-                (**self).permit(act).await
+            async fn permit(&self, act: $crate::store::Act) -> $crate::Result<()> {
+                <Self as AsRef<$target>>::as_ref(self).permit(act).await
             }
-            async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-                (**self).read(task, now).await
+            async fn read(
+                &self,
+                task: &$crate::TaskId,
+                now: $crate::Timestamp,
+            ) -> $crate::Result<Option<$crate::Snapshot>> {
+                <Self as AsRef<$target>>::as_ref(self).read(task, now).await
             }
-            async fn apply(&self, op: Operation) -> Result<Decision> {
-                (**self).apply(op).await
+            async fn apply(&self, op: $crate::Operation) -> $crate::Result<$crate::Decision> {
+                <Self as AsRef<$target>>::as_ref(self).apply(op).await
             }
-            async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-                (**self).apply_all(ops).await
+            async fn apply_all(
+                &self,
+                ops: Vec<$crate::Operation>,
+            ) -> $crate::Result<Vec<$crate::Decision>> {
+                <Self as AsRef<$target>>::as_ref(self).apply_all(ops).await
             }
-            async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>> {
-                (**self).next(query).await
+            async fn next(
+                &self,
+                query: &$crate::graph::NextQuery,
+            ) -> $crate::Result<Option<$crate::Decision>> {
+                <Self as AsRef<$target>>::as_ref(self).next(query).await
             }
             async fn watch_ready(
                 &self,
-                query: &crate::graph::NextQuery,
+                query: &$crate::graph::NextQuery,
                 max_ms: u64,
-            ) -> Result<bool> {
-                (**self).watch_ready(query, max_ms).await
+            ) -> $crate::Result<bool> {
+                <Self as AsRef<$target>>::as_ref(self).watch_ready(query, max_ms).await
             }
-            async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-                (**self).list(query).await
+            async fn list(
+                &self,
+                query: &$crate::ListQuery,
+            ) -> $crate::Result<Vec<$crate::Snapshot>> {
+                <Self as AsRef<$target>>::as_ref(self).list(query).await
             }
             async fn events(
                 &self,
-                task: Option<&TaskId>,
+                task: Option<&$crate::TaskId>,
                 after: u64,
                 limit: usize,
-            ) -> Result<Vec<Event>> {
-                (**self).events(task, after, limit).await
+            ) -> $crate::Result<Vec<$crate::Event>> {
+                <Self as AsRef<$target>>::as_ref(self).events(task, after, limit).await
             }
-            async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
-                (**self).pending(after, limit).await
+            async fn pending(
+                &self,
+                after: u64,
+                limit: usize,
+            ) -> $crate::Result<Vec<$crate::Notification>> {
+                <Self as AsRef<$target>>::as_ref(self).pending(after, limit).await
             }
-            async fn counts(&self) -> Result<Option<Vec<Count>>> {
-                (**self).counts().await
+            async fn counts(&self) -> $crate::Result<Option<Vec<$crate::counts::Count>>> {
+                <Self as AsRef<$target>>::as_ref(self).counts().await
             }
-            async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
-                (**self).ack(intent_ids, now).await
+            async fn ack(
+                &self,
+                intent_ids: &[String],
+                now: $crate::Timestamp,
+            ) -> $crate::Result<u64> {
+                <Self as AsRef<$target>>::as_ref(self).ack(intent_ids, now).await
             }
         }
     };
 }
 
-forward_store!(Arc<S>);
-forward_store!(Box<S>);
+forward_store!(impl[S: Store + ?Sized] Arc<S> => S);
+forward_store!(impl[S: Store + ?Sized] Box<S> => S);
 
 /// The upstream of a decision, from the snapshots of its dependencies read
 /// in the deciding commit (each derived at `now`).

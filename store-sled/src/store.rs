@@ -2,22 +2,21 @@
 //! function that maps sled's errors to baton's.
 
 use crate::flush::{FlushError, GroupFlush, Poisoned};
-use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
+use baton_core::blocking::{Blocking, BlockingStore};
+use baton_core::commit::{Answer, GroupCommitter, Job};
 use baton_core::engine::{Engine, drive_next};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end, ready_range};
+use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, prefix_end};
 use baton_core::model::{EventDraft, NotificationDraft};
-use baton_core::next::NextSource;
+use baton_core::next::{IndexPage, NextSource};
 use baton_core::store::Txn;
 use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, Event, Id, ListQuery, Notification, Operation,
-    Result, Snapshot, Store, TaskId, TaskRecord, Timestamp,
+    Capabilities, Decision, Error, Event, Id, ListQuery, Notification, Result, Snapshot, TaskId,
+    TaskRecord, Timestamp,
 };
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::{Transactional, Tree};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,12 +48,10 @@ impl Default for SledOptions {
 }
 
 /// A baton store in one sled directory. Clones share the same database.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SledStore {
-    inner: Arc<Inner>,
-    /// `None` when group commit is off.
-    committer: Option<Arc<GroupCommitter>>,
-    /// Dropped after the two above, when the last clone goes: waits until
+    shell: BlockingStore<Inner>,
+    /// Dropped after the one above, when the last clone goes: waits until
     /// sled has let go of the directory.
     _released: Arc<ReleaseOnDrop>,
 }
@@ -82,7 +79,8 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-struct Inner {
+/// The store's database.
+pub(crate) struct Inner {
     path: PathBuf,
     /// The (device, inode) of the store's directory as opened.
     identity: (u64, u64),
@@ -124,13 +122,7 @@ struct Trees {
     held: Tree,
 }
 
-impl fmt::Debug for SledStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SledStore")
-            .field("path", &self.inner.path)
-            .finish()
-    }
-}
+baton_core::forward_store!(SledStore.shell: BlockingStore<Inner>);
 
 /// An error raised inside a transaction closure.
 #[derive(Debug)]
@@ -295,11 +287,11 @@ impl SledStore {
         });
         let committer = if options.group_commit {
             let batch = inner.clone();
-            Some(Arc::new(GroupCommitter::start(
+            Some(GroupCommitter::start(
                 inner.path.display().to_string(),
                 "baton-sled-commit",
                 move |jobs| batch.commit_jobs(jobs),
-            )?))
+            )?)
         } else {
             None
         };
@@ -308,37 +300,13 @@ impl SledStore {
             wait: options.busy_timeout.max(Duration::from_secs(5)),
         });
         Ok(SledStore {
-            inner,
-            committer,
+            shell: BlockingStore::new(inner, committer),
             _released: released,
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
-    /// One job through the committer, or in a transaction of its own when
-    /// group commit is off.
-    async fn job(&self, job: Job) -> Result<Answer> {
-        job_alone_or_grouped(
-            self.committer.as_deref(),
-            None,
-            || format!("sled {}", self.inner.path.display()),
-            self.inner.clone(),
-            job,
-            Inner::commit_jobs,
-        )
-        .await
-    }
-
-    async fn run<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
-    {
-        let name = self.inner.path.display().to_string();
-        on_blocking_pool(name, self.inner.clone(), f).await
+        &self.shell.inner().path
     }
 }
 
@@ -620,6 +588,24 @@ impl Inner {
         }
         Ok(out)
     }
+}
+
+impl Blocking for Inner {
+    fn name(&self) -> String {
+        format!("sled {}", self.path.display())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::injected_clock(true, false)
+    }
+
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
+        Inner::commit_jobs(self, jobs)
+    }
+
+    fn commits(&self) -> u64 {
+        self.flush.flushes()
+    }
 
     fn list(&self, q: &ListQuery) -> Result<Vec<Snapshot>> {
         let after = q.after.as_ref().map_or("", |a| a.as_str());
@@ -772,7 +758,7 @@ impl Inner {
         Ok(out)
     }
 
-    fn ack(&self, ids: &[String]) -> Result<u64> {
+    fn ack(&self, ids: &[String], _now: Timestamp) -> Result<u64> {
         let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
         let t = &self.trees;
         let result = (&t.outbox, &t.intents).transaction(|(outbox, intents)| {
@@ -794,7 +780,7 @@ impl Inner {
         Ok(acked)
     }
 
-    fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+    fn snapshot(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
         let got = self
             .trees
             .tasks
@@ -805,71 +791,6 @@ impl Inner {
             .transpose()?;
         self.settle_reads()?;
         Ok(snap)
-    }
-}
-
-#[async_trait]
-impl Store for SledStore {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            clock: ClockKind::Injected,
-            durable: true,
-            multi_process: false,
-            min_ttl_ms: 1,
-            ttl_granularity_ms: 1,
-        }
-    }
-
-    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        let task = task.clone();
-        self.run(move |inner| inner.read(&task, now)).await
-    }
-
-    async fn apply(&self, op: Operation) -> Result<Decision> {
-        self.job(Job::One(op)).await?.into_one()
-    }
-
-    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        self.job(Job::All(ops)).await?.into_all()
-    }
-
-    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
-        self.job(Job::Next(query.clone())).await?.into_next()
-    }
-
-    fn commits(&self) -> Option<u64> {
-        Some(self.inner.flush.flushes())
-    }
-
-    fn observe_batches(&self, observer: baton_core::store::BatchObserver) -> bool {
-        self.committer
-            .as_ref()
-            .map(|c| c.observe(observer))
-            .is_some()
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-        let query = query.clone();
-        self.run(move |inner| inner.list(&query)).await
-    }
-
-    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
-        let task = task.cloned();
-        self.run(move |inner| inner.events(task.as_ref(), after, limit))
-            .await
-    }
-
-    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
-        self.run(move |inner| inner.pending(after, limit)).await
-    }
-
-    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
-        self.run(|inner| inner.counts().map(Some)).await
-    }
-
-    async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
-        let ids = intent_ids.to_vec();
-        self.run(move |inner| inner.ack(&ids)).await
     }
 }
 

@@ -237,46 +237,20 @@ impl Txn for SledTx<'_> {
 }
 
 impl NextSource for SledTx<'_> {
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (from, end) = ready_range(lane, queue, after);
-        if from >= end {
-            return Ok(Vec::new()); // an `after` past this queue: nothing (and no range panic)
-        }
-        let index = self.index.ready.get(&(lane, queue.clone()));
-        self.indexed(
-            index,
-            false,
-            std::ops::Bound::Excluded(from),
-            &end,
-            limit,
-            now,
-        )
+    fn ready(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        let Some((from, end)) = page.ready_keys() else {
+            return Ok(Vec::new());
+        };
+        let index = self.index.ready.get(&(page.lane, page.queue.clone()));
+        let from = std::ops::Bound::Excluded(from);
+        self.indexed(index, false, from, &end, page.limit, page.now)
     }
 
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (start, end) = held_range(lane, queue, now);
-        let index = self.index.held.get(&(lane, queue.clone()));
-        self.indexed(
-            index,
-            true,
-            std::ops::Bound::Included(start),
-            &end,
-            limit,
-            now,
-        )
+    fn expired(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        let (start, end) = page.held_keys();
+        let index = self.index.held.get(&(page.lane, page.queue.clone()));
+        let from = std::ops::Bound::Included(start);
+        self.indexed(index, true, from, &end, page.limit, page.now)
     }
 }
 

@@ -3,22 +3,21 @@
 
 use crate::gate::{Elapsed, Gate, Held};
 use crate::schema::{APPLICATION_ID, CURRENT_VERSION, MIGRATIONS};
-use async_trait::async_trait;
-use baton_core::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
+use baton_core::blocking::{Blocking, BlockingStore};
+use baton_core::commit::{Answer, GroupCommitter, Job};
 use baton_core::engine::{Engine, drive_next};
-use baton_core::graph::{Lane, NextQuery, ReadyEntry, held_range, ready_range};
+use baton_core::graph::NextQuery;
 use baton_core::model::{EventDraft, NotificationDraft, TaskRecord};
-use baton_core::next::NextSource;
+use baton_core::next::{IndexPage, NextSource};
 use baton_core::store::Txn;
 use baton_core::store::{Clause, Due};
 use baton_core::{
-    Capabilities, ClockKind, Decision, Error, ErrorKind, Event, Id, ListQuery, Notification,
-    Operation, Result, Snapshot, State, Store, TaskId, Timestamp,
+    Capabilities, Decision, Error, ErrorKind, Event, ListQuery, Notification, Operation, Result,
+    Snapshot, State, TaskId, Timestamp,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use std::collections::HashMap;
-use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,11 +57,9 @@ impl Default for SqliteOptions {
 }
 
 /// A baton store in one SQLite file. Clones share the same connections.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteStore {
-    inner: Arc<Inner>,
-    /// `None` when group commit is off.
-    committer: Option<Arc<GroupCommitter>>,
+    shell: BlockingStore<Inner>,
 }
 
 /// A file's identity on its filesystem.
@@ -81,7 +78,8 @@ struct Files {
     shm: (PathBuf, FileId),
 }
 
-struct Inner {
+/// The store's connections.
+pub(crate) struct Inner {
     path: PathBuf,
     files: Files,
     writer: Mutex<Connection>,
@@ -94,13 +92,7 @@ struct Inner {
     busy_timeout: Duration,
 }
 
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.inner.path)
-            .finish()
-    }
-}
+baton_core::forward_store!(SqliteStore.shell: BlockingStore<Inner>);
 
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` and migrates its
@@ -187,50 +179,30 @@ impl SqliteStore {
         });
         let committer = if options.group_commit {
             let batch = inner.clone();
-            Some(Arc::new(GroupCommitter::start_shared(
+            Some(GroupCommitter::start_shared(
                 inner.path.display().to_string(),
                 "baton-sqlite-commit",
                 move |jobs| batch.commit_jobs(jobs),
-            )?))
+            )?)
         } else {
             None
         };
-        Ok(SqliteStore { inner, committer })
+        Ok(SqliteStore {
+            shell: BlockingStore::new(inner, committer),
+        })
     }
 
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.shell.inner().path
     }
 
     /// How many write transactions this handle has begun (committed or
     /// rolled back): what waiting workers cost the store's write lock.
     pub fn write_transactions(&self) -> u64 {
-        self.inner
+        self.shell
+            .inner()
             .write_transactions
             .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// One job through the committer, or in a transaction of its own when
-    /// group commit is off.
-    async fn job(&self, job: Job) -> Result<Answer> {
-        job_alone_or_grouped(
-            self.committer.as_deref(),
-            None,
-            || format!("sqlite {}", self.inner.path.display()),
-            self.inner.clone(),
-            job,
-            Inner::commit_jobs,
-        )
-        .await
-    }
-
-    async fn run<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
-    {
-        let name = self.inner.path.display().to_string();
-        on_blocking_pool(name, self.inner.clone(), f).await
     }
 }
 
@@ -556,6 +528,39 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+impl Blocking for Inner {
+    fn name(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::injected_clock(true, true)
+    }
+
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
+        Inner::commit_jobs(self, jobs)
+    }
+
+    fn snapshot(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        let json = self.read(|tx| load(tx, task).map_err(|e| self.err(e)))?;
+        json.map(|j| Ok(Snapshot::at(self.decode(&j)?, now)))
+            .transpose()
+    }
+
+    /// Nothing to offer on a snapshot (durable commits only) is the
+    /// answer, without the gate or the write lock.
+    fn may_offer(&self, query: &NextQuery) -> Result<bool> {
+        self.read(|tx| {
+            let mut t = SqlTx::new(self, tx);
+            baton_core::next::has_candidates(query, &mut t)
+        })
+    }
+
+    fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::Relaxed)
+    }
 
     fn list(&self, q: &ListQuery) -> Result<Vec<Snapshot>> {
         let after = q.after.as_ref().map_or("", |a| a.as_str()).to_owned();
@@ -736,7 +741,9 @@ impl Inner {
             Ok((acked, acked > 0))
         })
     }
+}
 
+impl Inner {
     fn decode<T: serde::de::DeserializeOwned>(&self, json: &str) -> Result<T> {
         baton_core::json::decode_stored(json.as_bytes())
             .map_err(|e| self.corrupt(&format!("a stored row does not decode: {e}")))
@@ -799,94 +806,6 @@ fn classify(path: &Path, e: &rusqlite::Error) -> Error {
             }
         }
         _ => Error::unavailable(format!("{p}: SQLite error: {e}")),
-    }
-}
-
-#[async_trait]
-impl Store for SqliteStore {
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            clock: ClockKind::Injected,
-            durable: true,
-            multi_process: true,
-            min_ttl_ms: 1,
-            ttl_granularity_ms: 1,
-        }
-    }
-
-    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
-        let task = task.clone();
-        self.run(move |inner| {
-            let json = inner.read(|tx| load(tx, &task).map_err(|e| inner.err(e)))?;
-            json.map(|j| Ok(Snapshot::at(inner.decode(&j)?, now)))
-                .transpose()
-        })
-        .await
-    }
-
-    async fn apply(&self, op: Operation) -> Result<Decision> {
-        self.job(Job::One(op)).await?.into_one()
-    }
-
-    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        self.job(Job::All(ops)).await?.into_all()
-    }
-
-    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
-        // Nothing to offer on a snapshot (durable commits only): that is
-        // the answer, without the gate or the write lock.
-        let q = query.clone();
-        let any = self
-            .run(move |inner| {
-                inner.read(|tx| {
-                    let mut t = SqlTx::new(inner, tx);
-                    baton_core::next::has_candidates(&q, &mut t)
-                })
-            })
-            .await?;
-        if !any {
-            return Ok(None);
-        }
-        self.job(Job::Next(query.clone())).await?.into_next()
-    }
-
-    fn commits(&self) -> Option<u64> {
-        Some(
-            self.inner
-                .commits
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )
-    }
-
-    fn observe_batches(&self, observer: baton_core::store::BatchObserver) -> bool {
-        self.committer
-            .as_ref()
-            .map(|c| c.observe(observer))
-            .is_some()
-    }
-
-    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
-        let query = query.clone();
-        self.run(move |inner| inner.list(&query)).await
-    }
-
-    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
-        let task = task.cloned();
-        self.run(move |inner| inner.events(task.as_ref(), after, limit))
-            .await
-    }
-
-    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
-        self.run(move |inner| inner.pending(after, limit)).await
-    }
-
-    async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
-        self.run(|inner| inner.counts().map(Some)).await
-    }
-
-    async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
-        let ids = intent_ids.to_vec();
-        self.run(move |inner| inner.ack(&ids, now)).await
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use baton_core::engine::apply_in;
-use baton_core::graph::Lane;
+use baton_core::{Id, Lane};
 
 /// The index reads of `next` are prepared once, however many records
 /// each asks for (a LIMIT bound as 1 and then as 2 made SQLite prepare
@@ -12,15 +12,22 @@ use baton_core::graph::Lane;
 fn next_reads_are_prepared_once_whatever_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("a.db"), SqliteOptions::default()).unwrap();
-    let inner = &store.inner;
+    let inner = store.shell.inner();
     let queue = Id::parse("queue", "q").unwrap();
     let now = Timestamp::from_millis(1_000);
     let mut conn = inner.lock(&inner.writer);
     let tx = conn.transaction().unwrap();
     let mut t = SqlTx::new(inner, &tx);
     for limit in [1, 2, 8, 1, 64, 1, 2] {
-        t.ready(Lane::Bare, &queue, None, limit, now).unwrap();
-        t.expired(Lane::Bare, &queue, limit, now).unwrap();
+        let page = IndexPage {
+            lane: Lane::Bare,
+            queue: &queue,
+            after: None,
+            limit,
+            now,
+        };
+        t.ready(page).unwrap();
+        t.expired(page).unwrap();
     }
     for sql in [READY_SQL, HELD_SQL] {
         let s = tx.prepare_cached(sql).unwrap();
@@ -54,7 +61,7 @@ fn claim(task: &str, now: Timestamp) -> Operation {
 fn a_fence_minted_without_an_event_is_counted_in_the_fence_row() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("a.db"), SqliteOptions::default()).unwrap();
-    let inner = &store.inner;
+    let inner = store.shell.inner();
     let now = Timestamp::from_millis(1_000);
     let fence_of = |d: &Decision| match &d.verdict {
         baton_core::Verdict::Commit(c) => c.record.lease.as_ref().map(|l| l.fence),

@@ -102,27 +102,16 @@ pub(super) const HELD_SQL: &str = "SELECT record FROM tasks INDEXED BY tasks_hel
      WHERE held_key > ?1 AND held_key < ?2 ORDER BY held_key";
 
 impl NextSource for SqlTx<'_> {
-    fn ready(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        after: Option<&ReadyEntry>,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (from, end) = ready_range(lane, queue, after);
-        self.records(READY_SQL, &[&from, &end], limit, now)
+    fn ready(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        match page.ready_keys() {
+            Some((from, end)) => self.records(READY_SQL, &[&from, &end], page.limit, page.now),
+            None => Ok(Vec::new()),
+        }
     }
 
-    fn expired(
-        &mut self,
-        lane: Lane,
-        queue: &Id,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Snapshot>> {
-        let (start, end) = held_range(lane, queue, now);
-        self.records(HELD_SQL, &[&start, &end], limit, now)
+    fn expired(&mut self, page: IndexPage<'_>) -> Result<Vec<Snapshot>> {
+        let (start, end) = page.held_keys();
+        self.records(HELD_SQL, &[&start, &end], page.limit, page.now)
     }
 }
 

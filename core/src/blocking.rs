@@ -1,0 +1,178 @@
+//! One [`Store`] for every store whose work is blocking calls on a
+//! transaction type of its own (SQLite, sled): the store says how to
+//! commit a batch of jobs and how to read ([`Blocking`]); [`BlockingStore`]
+//! runs that on tokio's blocking pool, through a group committer when the
+//! store has one, with a panic turned into `Unavailable`.
+
+use crate::Decision;
+use crate::commit::{Answer, GroupCommitter, Job, job_alone_or_grouped, on_blocking_pool};
+use crate::counts::Count;
+use crate::error::Result;
+use crate::graph::NextQuery;
+use crate::id::TaskId;
+use crate::model::{Event, Notification};
+use crate::request::Operation;
+use crate::store::{Capabilities, ListQuery, Snapshot, Store};
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// What a blocking store does, each call on the caller's thread (a thread
+/// of the blocking pool, or the committer's).
+pub trait Blocking: Send + Sync + 'static {
+    /// Names the store in errors (`sqlite PATH`).
+    fn name(&self) -> String;
+    fn capabilities(&self) -> Capabilities;
+    /// Decides `jobs` in order in one atomic, durable commit, one answer a
+    /// job, or an error meaning nothing was applied (the contract of
+    /// [`GroupCommitter::start`]).
+    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>>;
+    /// As [`Store::read`].
+    fn snapshot(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>>;
+    /// Whether `query` may find a candidate, read without the write path;
+    /// `false` answers `next` with `None` at once. `true` when the store
+    /// cannot tell cheaply.
+    fn may_offer(&self, _query: &NextQuery) -> Result<bool> {
+        Ok(true)
+    }
+    /// As [`Store::list`].
+    fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>>;
+    /// As [`Store::events`].
+    fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>>;
+    /// As [`Store::pending`].
+    fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>>;
+    /// As [`Store::counts`], for a store that keeps counts.
+    fn counts(&self) -> Result<Vec<Count>>;
+    /// As [`Store::ack`].
+    fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64>;
+    /// How many durable commits this handle has made.
+    fn commits(&self) -> u64;
+}
+
+/// A [`Blocking`] store as a [`Store`].
+pub struct BlockingStore<B> {
+    inner: Arc<B>,
+    committer: Option<Arc<GroupCommitter>>,
+}
+
+impl<B: Blocking> BlockingStore<B> {
+    /// `inner`, its jobs committed by `committer` (which commits with
+    /// `inner`), or each in a commit of its own when `None`.
+    pub fn new(inner: Arc<B>, committer: Option<GroupCommitter>) -> BlockingStore<B> {
+        BlockingStore {
+            inner,
+            committer: committer.map(Arc::new),
+        }
+    }
+
+    /// The store itself.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The group committer, when commits are grouped.
+    pub fn committer(&self) -> Option<&GroupCommitter> {
+        self.committer.as_deref()
+    }
+
+    async fn job(&self, job: Job) -> Result<Answer> {
+        job_alone_or_grouped(
+            self.committer.as_deref(),
+            None,
+            || self.inner.name(),
+            self.inner.clone(),
+            job,
+            B::commit_jobs,
+        )
+        .await
+    }
+
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        on_blocking_pool(self.inner.name(), self.inner.clone(), f).await
+    }
+}
+
+impl<B> Clone for BlockingStore<B> {
+    fn clone(&self) -> Self {
+        BlockingStore {
+            inner: self.inner.clone(),
+            committer: self.committer.clone(),
+        }
+    }
+}
+
+impl<B: Blocking> std::fmt::Debug for BlockingStore<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingStore")
+            .field("store", &self.inner.name())
+            .field("grouped", &self.committer.is_some())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<B: Blocking> Store for BlockingStore<B> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
+        let task = task.clone();
+        self.run(move |inner| inner.snapshot(&task, now)).await
+    }
+
+    async fn apply(&self, op: Operation) -> Result<Decision> {
+        self.job(Job::One(op)).await?.into_one()
+    }
+
+    async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.job(Job::All(ops)).await?.into_all()
+    }
+
+    async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        let q = query.clone();
+        if !self.run(move |inner| inner.may_offer(&q)).await? {
+            return Ok(None);
+        }
+        self.job(Job::Next(query.clone())).await?.into_next()
+    }
+
+    fn commits(&self) -> Option<u64> {
+        Some(self.inner.commits())
+    }
+
+    fn observe_batches(&self, observer: crate::store::BatchObserver) -> bool {
+        self.committer
+            .as_ref()
+            .map(|c| c.observe(observer))
+            .is_some()
+    }
+
+    async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
+        let query = query.clone();
+        self.run(move |inner| inner.list(&query)).await
+    }
+
+    async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let task = task.cloned();
+        self.run(move |inner| inner.events(task.as_ref(), after, limit))
+            .await
+    }
+
+    async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
+        self.run(move |inner| inner.pending(after, limit)).await
+    }
+
+    async fn counts(&self) -> Result<Option<Vec<Count>>> {
+        self.run(|inner| inner.counts().map(Some)).await
+    }
+
+    async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
+        let ids = intent_ids.to_vec();
+        self.run(move |inner| inner.ack(&ids, now)).await
+    }
+}
