@@ -405,10 +405,6 @@ impl Store for FabricStore {
         }
     }
 
-    fn commits(&self) -> Option<u64> {
-        Some(self.commits.load(Ordering::Relaxed))
-    }
-
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
         let found = self.find(task.as_str()).await?;
         let judged = found.judged();
@@ -509,6 +505,12 @@ impl Store for FabricStore {
             }
         }
         Ok(acked)
+    }
+}
+
+impl baton_core::store::Meter for FabricStore {
+    fn commits(&self) -> Option<u64> {
+        Some(self.commits.load(Ordering::Relaxed))
     }
 }
 

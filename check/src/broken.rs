@@ -2,7 +2,6 @@
 //! real store and breaks one promise the model holds it to.
 
 use async_trait::async_trait;
-use baton_core::store::{Act, BatchObserver};
 use baton_core::{
     Capabilities, Decision, Event, ListQuery, NextQuery, Notification, Operation, Preconditions,
     Request, Result, Snapshot, Store, TaskId, Timestamp,
@@ -71,12 +70,6 @@ impl<S: Store> Broken<S> {
 impl<S: Store> Store for Broken<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
-    }
-    async fn permit(&self, act: Act) -> Result<()> {
-        self.inner.permit(act).await
-    }
-    fn observe_batches(&self, observer: BatchObserver) -> bool {
-        self.inner.observe_batches(observer)
     }
     async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
         self.inner.read(task, now).await

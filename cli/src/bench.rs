@@ -5,7 +5,7 @@
 //! and claim latency.
 
 use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
-use crate::output::{Out, Status, View};
+use crate::output::{Out, Status};
 use crate::{DynAuthority, authority_for};
 use baton_core::graph::{NewNode, NodeSpec};
 use baton_core::{Error, Id, Refusal, Reply};
@@ -319,7 +319,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     let (reports, seconds) = if args.processes {
         run_processes(store, args, workers, &prefix, &progress).await?
     } else {
-        let before = a.store().commits();
+        let before = a.meter().and_then(|m| m.commits());
         let start = Instant::now();
         let handles: Vec<_> = (0..workers)
             .map(|w| {
@@ -342,7 +342,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
             );
         }
         let seconds = start.elapsed().as_secs_f64();
-        let after = a.store().commits();
+        let after = a.meter().and_then(|m| m.commits());
         if let (Some(b), Some(a), Some(first)) = (before, after, reports.first_mut()) {
             first.commits = Some(a - b);
         }
@@ -530,7 +530,7 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> 
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let before = a.store().commits();
+    let before = a.meter().and_then(|m| m.commits());
     let handles: Vec<_> = (0..w.connections.max(1))
         .map(|c| {
             tokio::spawn(worker(
@@ -557,7 +557,7 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> 
             rep.first_error = one.first_error;
         }
     }
-    rep.commits = match (before, a.store().commits()) {
+    rep.commits = match (before, a.meter().and_then(|m| m.commits())) {
         (Some(b), Some(after)) => Some(after - b),
         _ => None,
     };
@@ -616,14 +616,8 @@ pub async fn run(
             .iter()
             .all(|r| r.double_grants == 0 && r.ungranted == 0 && r.errors == 0);
         let status = if ok { Status::Ok } else { Status::Refused };
-        return Ok(Out {
-            items: results.iter().map(|r| json!(r)).collect(),
-            next: None,
-            status,
-            printed: false,
-            wrote: false,
-            view: View::Generic,
-        });
+        let items = results.iter().map(|r| json!(r)).collect();
+        return Ok(Out::list(items, None).with_status(status));
     }
     let mut results = Vec::new();
     for s in &stores {
@@ -640,24 +634,10 @@ pub async fn run(
     let status = if ok { Status::Ok } else { Status::Refused };
     if format == Some(Format::Human) {
         crate::output::write_stdout(&markdown(&results));
-        return Ok(Out {
-            items: vec![],
-            next: None,
-            status,
-            printed: true,
-            wrote: false,
-            view: View::Generic,
-        });
+        return Ok(Out::printed().with_status(status));
     }
     let items = results.iter().map(|r| json!(r)).collect();
-    Ok(Out {
-        items,
-        next: None,
-        status,
-        printed: false,
-        wrote: false,
-        view: View::Generic,
-    })
+    Ok(Out::list(items, None).with_status(status))
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {

@@ -257,12 +257,12 @@ async fn round(
         .collect::<Result<_, Error>>()?;
     let flat_ids: Vec<Id> = flat.iter().map(|n| n.task.clone()).collect();
     add(a, flat).await?;
-    let c0 = a.store().commits();
+    let c0 = a.meter().and_then(|m| m.commits());
     let (flat_by_id, flat_secs) = drain(workers, |w| {
         graph_worker(a.clone(), w, workers, flat_ids.clone())
     })
     .await?;
-    let flat_commits = diff(c0, a.store().commits());
+    let flat_commits = diff(c0, a.meter().and_then(|m| m.commits()));
     // Two identical graphs: one claimed by id in its order, one drained
     // with `next`; each added just before it runs (the run right after an
     // add pays for what the add left to write, a checkpoint or a flush).
@@ -271,17 +271,17 @@ async fn round(
     for run_next in [next_first, !next_first] {
         if run_next {
             let (queue, ids) = add_graph(a, &format!("{prefix}-dag"), tasks, layers).await?;
-            let c = a.store().commits();
+            let c = a.meter().and_then(|m| m.commits());
             let (t, secs) = drain(workers, |w| next_worker(a.clone(), w, queue.clone())).await?;
-            nexts = (t, secs, diff(c, a.store().commits()), ids);
+            nexts = (t, secs, diff(c, a.meter().and_then(|m| m.commits())), ids);
         } else {
             let (_, ids) = add_graph(a, &format!("{prefix}-ids"), tasks, layers).await?;
-            let c = a.store().commits();
+            let c = a.meter().and_then(|m| m.commits());
             let (t, secs) = drain(workers, |w| {
                 graph_worker(a.clone(), w, workers, ids.clone())
             })
             .await?;
-            by_id = (t, secs, diff(c, a.store().commits()), ids);
+            by_id = (t, secs, diff(c, a.meter().and_then(|m| m.commits())), ids);
         }
     }
     let mut double_grants = 0;

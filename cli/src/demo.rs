@@ -6,7 +6,7 @@
 //! Prints a timeline and a summary.
 
 use crate::args::Format;
-use crate::output::{Out, Status, View};
+use crate::output::{Out, Status};
 use crate::{DynAuthority, authority_for};
 use baton_core::{Error, Id, Manifest, Reply};
 use serde_json::json;
@@ -83,14 +83,7 @@ fn stopped(what: &str, reply: &Reply) -> Out {
         Some(r) => format!("demo: {what} was refused: {r}"),
         None => format!("demo: {what} gave no grant"),
     };
-    Out {
-        items: vec![json!({"refused": reason, "message": message})],
-        next: None,
-        status: Status::Refused,
-        printed: false,
-        wrote: false,
-        view: View::Generic,
-    }
+    Out::one(json!({"refused": reason, "message": message})).with_status(Status::Refused)
 }
 
 /// Runs `sleep 30` under a 2 s lease the wrapper keeps, on a store that
@@ -606,14 +599,7 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     });
     let status = if ok { Status::Ok } else { Status::Refused };
     if format == Some(Format::Json) {
-        return Ok(Out {
-            items: vec![summary],
-            next: None,
-            status,
-            printed: false,
-            wrote: false,
-            view: View::Generic,
-        });
+        return Ok(Out::one(summary).with_status(status));
     }
     let mut text = String::from("timeline\n");
     for l in &tl.lines {
@@ -679,12 +665,5 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "\nlook at what happened (the store is kept):\n  baton --store {url} --format human events | less\n  baton --store {url} --format human task list\n  baton --store {url} --format human graph show\n  baton --store {url} serve    # then open http://127.0.0.1:7440/\n"
     ));
     crate::output::write_stdout(&text);
-    Ok(Out {
-        items: vec![],
-        next: None,
-        status,
-        printed: true,
-        wrote: false,
-        view: View::Generic,
-    })
+    Ok(Out::printed().with_status(status))
 }

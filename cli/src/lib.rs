@@ -27,13 +27,12 @@ pub use baton_open::{
 };
 
 use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
+use baton_core::call::{Call, made_json};
 use baton_core::catalogue::{self, Kind};
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::workgraph::GraphState;
-use baton_core::{
-    Actor, Error, ErrorKind, Id, Manifest, Preconditions, Refusal, Reply, Request, State,
-};
-use output::{Out, Status, View};
+use baton_core::{Actor, Error, ErrorKind, Id, Manifest, Request, State};
+use output::Out;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -441,46 +440,6 @@ fn read_manifest(file: Option<&std::path::Path>) -> Result<Manifest, Error> {
     Manifest::from_json(&text)
 }
 
-/// A graph node as printed: its fields, and the state a person reads
-/// (READY and BLOCKED for claimable tasks).
-fn graph_json(n: &baton_core::GraphNode) -> Value {
-    let mut v = json!(n);
-    v["shown"] = json!(n.shown_state());
-    v
-}
-
-/// What a reply prints: the grant for claims, the record otherwise.
-fn reply_out(reply: Reply, as_grant: bool) -> Out {
-    match reply {
-        Reply::Refused(r) => refused(r),
-        reply => {
-            let view = match (as_grant, reply.grant()) {
-                (true, Some(_)) => View::Grant,
-                _ => View::Record,
-            };
-            let mut out = Out::one(baton_core::authority::reply_json(&reply, as_grant));
-            out.view = view;
-            out
-        }
-    }
-}
-
-fn refused(r: Refusal) -> Out {
-    let status = if r == Refusal::NotFound {
-        Status::NotFound
-    } else {
-        Status::Refused
-    };
-    Out {
-        items: vec![baton_core::authority::refusal_json(&r)],
-        next: None,
-        status,
-        printed: false,
-        wrote: false,
-        view: View::Refusal,
-    }
-}
-
 /// `baton serve`: checks everything, opens the store, serves until
 /// SIGTERM or SIGINT.
 /// `serve`'s limits, as given on its command line.
@@ -558,8 +517,9 @@ async fn serve(
     opts.read_timeout = read_timeout;
     opts.max_wait = std::time::Duration::from_millis(max_wait);
     opts.check()?;
-    let store = store_for(&url).await?;
-    baton_server::serve(store, opts).await?;
+    let opened = baton_open::open_url(&url).await?;
+    opts.meter = opened.meter;
+    baton_server::serve(opened.store, opts).await?;
     let mut out = Out::list(Vec::new(), None);
     out.printed = true;
     Ok(out)
@@ -617,10 +577,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         return bench::run_worker(&store, w).await;
     }
     let mut plan = plan(&cli.command)?;
-    if let Plan::Feed { human, .. } = &mut plan {
+    if let Plan::Follow { human, .. } = &mut plan {
         *human = cli.format == Some(args::Format::Human);
     }
-    if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Graph) {
+    if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Call(Call::Graph)) {
         return Err(Error::invalid("format", "dot is for `graph show` only"));
     }
     let a = authority_for(&store).await?;

@@ -6,75 +6,60 @@ use crate::exit;
 use serde_json::Value;
 use std::io::{ErrorKind, Write};
 
-/// How a command ended, for the exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Ok,
-    /// A refusal, a gate that blocks, a fence that is not current.
-    Refused,
-    NotFound,
-}
+/// How a command ended, for the exit status; how `--format human` shows
+/// its items: core's words for what came of an operation.
+pub use baton_core::call::{Shape as View, Status};
 
-/// What a command prints.
+/// What a command prints: what came of its operation, and whether it
+/// printed as it went.
 #[derive(Debug)]
 pub struct Out {
-    pub items: Vec<Value>,
-    /// The cursor for the next page, printed as a last `{"next": ...}` line.
-    pub next: Option<String>,
-    pub status: Status,
+    pub output: baton_core::call::Output,
     /// Already printed (the demo's timeline): print nothing more.
     pub printed: bool,
-    /// A write was applied: if its answer cannot be printed, the caller
-    /// never saw it (a grant's fence above all), so the exit says so.
-    pub wrote: bool,
-    /// How `--format human` shows the items.
-    pub view: View,
 }
 
-/// The designed human view of a command's answer. JSON output is the same
-/// whatever the view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum View {
-    /// Keys and values (or columns of every key, for a list).
-    #[default]
-    Generic,
-    /// One line: who holds what, under which fence, until when.
-    Grant,
-    /// One line: the reason and what it says.
-    Refusal,
-    /// `task list`: TASK STATE OWNER FENCE EXPIRES ATTEMPT STEP.
-    Tasks,
-    /// `task events`: SEQ AT TASK KIND FROM->TO ACTOR FENCE DETAILS.
-    Events,
-    /// A task's record: a headline, then what a person asks first (the
-    /// lease, how it ended, the error, evidence, steps, times), in full.
-    Record,
-    /// `graph show`, `task list --state READY|BLOCKED`: TASK STATE QUEUE
-    /// PRIORITY HOLDER AFTER; Graphviz dot with `--format dot`.
-    Graph,
+impl std::ops::Deref for Out {
+    type Target = baton_core::call::Output;
+    fn deref(&self) -> &Self::Target {
+        &self.output
+    }
+}
+
+impl std::ops::DerefMut for Out {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.output
+    }
+}
+
+impl From<baton_core::call::Output> for Out {
+    fn from(output: baton_core::call::Output) -> Out {
+        Out {
+            output,
+            printed: false,
+        }
+    }
 }
 
 impl Out {
     pub fn one(v: Value) -> Out {
-        Out {
-            items: vec![v],
-            next: None,
-            status: Status::Ok,
-            printed: false,
-            wrote: false,
-            view: View::Generic,
-        }
+        Out::from(baton_core::call::Output::one(v))
     }
 
     pub fn list(items: Vec<Value>, next: Option<String>) -> Out {
-        Out {
-            items,
-            next,
-            status: Status::Ok,
-            printed: false,
-            wrote: false,
-            view: View::Generic,
-        }
+        Out::from(baton_core::call::Output::list(items, next))
+    }
+
+    /// What a command that printed as it went leaves to print: nothing.
+    pub fn printed() -> Out {
+        let mut out = Out::list(Vec::new(), None);
+        out.printed = true;
+        out
+    }
+
+    pub fn with_status(mut self, status: Status) -> Out {
+        self.status = status;
+        self
     }
 
     /// Prints and returns the exit status.
@@ -96,7 +81,7 @@ impl Out {
             Format::Human => {
                 let now = baton_core::Clock::now(&baton_core::SystemClock);
                 let colour = Colour::for_stdout();
-                match self.view {
+                match self.shape {
                     View::Generic => human(&self.items, self.next.as_deref()),
                     View::Grant => lines(&self.items, |v| grant_line(v, now, colour)),
                     View::Refusal => lines(&self.items, |v| refusal_line(v, colour)),

@@ -3,81 +3,31 @@
 
 use super::*;
 
-/// A validated command, ready to run against a store. Every write is one
-/// request through [`baton_core::Authority::submit`]; reads keep their own arms.
-// One Plan is made per process and moved once: boxing the request would
+/// A validated command, ready to run against a store: one operation of
+/// core's catalogue ([`Call`]), or one of the CLI's own loops over one.
+// One Plan is made per process and moved once: boxing the call would
 // only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Plan {
-    Write {
-        task: Id,
-        request: Request,
-        /// Print the grant (claims and renewals) rather than the record.
-        prints_grant: bool,
-    },
-    Holder(Id),
-    Verify(Id, u64),
-    Show(Id),
-    Events(Id, args::Paging),
-    Gate(Id),
-    List(Option<State>, args::Paging),
-    Sweep(bool),
-    Pending(args::Paging),
-    Ack(Vec<String>),
-    AddGraph(Vec<NewNode>),
-    CancelCascade {
-        task: Id,
-        by: Actor,
-        force: bool,
-    },
-    Next {
-        taker: Taker,
-        queues: Vec<Id>,
-        wait_ms: Option<u64>,
-    },
-    ListGraph(GraphState, Option<Id>, usize),
-    Graph,
-    Schedules,
-    Tick,
-    /// Tick every so many ms until stopped.
-    ScheduleRun(u64),
-    KeyShow(Id),
-    Keys,
-    /// `events`: every task's (or one task's), a page or followed.
-    Feed {
+    Call(Call),
+    /// `events --follow`: every event as a line once it is read.
+    Follow {
         task: Option<Id>,
         page: args::Paging,
-        follow: bool,
         human: bool,
     },
-    QueueShow(Id),
-    Prune {
-        by: Actor,
-        older_than_ms: u64,
-        max: usize,
-    },
+    /// Tick every so many ms until stopped.
+    ScheduleRun(u64),
 }
 
-/// A write that prints the record it leaves.
+/// A write: one request through core's [`Call::Write`].
 pub(super) fn write(task: Id, request: Request) -> Plan {
-    Plan::Write {
-        task,
-        request,
-        prints_grant: false,
-    }
-}
-
-/// A write that prints the grant it makes.
-pub(super) fn grant(task: Id, request: Request) -> Plan {
-    Plan::Write {
-        task,
-        request,
-        prints_grant: true,
-    }
+    Plan::Call(Call::Write { task, request })
 }
 
 pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
-    use Plan as P;
+    use Call as C;
+    use Plan::Call as P;
     use Request as R;
     let t = |s: &str| id("task", s);
     let o = |s: &str| id("owner", s);
@@ -90,7 +40,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             owner,
             ttl,
             lock_delay,
-        } => grant(
+        } => write(
             t(task)?,
             R::Claim {
                 owner: o(owner)?,
@@ -103,7 +53,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             owner,
             fence,
             ttl,
-        } => grant(
+        } => write(
             t(task)?,
             R::Renew {
                 owner: o(owner)?,
@@ -118,7 +68,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 fence: *fence,
             },
         ),
-        Command::Recover { task, owner, ttl } => grant(
+        Command::Recover { task, owner, ttl } => write(
             t(task)?,
             R::Recover {
                 owner: o(owner)?,
@@ -167,11 +117,11 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                     force: false,
                 },
             ),
-            (None, None, Some(op)) if *cascade => P::CancelCascade {
+            (None, None, Some(op)) if *cascade => P(C::CancelCascade {
                 task: t(task)?,
                 by: operator(op)?,
                 force: *force,
-            },
+            }),
             (None, None, Some(op)) => write(
                 t(task)?,
                 R::Cancel {
@@ -187,8 +137,11 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 ));
             }
         },
-        Command::Holder { task } => P::Holder(t(task)?),
-        Command::Verify { task, fence } => P::Verify(t(task)?, *fence),
+        Command::Holder { task } => P(C::Holder { task: t(task)? }),
+        Command::Verify { task, fence } => P(C::Verify {
+            task: t(task)?,
+            fence: *fence,
+        }),
         Command::Task(tc) => match tc {
             TaskCommand::Declare { file } => {
                 let manifest = read_manifest(file.as_deref())?;
@@ -202,7 +155,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 run: r,
                 executor,
                 ttl,
-            } => grant(
+            } => write(
                 t(task)?,
                 R::TaskClaim {
                     run_id: run(r)?,
@@ -285,28 +238,45 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                     error: error.as_deref().map(parse_error_json).transpose()?,
                 },
             ),
-            TaskCommand::Show { task } => P::Show(t(task)?),
+            TaskCommand::Show { task } => P(C::Show { task: t(task)? }),
             TaskCommand::Events { task, page } => {
                 let task = t(task)?;
                 if let Some(after) = &page.after {
                     baton_core::authority::parse_cursor(Some(after))?;
                 }
-                P::Events(task, check_page(page)?)
+                let page = check_page(page)?;
+                P(C::TaskEvents {
+                    task,
+                    after: page.after,
+                    limit: page.limit,
+                })
             }
-            TaskCommand::Gate { task } => P::Gate(t(task)?),
+            TaskCommand::Gate { task } => P(C::Gate { task: t(task)? }),
             TaskCommand::List { state, queue, page } => {
                 let page = check_page(page)?;
                 let queue = queue.as_deref().map(|q| id("queue", q)).transpose()?;
                 match state.as_deref().map(str::to_ascii_uppercase).as_deref() {
-                    Some("READY") => P::ListGraph(GraphState::Ready, queue, page.limit),
-                    Some("BLOCKED") => P::ListGraph(GraphState::Blocked, queue, page.limit),
+                    Some("READY") => P(C::ListGraph {
+                        state: GraphState::Ready,
+                        queue,
+                        limit: page.limit,
+                    }),
+                    Some("BLOCKED") => P(C::ListGraph {
+                        state: GraphState::Blocked,
+                        queue,
+                        limit: page.limit,
+                    }),
                     _ if queue.is_some() => {
                         return Err(Error::invalid(
                             "queue",
                             "filters only --state READY or BLOCKED",
                         ));
                     }
-                    _ => P::List(state.as_deref().map(parse_state).transpose()?, page),
+                    _ => P(C::List {
+                        state: state.as_deref().map(parse_state).transpose()?,
+                        after: page.after,
+                        limit: page.limit,
+                    }),
                 }
             }
             TaskCommand::Next {
@@ -314,14 +284,14 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 queue,
                 ttl,
                 wait,
-            } => P::Next {
+            } => P(C::Next {
                 taker: Taker::Executor {
                     executor: exec(executor)?,
                     ttl_ms: parse_ttl(ttl.as_deref())?,
                 },
                 queues: queues(queue)?,
                 wait_ms: parse_wait(wait.as_deref())?,
-            },
+            }),
         },
         Command::Add {
             task: Some(task),
@@ -356,7 +326,9 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                     "--queue, --priority, --after, --timeout, --not-before, --key and the retry options describe one TASK; a graph file gives each node its own",
                 ));
             }
-            P::AddGraph(read_graph(file.as_deref())?)
+            P(C::AddGraph {
+                nodes: read_graph(file.as_deref())?,
+            })
         }
         Command::Add { task: Some(_), .. } => {
             return Err(Error::invalid("file", "give a TASK or --file, not both"));
@@ -367,7 +339,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             ttl,
             lock_delay,
             wait,
-        } => P::Next {
+        } => P(C::Next {
             taker: Taker::Owner {
                 owner: o(owner)?,
                 ttl_ms: parse_ttl(ttl.as_deref())?,
@@ -375,8 +347,8 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             },
             queues: queues(queue)?,
             wait_ms: parse_wait(wait.as_deref())?,
-        },
-        Command::Graph(GraphCommand::Show) => P::Graph,
+        }),
+        Command::Graph(GraphCommand::Show) => P(C::Graph),
         Command::Schedule(args::ScheduleCommand::Add {
             name,
             every,
@@ -396,9 +368,9 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             };
             write(task, R::Schedule { schedule })
         }
-        Command::Schedule(args::ScheduleCommand::List) => P::Schedules,
-        Command::Schedule(args::ScheduleCommand::Tick) => P::Tick,
-        Command::Schedule(args::ScheduleCommand::Run { tick }) => P::ScheduleRun(
+        Command::Schedule(args::ScheduleCommand::List) => P(C::Schedules),
+        Command::Schedule(args::ScheduleCommand::Tick) => P(C::Tick),
+        Command::Schedule(args::ScheduleCommand::Run { tick }) => Plan::ScheduleRun(
             tick.as_deref()
                 .map(|v| catalogue::duration_ms(Kind::Ttl, "tick", v))
                 .transpose()?
@@ -427,7 +399,9 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 },
             )
         }
-        Command::Limit(args::LimitCommand::Show { key }) => P::KeyShow(id("key", key)?),
+        Command::Limit(args::LimitCommand::Show { key }) => P(C::KeyShow {
+            key: id("key", key)?,
+        }),
         Command::Queue(args::QueueCommand::Set {
             queue,
             retry,
@@ -439,23 +413,33 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 retry: retry_policy(retry)?,
             },
         ),
-        Command::Queue(args::QueueCommand::Show { queue }) => P::QueueShow(id("queue", queue)?),
+        Command::Queue(args::QueueCommand::Show { queue }) => P(C::QueueShow {
+            queue: id("queue", queue)?,
+        }),
         Command::Events { task, page, follow } => {
             baton_core::authority::parse_cursor(page.after.as_deref())?;
-            P::Feed {
-                task: task.as_deref().map(t).transpose()?,
-                page: page.clone(),
-                follow: *follow,
-                human: false,
+            let task = task.as_deref().map(t).transpose()?;
+            if *follow {
+                Plan::Follow {
+                    task,
+                    page: page.clone(),
+                    human: false,
+                }
+            } else {
+                P(C::Events {
+                    task,
+                    after: page.after.clone(),
+                    limit: page.limit,
+                })
             }
         }
-        Command::Limit(args::LimitCommand::List) => P::Keys,
-        Command::Sweep { dry_run } => P::Sweep(*dry_run),
+        Command::Limit(args::LimitCommand::List) => P(C::Keys),
+        Command::Sweep { dry_run } => P(C::Sweep { dry_run: *dry_run }),
         Command::Prune {
             finished_before,
             operator: op,
             max,
-        } => P::Prune {
+        } => P(C::Prune {
             by: operator(op)?,
             older_than_ms: catalogue::duration_ms(
                 Kind::Retention,
@@ -463,11 +447,19 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 finished_before,
             )?,
             max: max.unwrap_or(usize::MAX),
-        },
-        Command::Outbox(OutboxCommand::Pending { page }) => P::Pending(check_page(page)?),
+        }),
+        Command::Outbox(OutboxCommand::Pending { page }) => {
+            let page = check_page(page)?;
+            P(C::Pending {
+                after: page.after,
+                limit: page.limit,
+            })
+        }
         Command::Outbox(OutboxCommand::Ack { intent_ids }) => {
             baton_core::model::validate_intent_ids(intent_ids)?;
-            P::Ack(intent_ids.clone())
+            P(C::Ack {
+                intent_ids: intent_ids.clone(),
+            })
         }
         Command::Demo
         | Command::Serve { .. }
@@ -495,11 +487,6 @@ pub(super) fn parse_wait(value: Option<&str>) -> Result<Option<u64>, Error> {
 
 /// The largest graph file read, in bytes.
 pub(super) const MAX_GRAPH_BYTES: u64 = 64 * 1024 * 1024;
-
-/// A task a scheduler's tick made, as one JSON line.
-pub(super) fn made_json(task: &Id, reply: &Reply) -> Value {
-    json!({"task": task, "state": reply.record().map(|r| r.state), "made": true})
-}
 
 /// The spec of a task added (or made by a schedule) as `node` describes it.
 pub(super) fn node_spec(
@@ -572,251 +559,9 @@ pub(super) fn check_page(p: &args::Paging) -> Result<args::Paging, Error> {
 
 impl Plan {
     pub(super) async fn execute(self, a: &DynAuthority) -> Result<Out, Error> {
-        use Plan as P;
         Ok(match self {
-            P::Write {
-                task,
-                request,
-                prints_grant,
-            } => {
-                let evidence = match &request {
-                    Request::Succeed { evidence, .. } => Some(evidence.clone()),
-                    _ => None,
-                };
-                let reply = a.submit(&task, request, Preconditions::none()).await?;
-                let ignored = evidence.map(|ev| reply.evidence_ignored(&ev));
-                let mut out = reply_out(reply, prints_grant);
-                out.wrote = true;
-                if let Some(ignored) = ignored.filter(|i| !i.is_empty())
-                    && let Some(v) = out.items.first_mut()
-                {
-                    v["evidence_ignored"] = json!(ignored);
-                }
-                out
-            }
-            P::Holder(t) => match a.holder(&t).await? {
-                Err(r) => refused(r),
-                Ok(None) => Out::one(json!({"task": t, "holder": null, "live": false})),
-                Ok(Some(h)) => Out::one(json!(h)),
-            },
-            P::Verify(t, f) => match a.verify(&t, f).await? {
-                Err(r) => refused(r),
-                Ok(v) => {
-                    let status = if v.current {
-                        Status::Ok
-                    } else {
-                        Status::Refused
-                    };
-                    Out {
-                        items: vec![json!(v)],
-                        next: None,
-                        status,
-                        printed: false,
-                        wrote: false,
-                        view: View::Generic,
-                    }
-                }
-            },
-            P::Show(t) => match a.get(&t).await? {
-                None => refused(Refusal::NotFound),
-                Some(r) => {
-                    let mut out = Out::one(json!(r));
-                    out.view = View::Record;
-                    out
-                }
-            },
-            P::Events(t, page) => {
-                if a.get(&t).await?.is_none() {
-                    return Ok(refused(Refusal::NotFound));
-                }
-                let p = a
-                    .events(Some(&t), page.after.as_deref(), page.limit)
-                    .await?;
-                let mut out = Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next);
-                out.view = View::Events;
-                out
-            }
-            P::Gate(t) => match a.gate(&t).await? {
-                Err(r) => refused(r),
-                Ok(g) => {
-                    let status = if g.passed {
-                        Status::Ok
-                    } else {
-                        Status::Refused
-                    };
-                    Out {
-                        items: vec![json!(g)],
-                        next: None,
-                        status,
-                        printed: false,
-                        wrote: false,
-                        view: View::Generic,
-                    }
-                }
-            },
-            P::List(state, page) => {
-                let p = a.list(state, page.after.as_deref(), page.limit).await?;
-                let mut items = Vec::with_capacity(p.items.len());
-                for r in &p.items {
-                    let mut v = json!(r);
-                    // A claimable graph task is shown as a person asks
-                    // about it: READY, BLOCKED (behind a dependency that
-                    // ended without success), or waiting (REGISTERED).
-                    if r.state == State::Registered && !r.depends_on().is_empty() {
-                        let shown = match a.readiness(r).await? {
-                            baton_core::graph::Readiness::Ready => "READY",
-                            baton_core::graph::Readiness::Blocked { .. }
-                            | baton_core::graph::Readiness::Unknown { .. } => "BLOCKED",
-                            baton_core::graph::Readiness::Waiting { .. } => "REGISTERED",
-                        };
-                        v["shown"] = json!(shown);
-                    }
-                    items.push(v);
-                }
-                let mut out = Out::list(items, p.next);
-                out.view = View::Tasks;
-                out
-            }
-            P::Sweep(dry_run) => {
-                let swept = a.sweep(dry_run).await?;
-                Out::list(swept.iter().map(|s| json!(s)).collect(), None)
-            }
-            P::Pending(page) => {
-                let p = a.pending(page.after.as_deref(), page.limit).await?;
-                Out::list(p.items.iter().map(|n| json!(n)).collect(), p.next)
-            }
-            P::Ack(ids) => Out::one(json!({"acknowledged": a.ack(&ids).await?, "intent_ids": ids})),
-            P::CancelCascade { task, by, force } => {
-                let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
-                let proceeded = baton_core::authority::cascade_proceeded(&first, &cascaded);
-                let shown = baton_core::authority::cascade_json(&first, &cascaded);
-                let mut out = reply_out(first, false);
-                if let Some(v) = out.items.first_mut() {
-                    v["cascaded"] = shown["cascaded"].clone();
-                }
-                if proceeded {
-                    out.status = Status::Ok;
-                }
-                out.wrote = true;
-                out
-            }
-            P::AddGraph(nodes) => {
-                let mut out = match a.add_graph(nodes).await? {
-                    Ok(added) => Out::one(json!(added)),
-                    Err((task, r)) => {
-                        let mut out = refused(r);
-                        if let Some(v) = out.items.first_mut() {
-                            v["task"] = json!(task);
-                            v["message"] = json!(format!(
-                                "{task}: {}; nothing was added",
-                                v["message"].as_str().unwrap_or_default()
-                            ));
-                        }
-                        out
-                    }
-                };
-                out.wrote = true;
-                out
-            }
-            P::Next {
-                taker,
-                queues,
-                wait_ms,
-            } => {
-                let reply = match wait_ms {
-                    Some(ms) => a.next_waiting(taker, &queues, ms).await?,
-                    None => a.next_for(taker, &queues).await?,
-                };
-                let mut out = reply_out(reply, true);
-                out.wrote = true;
-                out
-            }
-            P::ListGraph(state, queue, limit) => {
-                let nodes = a.list_graph(state, queue.as_ref(), limit).await?;
-                let mut out = Out::list(nodes.iter().map(graph_json).collect(), None);
-                out.view = View::Graph;
-                out
-            }
-            P::Graph => {
-                let nodes = a.graph().await?;
-                let mut out = Out::list(nodes.iter().map(graph_json).collect(), None);
-                out.view = View::Graph;
-                out
-            }
-            P::Schedules => Out::list(
-                a.schedules()
-                    .await?
-                    .iter()
-                    .map(|r| {
-                        json!({
-                            "schedule": r.task,
-                            "state": r.state,
-                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms).filter(|ms| *ms > 0),
-                            "cron": r.schedule.as_ref().and_then(|s| s.cron.as_deref()),
-                            "queue": r.schedule.as_ref().map(|s| &s.template.queue),
-                            "since": r.created_at,
-                            // Why its last tick made no task, until one does.
-                            "failure": r.schedule_failure,
-                        })
-                    })
-                    .collect(),
-                None,
-            ),
-            P::Prune {
-                by,
-                older_than_ms,
-                max,
-            } => {
-                let pruned = a.prune(by, older_than_ms, max).await?;
-                let mut out = Out::one(json!({"pruned": pruned}));
-                out.wrote = pruned > 0;
-                out
-            }
-            P::KeyShow(key) => match a.key_status(&key).await? {
-                Some(s) => Out::one(json!(s)),
-                None => Out::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),
-            },
-            P::QueueShow(queue) => {
-                let policy = a.queue_policy(&queue).await?.unwrap_or_default();
-                Out::one(json!({"queue": queue, "retry": policy.retry}))
-            }
-            P::Keys => Out::list(
-                a.keys()
-                    .await?
-                    .iter()
-                    .map(|s| {
-                        json!({
-                            "key": s.key,
-                            "limit": s.limit,
-                            "holders": s.holders.len(),
-                            "parked": s.parked.len(),
-                        })
-                    })
-                    .collect(),
-                None,
-            ),
-            P::Tick => {
-                let made = a.tick_schedules().await?;
-                let mut out = Out::list(made.iter().map(|(t, r)| made_json(t, r)).collect(), None);
-                out.wrote = !made.is_empty();
-                out
-            }
-            P::Feed {
-                task,
-                page,
-                follow: false,
-                ..
-            } => {
-                let p = a
-                    .events(task.as_ref(), page.after.as_deref(), page.limit)
-                    .await?;
-                let mut out = Out::list(p.items.iter().map(|e| json!(e)).collect(), p.next);
-                out.view = View::Events;
-                out
-            }
-            P::Feed {
-                task, page, human, ..
-            } => {
+            Plan::Call(call) => Out::from(call.run(a).await?),
+            Plan::Follow { task, page, human } => {
                 // Each event as a line once it is read; an empty read waits
                 // a little longer each time, up to a second. A reader that
                 // went away (a closed pipe) ends it.
@@ -855,11 +600,9 @@ impl Plan {
                     }
                     pause = (pause * 2).min(std::time::Duration::from_secs(1));
                 }
-                let mut out = Out::list(Vec::new(), None);
-                out.printed = true;
-                out
+                Out::printed()
             }
-            P::ScheduleRun(tick_ms) => {
+            Plan::ScheduleRun(tick_ms) => {
                 // A scheduler of its own until SIGINT or SIGTERM: each task
                 // it makes is a JSON line as it is made. A tick the store
                 // cannot answer is reported and tried again at the next.
@@ -883,9 +626,7 @@ impl Plan {
                         _ = term.recv() => break,
                     }
                 }
-                let mut out = Out::list(Vec::new(), None);
-                out.printed = true;
-                out
+                Out::printed()
             }
         })
     }

@@ -247,6 +247,43 @@ pub fn require_operator(caller: Option<&Caller>, what: &str) -> Result<()> {
     }
 }
 
+/// An operator's act that is not one request, for [`Permits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Act {
+    Sweep,
+}
+
+impl Act {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Act::Sweep => "a sweep",
+        }
+    }
+}
+
+/// Whether the caller may do an operator's act that is not one request,
+/// asked before it begins: what an authority over a store that
+/// authenticates its callers holds ([`crate::Authority::with_permits`]).
+/// An authority without one permits every act (who asks is whoever says
+/// so, [`Actor::Operator`]).
+#[async_trait::async_trait]
+pub trait Permits: Send + Sync + fmt::Debug {
+    async fn permit(&self, act: Act) -> Result<()>;
+}
+
+/// The permits of a caller proved here (a server's request): core's rule,
+/// [`require_operator`].
+#[derive(Debug, Clone)]
+pub struct CallerPermits(pub Option<Caller>);
+
+#[async_trait::async_trait]
+impl Permits for CallerPermits {
+    async fn permit(&self, act: Act) -> Result<()> {
+        require_operator(self.0.as_ref(), act.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -133,6 +133,10 @@ pub const PRUNE_BATCH: usize = 64;
 pub struct Authority<S> {
     pub(crate) store: S,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Asked before an operator's act that is not one request.
+    pub(crate) permits: Option<Arc<dyn crate::access::Permits>>,
+    /// What the store tells of its work (benchmarks, metrics).
+    meter: Option<Arc<dyn crate::store::Meter>>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Authority<S> {
@@ -146,7 +150,30 @@ impl<S: fmt::Debug> fmt::Debug for Authority<S> {
 
 impl<S: Store> Authority<S> {
     pub fn new(store: S, clock: Arc<dyn Clock>) -> Self {
-        Authority { store, clock }
+        Authority {
+            store,
+            clock,
+            permits: None,
+            meter: None,
+        }
+    }
+
+    /// This authority asks `permits` before an operator's act that is not
+    /// one request (a sweep): a store that authenticates its callers.
+    pub fn with_permits(mut self, permits: Arc<dyn crate::access::Permits>) -> Self {
+        self.permits = Some(permits);
+        self
+    }
+
+    /// This authority's store tells its work through `meter`.
+    pub fn with_meter(mut self, meter: Arc<dyn crate::store::Meter>) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
+    /// What the store tells of its work, if it was given.
+    pub fn meter(&self) -> Option<&dyn crate::store::Meter> {
+        self.meter.as_deref()
     }
 
     pub fn store(&self) -> &S {

@@ -141,17 +141,6 @@ impl<B: Blocking> Store for BlockingStore<B> {
         self.job(Job::Next(query.clone())).await?.into_next()
     }
 
-    fn commits(&self) -> Option<u64> {
-        Some(self.inner.commits())
-    }
-
-    fn observe_batches(&self, observer: crate::store::BatchObserver) -> bool {
-        self.committer
-            .as_ref()
-            .map(|c| c.observe(observer))
-            .is_some()
-    }
-
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         let query = query.clone();
         self.run(move |inner| inner.list(&query)).await
@@ -174,5 +163,18 @@ impl<B: Blocking> Store for BlockingStore<B> {
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         let ids = intent_ids.to_vec();
         self.run(move |inner| inner.ack(&ids, now)).await
+    }
+}
+
+impl<B: Blocking> crate::store::Meter for BlockingStore<B> {
+    fn commits(&self) -> Option<u64> {
+        Some(self.inner.commits())
+    }
+
+    fn observe_batches(&self, observer: crate::store::BatchObserver) -> bool {
+        self.committer
+            .as_ref()
+            .map(|c| c.observe(observer))
+            .is_some()
     }
 }

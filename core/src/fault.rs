@@ -136,7 +136,4 @@ impl<S: Store> Store for FaultStore<S> {
     async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
         self.inner.counts().await
     }
-    fn commits(&self) -> Option<u64> {
-        self.inner.commits()
-    }
 }

@@ -706,7 +706,7 @@ impl Census {
 }
 
 /// One node of a graph to add.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewNode {
     pub task: TaskId,
     pub spec: NodeSpec,

@@ -8,13 +8,17 @@
 //! * [`store`]: the small contract a backend implements.
 //! * [`Authority`]: the public API, generic over any store.
 //! * [`MemoryStore`]: an in-memory backend.
-//! * [`catalogue`]: every operation the front ends offer, with its inputs and their rules.
+//! * [`catalogue`]: every operation the front ends offer, with its inputs and their rules;
+//!   `call` (feature `keeper`): an operation as a value, run on an authority.
 //! * `conformance` (feature): the suite every backend must pass.
 
 pub mod access;
 pub mod authority;
 #[cfg(feature = "committer")]
 pub mod blocking;
+// Runs `next --wait`, which waits on tokio.
+#[cfg(feature = "keeper")]
+pub mod call;
 pub mod catalogue;
 #[cfg(feature = "committer")]
 pub mod commit;

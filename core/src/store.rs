@@ -39,18 +39,28 @@ use std::sync::Arc;
 /// committer makes.
 pub type BatchObserver = Arc<dyn Fn(usize) + Send + Sync>;
 
-/// An operator's act that is not one request, for [`Store::permit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Act {
-    Sweep,
+/// What a store tells of its own work beyond its answers, for benchmarks
+/// and metrics: not part of [`Store`], which is storage only.
+pub trait Meter: Send + Sync + Debug {
+    /// How many durable commits (fsyncs) this store handle has made, if it
+    /// counts them: benchmarks divide grants by it.
+    fn commits(&self) -> Option<u64> {
+        None
+    }
+
+    /// Asks to be told the size of every batch this store's group
+    /// committer commits; `false` when it has none (nothing will be told).
+    fn observe_batches(&self, _observer: BatchObserver) -> bool {
+        false
+    }
 }
 
-impl Act {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Act::Sweep => "a sweep",
-        }
+impl<M: Meter + ?Sized> Meter for Arc<M> {
+    fn commits(&self) -> Option<u64> {
+        (**self).commits()
+    }
+    fn observe_batches(&self, observer: BatchObserver) -> bool {
+        (**self).observe_batches(observer)
     }
 }
 
@@ -280,24 +290,6 @@ pub trait Store: Send + Sync + Debug {
         Ok(None)
     }
 
-    /// How many durable commits (fsyncs) this store handle has made, if it
-    /// counts them: benchmarks divide grants by it.
-    fn commits(&self) -> Option<u64> {
-        None
-    }
-
-    /// Whether the caller may do `act`: `Ok` for every store that does not
-    /// authenticate its callers; a server's `http://` store asks it.
-    async fn permit(&self, _act: Act) -> Result<()> {
-        Ok(())
-    }
-
-    /// Asks to be told the size of every batch this store's group
-    /// committer commits; `false` when it has none (nothing will be told).
-    fn observe_batches(&self, _observer: BatchObserver) -> bool {
-        false
-    }
-
     /// Applies `ops` in order as one atomic commit, each decided on the
     /// state the ones before it left, or none of them (the add of a graph).
     ///
@@ -349,8 +341,9 @@ pub trait Store: Send + Sync + Debug {
 }
 
 /// Implements [`Store`] for a type by handing every call to the store it
-/// holds: `forward_store!(MyStore.field: FieldType)`, or for a type that is
-/// `AsRef<Target>`, `forward_store!(impl[GENERICS] Type => Target)`.
+/// holds: `forward_store!(MyStore.field: FieldType)` (and [`Meter`] too), or
+/// for a type that is `AsRef<Target>`, `forward_store!(impl[GENERICS] Type
+/// => Target)`.
 #[macro_export]
 macro_rules! forward_store {
     ($ty:ident . $field:ident : $target:ty) => {
@@ -360,21 +353,20 @@ macro_rules! forward_store {
             }
         }
         $crate::forward_store!(impl[] $ty => $target);
+        impl $crate::store::Meter for $ty {
+            fn commits(&self) -> Option<u64> {
+                $crate::store::Meter::commits(&self.$field)
+            }
+            fn observe_batches(&self, observer: $crate::store::BatchObserver) -> bool {
+                $crate::store::Meter::observe_batches(&self.$field, observer)
+            }
+        }
     };
     (impl[$($gen:tt)*] $ty:ty => $target:ty) => {
         #[$crate::store::async_trait]
         impl<$($gen)*> $crate::Store for $ty {
             fn capabilities(&self) -> $crate::Capabilities {
                 <Self as AsRef<$target>>::as_ref(self).capabilities()
-            }
-            fn commits(&self) -> Option<u64> {
-                <Self as AsRef<$target>>::as_ref(self).commits()
-            }
-            fn observe_batches(&self, observer: $crate::store::BatchObserver) -> bool {
-                <Self as AsRef<$target>>::as_ref(self).observe_batches(observer)
-            }
-            async fn permit(&self, act: $crate::store::Act) -> $crate::Result<()> {
-                <Self as AsRef<$target>>::as_ref(self).permit(act).await
             }
             async fn read(
                 &self,

@@ -67,7 +67,8 @@ pub struct KeyStatus {
 }
 
 /// A filter of [`Authority::list_graph`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum GraphState {
     /// Claimable, every dependency SUCCEEDED.
     Ready,

@@ -1,5 +1,7 @@
 //! Store URLs and `authority_for`: the one place that knows URL schemes.
 
+use baton_core::access::Permits;
+use baton_core::store::Meter;
 use baton_core::{Authority, Error, MemoryStore, Store, SystemClock};
 use std::sync::Arc;
 use std::time::Duration;
@@ -223,22 +225,66 @@ pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
 /// Like [`authority_for`], with the token an `http://` store sends
 /// (`None`: [`use_token`]'s, else `BATON_TOKEN`). Other stores ignore it.
 pub async fn authority_with_token(url: &str, token: Option<String>) -> Result<DynAuthority, Error> {
-    let store = open(url, token).await?;
-    Ok(Authority::new(store, Arc::new(SystemClock)))
+    Ok(open(url, token).await?.authority())
 }
 
 /// Builds the store a URL names.
 pub async fn store_for(url: &str) -> Result<Arc<dyn Store>, Error> {
+    Ok(open(url, None).await?.store)
+}
+
+/// A store as a URL opened it, with what comes beside it.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub store: Arc<dyn Store>,
+    /// What the store tells of its work, when it tells any.
+    pub meter: Option<Arc<dyn Meter>>,
+    /// Who decides an operator's act: the server an `http://` store reaches.
+    pub permits: Option<Arc<dyn Permits>>,
+}
+
+impl Opened {
+    fn plain(store: impl Store + 'static) -> Opened {
+        Opened {
+            store: Arc::new(store),
+            meter: None,
+            permits: None,
+        }
+    }
+
+    fn metered<S: Store + Meter + 'static>(store: S) -> Opened {
+        let store = Arc::new(store);
+        Opened {
+            store: store.clone(),
+            meter: Some(store),
+            permits: None,
+        }
+    }
+
+    /// An authority over the store on the system clock.
+    pub fn authority(self) -> DynAuthority {
+        let mut a = Authority::new(self.store, Arc::new(SystemClock));
+        if let Some(m) = self.meter {
+            a = a.with_meter(m);
+        }
+        if let Some(p) = self.permits {
+            a = a.with_permits(p);
+        }
+        a
+    }
+}
+
+/// Opens the store a URL names, with its meter and permits.
+pub async fn open_url(url: &str) -> Result<Opened, Error> {
     open(url, None).await
 }
 
-async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, Error> {
+async fn open(url: &str, token_given: Option<String>) -> Result<Opened, Error> {
     match StoreUrl::parse(url)? {
-        StoreUrl::Memory { fault: None } => Ok(Arc::new(MemoryStore::new())),
-        StoreUrl::Memory { fault: Some(f) } => Ok(Arc::new(baton_core::fault::FaultStore::always(
-            MemoryStore::new(),
-            f,
-        ))),
+        StoreUrl::Memory { fault: None } => Ok(Opened::plain(MemoryStore::new())),
+        StoreUrl::Memory { fault: Some(f) } => Ok(Opened::plain(
+            baton_core::fault::FaultStore::always(MemoryStore::new(), f),
+        )),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite {
             path,
@@ -258,7 +304,7 @@ async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, 
             })
             .await
             .map_err(|e| Error::unavailable(format!("opening the store failed: {e}")))??;
-            Ok(Arc::new(store))
+            Ok(Opened::metered(store))
         }
         #[cfg(feature = "sled")]
         StoreUrl::Sled {
@@ -277,7 +323,7 @@ async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, 
                 tokio::task::spawn_blocking(move || baton_store_sled::SledStore::open(path, opts))
                     .await
                     .map_err(|e| Error::unavailable(format!("opening the store failed: {e}")))??;
-            Ok(Arc::new(store))
+            Ok(Opened::metered(store))
         }
         #[cfg(feature = "fabric")]
         StoreUrl::Etcd {
@@ -294,12 +340,12 @@ async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, 
             if let Some(t) = timeout {
                 opts.timeout = t;
             }
-            Ok(Arc::new(
+            Ok(Opened::metered(
                 baton_adapter_fabric::FabricStore::connect(opts).await?,
             ))
         }
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres { url } => Ok(Arc::new(
+        StoreUrl::Postgres { url } => Ok(Opened::metered(
             baton_store_postgres::PostgresStore::open_url(&url).await?,
         )),
         StoreUrl::Http { url } => {
@@ -307,9 +353,12 @@ async fn open(url: &str, token_given: Option<String>) -> Result<Arc<dyn Store>, 
                 token: token_given.filter(|t| !t.is_empty()).or_else(token),
                 timeout: None,
             };
-            Ok(Arc::new(
-                baton_store_http::HttpStore::connect(&url, opts).await?,
-            ))
+            let store = Arc::new(baton_store_http::HttpStore::connect(&url, opts).await?);
+            Ok(Opened {
+                store: store.clone(),
+                meter: None,
+                permits: Some(store),
+            })
         }
         // A backend this build left out: refused before anything is
         // opened or created. Unreachable in a build with every backend.

@@ -4,7 +4,7 @@
 
 use crate::app::{Answer, Shared, from_value_strict, json, parse_strict};
 use crate::bodies::*;
-use crate::gate::Gate;
+use crate::gate::{Gate, Gated};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -13,11 +13,12 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use baton_core::access;
 use baton_core::authority::{refusal_json, reply, reply_json};
+use baton_core::call::{Call, Status, answers_with_grant};
 use baton_core::catalogue;
 use baton_core::graph::Taker;
 use baton_core::workgraph::GraphState;
 use baton_core::{
-    Error, Id, Operation, Preconditions, Refusal, Reply, Request, RequestKind, State as TaskState,
+    Authority, Error, Id, Operation, Preconditions, Refusal, Reply, Request, State as TaskState,
     Store, TaskId,
 };
 use serde::Deserialize;
@@ -69,17 +70,6 @@ fn with_status(status: StatusCode, v: Value) -> Answer {
     Ok((status, axum::Json(v)).into_response())
 }
 
-/// 200 for a check that passed, 409 for one that did not (a fence not
-/// current, a gate still blocking), as the CLI exits 0 or 1.
-fn ok_or_conflict(passed: bool, v: Value) -> Answer {
-    let status = if passed {
-        StatusCode::OK
-    } else {
-        StatusCode::CONFLICT
-    };
-    with_status(status, v)
-}
-
 fn refused(r: &Refusal) -> Answer {
     let status = if *r == Refusal::NotFound {
         StatusCode::NOT_FOUND
@@ -116,14 +106,6 @@ fn refuse_unknown_fields(given: &Value, request: &Request) -> Result<(), Error> 
         )),
         None => Ok(()),
     }
-}
-
-/// Whether a request's answer shows the grant (as the CLI prints it).
-fn answers_with_grant(kind: RequestKind) -> bool {
-    matches!(
-        kind,
-        RequestKind::Claim | RequestKind::Renew | RequestKind::Recover | RequestKind::TaskClaim
-    )
 }
 
 /// `POST /v1/tasks/{id}/{verb}`: the body is the request's fields as
@@ -217,20 +199,31 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
     answer(reply(d)?, answers_with_grant(kind))
 }
 
+/// Runs `call` as the caller, answered as every route answers: the item
+/// (or a page of them), 200 when it passed, 409 when refused (a fence not
+/// current, a gate still blocking, as the CLI exits 1), 404 for an unknown
+/// task.
+async fn run(a: &Authority<Gated>, call: Call) -> Answer {
+    let out = call.run(a).await?;
+    let status = match out.status {
+        Status::Ok => StatusCode::OK,
+        Status::Refused => StatusCode::CONFLICT,
+        Status::NotFound => StatusCode::NOT_FOUND,
+    };
+    let body = if out.list {
+        json!({"items": out.items, "next": out.next})
+    } else {
+        out.items.into_iter().next().unwrap_or(Value::Null)
+    };
+    with_status(status, body)
+}
+
 async fn show(Gate(a): Gate, Path(id): Path<String>) -> Answer {
-    match a.get(&task(&id)?).await? {
-        Some(r) => json(&r),
-        None => refused(&Refusal::NotFound),
-    }
+    run(&a, Call::Show { task: task(&id)? }).await
 }
 
 async fn holder(Gate(a): Gate, Path(id): Path<String>) -> Answer {
-    let t = task(&id)?;
-    match a.holder(&t).await? {
-        Err(r) => refused(&r),
-        Ok(None) => json(&json!({"task": t, "holder": null, "live": false})),
-        Ok(Some(h)) => json(&h),
-    }
+    run(&a, Call::Holder { task: task(&id)? }).await
 }
 
 #[derive(Deserialize)]
@@ -239,17 +232,19 @@ struct FenceQuery {
 }
 
 async fn verify(Gate(a): Gate, Path(id): Path<String>, Query(q): Query<FenceQuery>) -> Answer {
-    match a.verify(&task(&id)?, q.fence).await? {
-        Err(r) => refused(&r),
-        Ok(v) => ok_or_conflict(v.current, json!(v)),
-    }
+    let task = task(&id)?;
+    run(
+        &a,
+        Call::Verify {
+            task,
+            fence: q.fence,
+        },
+    )
+    .await
 }
 
 async fn gate(Gate(a): Gate, Path(id): Path<String>) -> Answer {
-    match a.gate(&task(&id)?).await? {
-        Err(r) => refused(&r),
-        Ok(g) => ok_or_conflict(g.passed, json!(g)),
-    }
+    run(&a, Call::Gate { task: task(&id)? }).await
 }
 
 #[derive(Deserialize)]
@@ -379,9 +374,16 @@ async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
         Some("BLOCKED") => Some(GraphState::Blocked),
         _ => None,
     };
-    if let Some(s) = graph_state {
-        let nodes = a.list_graph(s, queue.as_ref(), limit).await?;
-        return json(&json!({"items": nodes, "next": null}));
+    if let Some(state) = graph_state {
+        return run(
+            &a,
+            Call::ListGraph {
+                state,
+                queue,
+                limit,
+            },
+        )
+        .await;
     }
     if queue.is_some() {
         return Err(Error::invalid("queue", "filters only state READY or BLOCKED").into());
@@ -390,7 +392,16 @@ async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
         None => None,
         Some(s) => Some(TaskState::parse("state", s)?),
     };
-    page(&a.list(state, q.after.as_deref(), limit).await?)
+    let after = q.after;
+    run(
+        &a,
+        Call::List {
+            state,
+            after,
+            limit,
+        },
+    )
+    .await
 }
 
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
@@ -414,20 +425,21 @@ async fn next(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer 
         }
         _ => return Err(Error::invalid("body", "give an owner or an executor, not both").into()),
     };
-    let as_grant = true;
-    let reply = match wait(&q.wait)? {
-        Some(d) => {
-            let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-            a.next_waiting(taker, &b.queues, ms).await?
-        }
-        None => a.next_for(taker, &b.queues).await?,
-    };
-    answer(reply, as_grant)
+    let wait_ms = wait(&q.wait)?.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let queues = b.queues;
+    run(
+        &a,
+        Call::Next {
+            taker,
+            queues,
+            wait_ms,
+        },
+    )
+    .await
 }
 
 async fn graph(Gate(a): Gate) -> Answer {
-    let nodes = a.graph().await?;
-    json(&json!({"items": nodes, "next": null}))
+    run(&a, Call::Graph).await
 }
 
 /// `POST /v1/graph`: a graph file's text (as `baton add --file`).
@@ -435,18 +447,7 @@ async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
     let text = std::str::from_utf8(&body)
         .map_err(|_| Error::invalid("body", "a graph file is UTF-8 text"))?;
     let nodes = baton_core::workgraph::parse_graph(text)?;
-    match a.add_graph(nodes).await? {
-        Ok(added) => json(&added),
-        Err((task, r)) => {
-            let mut v = refusal_json(&r);
-            v["task"] = json!(task);
-            v["message"] = json!(format!(
-                "{task}: {}; nothing was added",
-                v["message"].as_str().unwrap_or_default()
-            ));
-            with_status(StatusCode::CONFLICT, v)
-        }
-    }
+    run(&a, Call::AddGraph { nodes }).await
 }
 
 fn no_body(body: &Bytes) -> Result<(), Error> {
@@ -458,8 +459,8 @@ fn no_body(body: &Bytes) -> Result<(), Error> {
 
 async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
     no_body(&body)?;
-    let swept = a.sweep(q.dry_run.unwrap_or(false)).await?;
-    json(&json!({"items": swept, "next": null}))
+    let dry_run = q.dry_run.unwrap_or(false);
+    run(&a, Call::Sweep { dry_run }).await
 }
 
 async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answer {
@@ -489,12 +490,7 @@ async fn schedules(Gate(a): Gate) -> Answer {
 
 async fn tick(Gate(a): Gate, body: Bytes) -> Answer {
     no_body(&body)?;
-    let made = a.tick_schedules().await?;
-    let items: Vec<Value> = made
-        .iter()
-        .map(|(t, r)| json!({"task": t, "state": r.record().map(|r| r.state), "made": true}))
-        .collect();
-    json(&json!({"items": items, "next": null}))
+    run(&a, Call::Tick).await
 }
 
 async fn set_limit(Gate(a): Gate, Path(key): Path<String>, body: Bytes) -> Answer {
@@ -506,10 +502,7 @@ async fn set_limit(Gate(a): Gate, Path(key): Path<String>, body: Bytes) -> Answe
 
 async fn key_status(Gate(a): Gate, Path(key): Path<String>) -> Answer {
     let key = baton_core::Id::parse("key", &key)?;
-    match a.key_status(&key).await? {
-        Some(s) => json(&json!(s)),
-        None => json(&json!({"key": key, "limit": null, "holders": [], "parked": []})),
-    }
+    run(&a, Call::KeyShow { key }).await
 }
 
 async fn keys(Gate(a): Gate) -> Answer {
@@ -525,8 +518,7 @@ async fn set_queue_policy(Gate(a): Gate, Path(queue): Path<String>, body: Bytes)
 
 async fn queue_policy(Gate(a): Gate, Path(queue): Path<String>) -> Answer {
     let queue = baton_core::Id::parse("queue", &queue)?;
-    let policy = a.queue_policy(&queue).await?.unwrap_or_default();
-    json(&json!({"queue": queue, "retry": policy.retry}))
+    run(&a, Call::QueueShow { queue }).await
 }
 
 async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
@@ -539,13 +531,22 @@ async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
         b.finished_before_ms,
     )?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
-    let pruned = a.prune(by, ms, b.max.unwrap_or(usize::MAX)).await?;
-    json(&json!({"pruned": pruned}))
+    let max = b.max.unwrap_or(usize::MAX);
+    run(
+        &a,
+        Call::Prune {
+            by,
+            older_than_ms: ms,
+            max,
+        },
+    )
+    .await
 }
 
 async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
     let limit = limit(&q)?;
-    page(&a.pending(q.after.as_deref(), limit).await?)
+    let after = q.after;
+    run(&a, Call::Pending { after, limit }).await
 }
 
 async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
@@ -553,8 +554,8 @@ async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
     access::require_operator(a.store().caller(), "an outbox acknowledgement")?;
     let b: AckBody = parse_strict(&body)?;
     // The authority checks the ids before it acknowledges anything.
-    let n = a.ack(&b.intent_ids).await?;
-    json(&json!({"acknowledged": n, "intent_ids": b.intent_ids}))
+    let intent_ids = b.intent_ids;
+    run(&a, Call::Ack { intent_ids }).await
 }
 
 /// The field of `fields` that a request's decoding failed on with

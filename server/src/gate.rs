@@ -5,8 +5,8 @@
 //! endpoint asked (the store protocol, the task API's verbs, `next`, a
 //! graph's add, a sweep), is admitted by core's access rule for the
 //! caller, re-timed to the server's clock, validated, applied, and counted
-//! in the metrics; the operator's acts (`ack`, a sweep's `permit`) need an
-//! operator. No handler checks a token or counts a decision itself.
+//! in the metrics; the operator's acts (`ack`, a sweep, asked of core's
+//! `CallerPermits`) need an operator. No handler checks a token or counts a decision itself.
 
 use crate::app::{ApiError, Shared, Who};
 use async_trait::async_trait;
@@ -15,12 +15,12 @@ use axum::http::request::Parts;
 use baton_core::access::{self, Caller};
 use baton_core::decide::Decision;
 use baton_core::graph::NextQuery;
-use baton_core::store::{Act, BatchObserver};
 use baton_core::{
     Authority, Capabilities, Event, ListQuery, Notification, Operation, RequestKind, Result,
     Snapshot, Store, TaskId, Timestamp,
 };
 use std::fmt;
+use std::sync::Arc;
 
 /// The server's store as one caller may use it.
 pub(crate) struct Gated {
@@ -62,15 +62,6 @@ impl Gated {
 impl Store for Gated {
     fn capabilities(&self) -> Capabilities {
         self.app.store.capabilities()
-    }
-
-    fn commits(&self) -> Option<u64> {
-        self.app.store.commits()
-    }
-
-    async fn permit(&self, act: Act) -> Result<()> {
-        access::require_operator(self.caller.as_ref(), act.as_str())?;
-        self.app.store.permit(act).await
     }
 
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
@@ -171,10 +162,6 @@ impl Store for Gated {
         let r = self.app.store.ack(intent_ids, self.app.now()).await;
         self.counted(r)
     }
-
-    fn observe_batches(&self, observer: BatchObserver) -> bool {
-        self.app.store.observe_batches(observer)
-    }
 }
 
 /// What a handler asks for: the authority over the store as this
@@ -197,10 +184,13 @@ impl FromRequestParts<Shared> for Gate {
             Some(Who(c)) => c.clone(),
             None => app.caller(&parts.headers)?,
         };
+        let permits = Arc::new(access::CallerPermits(caller.clone()));
         let gated = Gated {
             app: app.clone(),
             caller,
         };
-        Ok(Gate(Authority::new(gated, app.clock.clone())))
+        Ok(Gate(
+            Authority::new(gated, app.clock.clone()).with_permits(permits),
+        ))
     }
 }

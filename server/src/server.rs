@@ -72,6 +72,9 @@ pub struct ServeOptions {
     /// `next --wait` through the server): a longer wait is cut to it, and
     /// the client asks again.
     pub max_wait: Duration,
+    /// What the store tells of its work: the size of each group commit
+    /// becomes the `/metrics` batch histogram.
+    pub meter: Option<Arc<dyn baton_core::store::Meter>>,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -113,6 +116,7 @@ impl ServeOptions {
             request_log: false,
             max_connections: MAX_CONNECTIONS,
             max_wait: MAX_WAIT,
+            meter: None,
         }
     }
 }
@@ -311,12 +315,14 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
     }
-    let observed = Arc::downgrade(&app);
-    store.observe_batches(Arc::new(move |n| {
-        if let Some(app) = observed.upgrade() {
-            app.metrics.batch(n);
-        }
-    }));
+    if let Some(meter) = &opts.meter {
+        let observed = Arc::downgrade(&app);
+        meter.observe_batches(Arc::new(move |n| {
+            if let Some(app) = observed.upgrade() {
+                app.metrics.batch(n);
+            }
+        }));
+    }
     let router = router(app, opts.max_body, opts.read_timeout);
     let (addr, done) = match &opts.listen {
         Listen::Tcp(addr) => {

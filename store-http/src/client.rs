@@ -414,15 +414,19 @@ impl Store for HttpStore {
         self.post(wire::COUNTS, &(), false).await
     }
 
-    async fn permit(&self, act: baton_core::store::Act) -> Result<()> {
-        self.post(wire::PERMIT, &act, false).await
-    }
-
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         let body = AckBody {
             intent_ids: intent_ids.to_vec(),
         };
         self.post(wire::ACK, &body, true).await
+    }
+}
+
+/// The server decides whether this store's token may do an act.
+#[async_trait]
+impl baton_core::access::Permits for HttpStore {
+    async fn permit(&self, act: baton_core::access::Act) -> Result<()> {
+        self.post(wire::PERMIT, &act, false).await
     }
 }
 

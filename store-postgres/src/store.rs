@@ -644,10 +644,6 @@ impl Store for PostgresStore {
             .await
     }
 
-    fn commits(&self) -> Option<u64> {
-        Some(self.inner.commits.load(Ordering::Relaxed))
-    }
-
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {
         let (i, q) = (self.inner.clone(), query.clone());
         self.inner.spawn(async move { i.list(&q).await }).await
@@ -679,5 +675,11 @@ impl Store for PostgresStore {
         self.inner
             .spawn(async move { i.ack(&ids, now).await })
             .await
+    }
+}
+
+impl baton_core::store::Meter for PostgresStore {
+    fn commits(&self) -> Option<u64> {
+        Some(self.inner.commits.load(Ordering::Relaxed))
     }
 }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use baton_core::graph::{NodeSpec, Taker};
+use baton_core::store::Meter;
 use baton_core::{Authority, EventKind, Id, Reply, Store, SystemClock};
 use baton_store_postgres::PostgresStore;
 use baton_store_postgres::testing::PgCluster;

@@ -1,0 +1,521 @@
+//! Operations as values: a [`Call`] is one operation of the catalogue with
+//! its inputs read, and [`Call::run`] runs it on an authority and says
+//! what came of it ([`Output`]): the items, as the JSON every front end
+//! shows, whether it passed, whether it wrote, and what the items are
+//! ([`Shape`]). The CLI and the task API map their input to a `Call` and
+//! render its `Output`; what an answer holds is decided here, once.
+
+use crate::authority::{Authority, cascade_json, cascade_proceeded, refusal_json, reply_json};
+use crate::error::Result;
+use crate::graph::{NewNode, Readiness, Taker};
+use crate::id::{Id, TaskId};
+use crate::kinds::{Actor, RequestKind, State};
+use crate::refusal::Refusal;
+use crate::request::{Preconditions, Request};
+use crate::store::Store;
+use crate::workgraph::GraphState;
+use crate::{GraphNode, Reply};
+use serde_json::{Value, json};
+
+/// One operation with its inputs, ready to run.
+// Made once per operation and moved once: boxing the request would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Call {
+    /// A write: one request through [`Authority::submit`].
+    Write { task: TaskId, request: Request },
+    /// The last grant and whether its lease is live.
+    Holder { task: TaskId },
+    /// Whether work under `fence` may be accepted now.
+    Verify { task: TaskId, fence: u64 },
+    /// The task's record.
+    Show { task: TaskId },
+    /// A page of a known task's events.
+    TaskEvents {
+        task: TaskId,
+        after: Option<String>,
+        limit: usize,
+    },
+    /// A page of the store's events, or of one task's.
+    Events {
+        task: Option<TaskId>,
+        after: Option<String>,
+        limit: usize,
+    },
+    /// The release gate.
+    Gate { task: TaskId },
+    /// A page of tasks, by derived state.
+    List {
+        state: Option<State>,
+        after: Option<String>,
+        limit: usize,
+    },
+    /// The claimable graph tasks that are ready, or blocked.
+    ListGraph {
+        state: GraphState,
+        queue: Option<Id>,
+        limit: usize,
+    },
+    /// Every graph task.
+    Graph,
+    /// Persists what time changed (expired leases, passed deadlines).
+    Sweep { dry_run: bool },
+    /// A page of notifications not yet acknowledged.
+    Pending { after: Option<String>, limit: usize },
+    /// Acknowledges notifications.
+    Ack { intent_ids: Vec<String> },
+    /// Adds a graph, all of it or nothing.
+    AddGraph { nodes: Vec<NewNode> },
+    /// An operator's cancel of a task and every task below it.
+    CancelCascade {
+        task: TaskId,
+        by: Actor,
+        force: bool,
+    },
+    /// The next ready task, waiting up to `wait_ms` when given.
+    Next {
+        taker: Taker,
+        queues: Vec<Id>,
+        wait_ms: Option<u64>,
+    },
+    /// Every schedule.
+    Schedules,
+    /// Makes the tasks whose schedules are due.
+    Tick,
+    /// A concurrency key's limit, holders and parked tasks.
+    KeyShow { key: Id },
+    /// Every concurrency key.
+    Keys,
+    /// A queue's policy.
+    QueueShow { queue: Id },
+    /// Forgets ended tasks older than `older_than_ms`, at most `max`.
+    Prune {
+        by: Actor,
+        older_than_ms: u64,
+        max: usize,
+    },
+}
+
+/// What the items of an [`Output`] are, so a front end shows them as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shape {
+    /// Keys and values (or columns of every key, for a list).
+    #[default]
+    Generic,
+    /// A grant: who holds what, under which fence, until when.
+    Grant,
+    /// A refusal: its reason and what it says.
+    Refusal,
+    /// Task records, as a list.
+    Tasks,
+    /// Events.
+    Events,
+    /// One task's record.
+    Record,
+    /// Graph nodes.
+    Graph,
+}
+
+/// Whether an operation did what it was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// A refusal, a gate that blocks, a fence that is not current.
+    Refused,
+    NotFound,
+}
+
+/// What came of a [`Call`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    pub items: Vec<Value>,
+    /// The cursor of the next page, for a page.
+    pub next: Option<String>,
+    /// Whether the answer is a list (a page, every key) rather than one item.
+    pub list: bool,
+    pub status: Status,
+    /// A write was applied.
+    pub wrote: bool,
+    pub shape: Shape,
+}
+
+impl Output {
+    /// One item that passed.
+    pub fn one(v: Value) -> Output {
+        Output {
+            items: vec![v],
+            next: None,
+            list: false,
+            status: Status::Ok,
+            wrote: false,
+            shape: Shape::Generic,
+        }
+    }
+
+    /// A list (a page when `next` is given).
+    pub fn list(items: Vec<Value>, next: Option<String>) -> Output {
+        Output {
+            items,
+            next,
+            list: true,
+            ..Output::one(Value::Null)
+        }
+    }
+
+    /// A refusal: `NotFound` for an unknown task, `Refused` otherwise.
+    pub fn refused(r: &Refusal) -> Output {
+        Output {
+            status: if *r == Refusal::NotFound {
+                Status::NotFound
+            } else {
+                Status::Refused
+            },
+            shape: Shape::Refusal,
+            ..Output::one(refusal_json(r))
+        }
+    }
+
+    /// A reply: the grant when `as_grant` and the record holds one, the
+    /// record otherwise, or the refusal.
+    pub fn reply(reply: &Reply, as_grant: bool) -> Output {
+        if let Reply::Refused(r) = reply {
+            return Output::refused(r);
+        }
+        Output {
+            shape: match (as_grant, reply.grant()) {
+                (true, Some(_)) => Shape::Grant,
+                _ => Shape::Record,
+            },
+            ..Output::one(reply_json(reply, as_grant))
+        }
+    }
+
+    /// A check: `Ok` when it passed, `Refused` when not.
+    fn checked(passed: bool, v: Value) -> Output {
+        Output {
+            status: if passed { Status::Ok } else { Status::Refused },
+            ..Output::one(v)
+        }
+    }
+
+    fn shaped(mut self, shape: Shape) -> Output {
+        self.shape = shape;
+        self
+    }
+
+    fn written(mut self, wrote: bool) -> Output {
+        self.wrote = wrote;
+        self
+    }
+}
+
+/// Whether a request's answer shows the grant rather than the record.
+pub fn answers_with_grant(kind: RequestKind) -> bool {
+    matches!(
+        kind,
+        RequestKind::Claim | RequestKind::Renew | RequestKind::Recover | RequestKind::TaskClaim
+    )
+}
+
+/// A graph node as shown: its fields, and the state a person reads (READY
+/// and BLOCKED for claimable tasks).
+pub fn graph_json(n: &GraphNode) -> Value {
+    let mut v = json!(n);
+    v["shown"] = json!(n.shown_state());
+    v
+}
+
+/// A task a schedule made, as shown.
+pub fn made_json(task: &TaskId, reply: &Reply) -> Value {
+    json!({"task": task, "state": reply.record().map(|r| r.state), "made": true})
+}
+
+impl Call {
+    /// Runs the call on `a`.
+    pub async fn run<S: Store>(self, a: &Authority<S>) -> Result<Output> {
+        Ok(match self {
+            Call::Write { task, request } => {
+                let as_grant = answers_with_grant(request.kind());
+                let evidence = match &request {
+                    Request::Succeed { evidence, .. } => Some(evidence.clone()),
+                    _ => None,
+                };
+                let reply = a.submit(&task, request, Preconditions::none()).await?;
+                let mut out = Output::reply(&reply, as_grant).written(true);
+                let ignored = evidence.map(|ev| reply.evidence_ignored(&ev));
+                if let Some(ignored) = ignored.filter(|i| !i.is_empty())
+                    && let Some(v) = out.items.first_mut()
+                {
+                    v["evidence_ignored"] = json!(ignored);
+                }
+                out
+            }
+            Call::Holder { task } => match a.holder(&task).await? {
+                Err(r) => Output::refused(&r),
+                Ok(None) => Output::one(json!({"task": task, "holder": null, "live": false})),
+                Ok(Some(h)) => Output::one(json!(h)),
+            },
+            Call::Verify { task, fence } => match a.verify(&task, fence).await? {
+                Err(r) => Output::refused(&r),
+                Ok(v) => Output::checked(v.current, json!(v)),
+            },
+            Call::Show { task } => match a.get(&task).await? {
+                None => Output::refused(&Refusal::NotFound),
+                Some(r) => Output::one(json!(r)).shaped(Shape::Record),
+            },
+            Call::TaskEvents { task, after, limit } => {
+                if a.get(&task).await?.is_none() {
+                    return Ok(Output::refused(&Refusal::NotFound));
+                }
+                let p = a.events(Some(&task), after.as_deref(), limit).await?;
+                Output::list(p.items.iter().map(|e| json!(e)).collect(), p.next)
+                    .shaped(Shape::Events)
+            }
+            Call::Events { task, after, limit } => {
+                let p = a.events(task.as_ref(), after.as_deref(), limit).await?;
+                Output::list(p.items.iter().map(|e| json!(e)).collect(), p.next)
+                    .shaped(Shape::Events)
+            }
+            Call::Gate { task } => match a.gate(&task).await? {
+                Err(r) => Output::refused(&r),
+                Ok(g) => Output::checked(g.passed, json!(g)),
+            },
+            Call::List {
+                state,
+                after,
+                limit,
+            } => {
+                let p = a.list(state, after.as_deref(), limit).await?;
+                let mut items = Vec::with_capacity(p.items.len());
+                for r in &p.items {
+                    let mut v = json!(r);
+                    // A claimable graph task is shown as a person asks
+                    // about it: READY, BLOCKED (behind a dependency that
+                    // ended without success), or waiting (REGISTERED).
+                    if r.state == State::Registered && !r.depends_on().is_empty() {
+                        let shown = match a.readiness(r).await? {
+                            Readiness::Ready => "READY",
+                            Readiness::Blocked { .. } | Readiness::Unknown { .. } => "BLOCKED",
+                            Readiness::Waiting { .. } => "REGISTERED",
+                        };
+                        v["shown"] = json!(shown);
+                    }
+                    items.push(v);
+                }
+                Output::list(items, p.next).shaped(Shape::Tasks)
+            }
+            Call::ListGraph {
+                state,
+                queue,
+                limit,
+            } => {
+                let nodes = a.list_graph(state, queue.as_ref(), limit).await?;
+                Output::list(nodes.iter().map(graph_json).collect(), None).shaped(Shape::Graph)
+            }
+            Call::Graph => {
+                let nodes = a.graph().await?;
+                Output::list(nodes.iter().map(graph_json).collect(), None).shaped(Shape::Graph)
+            }
+            Call::Sweep { dry_run } => {
+                let swept = a.sweep(dry_run).await?;
+                let wrote = !dry_run && !swept.is_empty();
+                Output::list(swept.iter().map(|s| json!(s)).collect(), None).written(wrote)
+            }
+            Call::Pending { after, limit } => {
+                let p = a.pending(after.as_deref(), limit).await?;
+                Output::list(p.items.iter().map(|n| json!(n)).collect(), p.next)
+            }
+            Call::Ack { intent_ids } => {
+                let acked = a.ack(&intent_ids).await?;
+                Output::one(json!({"acknowledged": acked, "intent_ids": intent_ids}))
+                    .written(acked > 0)
+            }
+            Call::CancelCascade { task, by, force } => {
+                let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
+                let mut out = Output::reply(&first, false).written(true);
+                if let Some(v) = out.items.first_mut() {
+                    *v = cascade_json(&first, &cascaded);
+                }
+                if cascade_proceeded(&first, &cascaded) {
+                    out.status = Status::Ok;
+                }
+                out
+            }
+            Call::AddGraph { nodes } => match a.add_graph(nodes).await? {
+                Ok(added) => Output::one(json!(added)).written(true),
+                Err((task, r)) => {
+                    let mut out = Output::refused(&r);
+                    if let Some(v) = out.items.first_mut() {
+                        v["task"] = json!(task);
+                        v["message"] = json!(format!(
+                            "{task}: {}; nothing was added",
+                            v["message"].as_str().unwrap_or_default()
+                        ));
+                    }
+                    out
+                }
+            },
+            Call::Next {
+                taker,
+                queues,
+                wait_ms,
+            } => {
+                let reply = match wait_ms {
+                    Some(ms) => a.next_waiting(taker, &queues, ms).await?,
+                    None => a.next_for(taker, &queues).await?,
+                };
+                Output::reply(&reply, true).written(true)
+            }
+            Call::Schedules => Output::list(
+                a.schedules()
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        json!({
+                            "schedule": r.task,
+                            "state": r.state,
+                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms).filter(|ms| *ms > 0),
+                            "cron": r.schedule.as_ref().and_then(|s| s.cron.as_deref()),
+                            "queue": r.schedule.as_ref().map(|s| &s.template.queue),
+                            "since": r.created_at,
+                            // Why its last tick made no task, until one does.
+                            "failure": r.schedule_failure,
+                        })
+                    })
+                    .collect(),
+                None,
+            ),
+            Call::Tick => {
+                let made = a.tick_schedules().await?;
+                Output::list(made.iter().map(|(t, r)| made_json(t, r)).collect(), None)
+                    .written(!made.is_empty())
+            }
+            Call::KeyShow { key } => match a.key_status(&key).await? {
+                Some(s) => Output::one(json!(s)),
+                None => Output::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),
+            },
+            Call::Keys => Output::list(
+                a.keys()
+                    .await?
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "key": s.key,
+                            "limit": s.limit,
+                            "holders": s.holders.len(),
+                            "parked": s.parked.len(),
+                        })
+                    })
+                    .collect(),
+                None,
+            ),
+            Call::QueueShow { queue } => {
+                let policy = a.queue_policy(&queue).await?.unwrap_or_default();
+                Output::one(json!({"queue": queue, "retry": policy.retry}))
+            }
+            Call::Prune {
+                by,
+                older_than_ms,
+                max,
+            } => {
+                let pruned = a.prune(by, older_than_ms, max).await?;
+                Output::one(json!({"pruned": pruned})).written(pruned > 0)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{ManualClock, MemoryStore, Timestamp};
+    use std::sync::Arc;
+
+    fn id(s: &str) -> Id {
+        Id::parse("id", s).unwrap()
+    }
+
+    /// A call is a value: what a front end sends is what runs.
+    #[test]
+    fn a_call_is_one_serde_value() {
+        let call = Call::Write {
+            task: id("t"),
+            request: Request::Claim {
+                owner: id("w"),
+                ttl_ms: Some(1000),
+                lock_delay_ms: None,
+            },
+        };
+        let text = serde_json::to_string(&call).unwrap();
+        assert!(text.contains(r#""op":"write""#), "{text}");
+        assert_eq!(serde_json::from_str::<Call>(&text).unwrap(), call);
+        let page: Call = serde_json::from_str(
+            r#"{"op": "list_graph", "state": "BLOCKED", "queue": null, "limit": 5}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            page,
+            Call::ListGraph {
+                state: GraphState::Blocked,
+                queue: None,
+                limit: 5
+            }
+        );
+    }
+
+    /// What a call's output says: a claim's grant, a stale fence's
+    /// refusal, an unknown task's `NotFound`, a page.
+    #[tokio::test]
+    async fn outputs_say_what_came_of_the_call() {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000)));
+        let a = Authority::new(MemoryStore::new(), clock.clone());
+        let claim = |owner: &str| Call::Write {
+            task: id("t"),
+            request: Request::Claim {
+                owner: id(owner),
+                ttl_ms: Some(1000),
+                lock_delay_ms: None,
+            },
+        };
+        let out = claim("w1").run(&a).await.unwrap();
+        assert_eq!(
+            (out.status, out.shape, out.wrote),
+            (Status::Ok, Shape::Grant, true)
+        );
+        let fence = out.items[0]["fence"].as_u64().unwrap();
+        // Another owner while the lease is live: refused, and shown as such.
+        let out = claim("w2").run(&a).await.unwrap();
+        assert_eq!((out.status, out.shape), (Status::Refused, Shape::Refusal));
+        assert_eq!(out.items[0]["refused"], "held", "{:?}", out.items);
+        // The lease runs out; a new grant makes the first fence stale.
+        clock.advance_ms(2_000);
+        let out = claim("w2").run(&a).await.unwrap();
+        assert_eq!(out.status, Status::Ok);
+        let out = Call::Verify {
+            task: id("t"),
+            fence,
+        }
+        .run(&a)
+        .await
+        .unwrap();
+        assert_eq!(out.status, Status::Refused, "{:?}", out.items);
+        assert_eq!(out.items[0]["current"], false);
+        let out = Call::Show { task: id("nobody") }.run(&a).await.unwrap();
+        assert_eq!((out.status, out.list), (Status::NotFound, false));
+        let out = Call::List {
+            state: None,
+            after: None,
+            limit: 10,
+        }
+        .run(&a)
+        .await
+        .unwrap();
+        assert_eq!(
+            (out.list, out.items.len(), out.shape),
+            (true, 1, Shape::Tasks)
+        );
+    }
+}
