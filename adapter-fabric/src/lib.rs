@@ -19,7 +19,7 @@
 //! * **Leases are reused, never shortened.** A lease a grant left holding
 //!   nothing is kept a few seconds for the store's next grant of the same
 //!   length and refreshed to its whole TTL before use; dropping the store
-//!   revokes what it kept, and [`settle`] waits for those revokes.
+//!   revokes what it kept, and [`finish_revokes`] waits for those revokes.
 //! * **Lease TTLs are whole seconds** with a minimum (2 s with etcd's default
 //!   election timeout): a TTL is rounded up, and the grant reports the
 //!   effective expiry.
@@ -40,7 +40,7 @@
 mod keys;
 mod store;
 
-pub use store::{FabricOptions, FabricStore, settle};
+pub use store::{FabricOptions, FabricStore, finish_revokes};
 
 #[doc(hidden)]
 #[cfg(feature = "testing")]

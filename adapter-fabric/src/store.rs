@@ -30,7 +30,7 @@ mod reads;
 #[path = "store_txn.rs"]
 mod txn;
 use conn::*;
-pub use leases::settle;
+pub use leases::finish_revokes;
 use leases::*;
 use reads::*;
 #[path = "store_graph.rs"]

@@ -144,7 +144,7 @@ pub(super) fn revoking() -> &'static tokio::sync::watch::Sender<usize> {
 /// Waits, at most `within`, for the revokes this process still has under
 /// way: a process calls it before it exits, so no lease it ended is left
 /// to run out its TTL. True when none is left.
-pub async fn settle(within: Duration) -> bool {
+pub async fn finish_revokes(within: Duration) -> bool {
     let mut left = revoking().subscribe();
     tokio::time::timeout(within, left.wait_for(|n| *n == 0))
         .await

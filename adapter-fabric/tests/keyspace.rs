@@ -64,7 +64,7 @@ async fn leases(c: &EtcdCluster, holding: usize, kept: usize) -> (usize, usize) 
 async fn close(a: Authority<FabricStore>) {
     drop(a);
     assert!(
-        baton_adapter_fabric::settle(std::time::Duration::from_secs(3)).await,
+        baton_adapter_fabric::finish_revokes(std::time::Duration::from_secs(3)).await,
         "revokes still under way"
     );
 }

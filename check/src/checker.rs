@@ -3,7 +3,7 @@
 //! each object's is, so tasks are checked one at a time), and, outside the
 //! checker, the store-wide facts about fences.
 
-use crate::history::{Answer, Op, Req};
+use crate::history::{Observed, Op, Req};
 use crate::model::{Limits, Step, TaskSpec};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -74,16 +74,16 @@ pub fn check(ops: &[Op], limits: Limits) -> Report {
     for op in ops {
         let kind = match &op.returned {
             None => "no answer".to_owned(),
-            Some((_, Answer::Refused { reason, .. })) => reason.clone(),
+            Some((_, Observed::Refused { reason, .. })) => reason.clone(),
             Some((_, a)) => answer_kind(a).to_owned(),
         };
         *report.answers.entry(kind).or_default() += 1;
         match &op.returned {
-            Some((_, Answer::Unavailable { .. })) => {
+            Some((_, Observed::Unavailable { .. })) => {
                 report.unavailable += 1;
                 continue;
             }
-            Some((_, Answer::Error { kind, message })) => {
+            Some((_, Observed::Error { kind, message })) => {
                 report.violations.push(format!(
                     "{} (client {} #{}, {:?}) answered an error: {kind}: {message}",
                     op.task, op.client, op.n, op.req
@@ -134,16 +134,16 @@ pub fn check(ops: &[Op], limits: Limits) -> Report {
     report
 }
 
-fn answer_kind(a: &Answer) -> &'static str {
+fn answer_kind(a: &Observed) -> &'static str {
     match a {
-        Answer::Done { ack: false, .. } => "done",
-        Answer::Done { ack: true, .. } => "acknowledged",
-        Answer::Refused { .. } => "refused",
-        Answer::Holder { .. } => "holder",
-        Answer::Verified { .. } => "verified",
-        Answer::Unavailable { .. } => "unavailable",
-        Answer::Unknown { .. } => "unknown",
-        Answer::Error { .. } => "error",
+        Observed::Done { ack: false, .. } => "done",
+        Observed::Done { ack: true, .. } => "acknowledged",
+        Observed::Refused { .. } => "refused",
+        Observed::Holder { .. } => "holder",
+        Observed::Verified { .. } => "verified",
+        Observed::Unavailable { .. } => "unavailable",
+        Observed::Unknown { .. } => "unknown",
+        Observed::Error { .. } => "error",
     }
 }
 
@@ -212,7 +212,7 @@ fn grants(ops: &[Op]) -> Vec<Granted<'_>> {
                 Req::Claim { .. },
                 Some((
                     t,
-                    Answer::Done {
+                    Observed::Done {
                         ack: false,
                         lease: Some(l),
                         ..

@@ -72,7 +72,7 @@ impl Seen {
 /// What came back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
-pub enum Answer {
+pub enum Observed {
     /// Committed (`ack: false`) or acknowledged as a repeat (`ack: true`).
     Done {
         ack: bool,
@@ -108,27 +108,27 @@ pub enum Answer {
     Error { kind: String, message: String },
 }
 
-impl Answer {
+impl Observed {
     /// The answer to a write.
-    pub fn of_reply(result: Result<Reply, Error>) -> Answer {
+    pub fn of_reply(result: Result<Reply, Error>) -> Observed {
         match result {
-            Ok(Reply::Committed(r)) => Answer::Done {
+            Ok(Reply::Committed(r)) => Observed::Done {
                 ack: false,
                 state: r.state,
                 lease: r.lease.as_ref().map(Seen::of),
             },
-            Ok(Reply::Acknowledged(r)) => Answer::Done {
+            Ok(Reply::Acknowledged(r)) => Observed::Done {
                 ack: true,
                 state: r.state,
                 lease: r.lease.as_ref().map(Seen::of),
             },
-            Ok(Reply::Refused(r)) => Answer::refused(&r),
-            Err(e) => Answer::of_error(e),
+            Ok(Reply::Refused(r)) => Observed::refused(&r),
+            Err(e) => Observed::of_error(e),
         }
     }
 
     /// A refusal, with the fields the model compares.
-    pub fn refused(r: &Refusal) -> Answer {
+    pub fn refused(r: &Refusal) -> Observed {
         let (mut current_fence, mut holder, mut fence) = (None, None, None);
         match r {
             Refusal::Held {
@@ -152,7 +152,7 @@ impl Answer {
             }
             _ => {}
         }
-        Answer::Refused {
+        Observed::Refused {
             reason: r.reason().to_owned(),
             current_fence,
             holder,
@@ -160,11 +160,11 @@ impl Answer {
         }
     }
 
-    pub fn of_error(e: Error) -> Answer {
+    pub fn of_error(e: Error) -> Observed {
         match e.kind {
-            ErrorKind::Unavailable => Answer::Unavailable { message: e.message },
-            ErrorKind::Indeterminate => Answer::Unknown { message: e.message },
-            k => Answer::Error {
+            ErrorKind::Unavailable => Observed::Unavailable { message: e.message },
+            ErrorKind::Indeterminate => Observed::Unknown { message: e.message },
+            k => Observed::Error {
                 kind: k.as_str().to_owned(),
                 message: e.message,
             },
@@ -174,7 +174,7 @@ impl Answer {
     /// The refusal's reason, if it is one.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Answer::Refused { reason, .. } => Some(reason),
+            Observed::Refused { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -197,7 +197,7 @@ pub enum Line {
         client: u32,
         n: u64,
         t: u64,
-        answer: Answer,
+        answer: Observed,
     },
 }
 
@@ -211,15 +211,15 @@ pub struct Op {
     pub req: Req,
     pub invoked: u64,
     /// `None`: no answer came (the client was killed mid-call).
-    pub returned: Option<(u64, Answer)>,
+    pub returned: Option<(u64, Observed)>,
 }
 
 impl Op {
     /// The answer, where one came and says what happened; `None` when the
     /// operation may or may not have been applied.
-    pub fn known(&self) -> Option<&Answer> {
+    pub fn known(&self) -> Option<&Observed> {
         match &self.returned {
-            Some((_, Answer::Unknown { .. })) | None => None,
+            Some((_, Observed::Unknown { .. })) | None => None,
             Some((_, a)) => Some(a),
         }
     }

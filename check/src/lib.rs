@@ -22,7 +22,7 @@ pub mod model;
 pub mod record;
 
 pub use checker::{Report, check};
-pub use history::{Answer, Line, Op, Req, Writer, ops, read_file};
+pub use history::{Line, Observed, Op, Req, Writer, ops, read_file};
 pub use model::Limits;
 pub use record::{Plan, record_threads, run_client};
 

@@ -22,7 +22,7 @@
 //! a request under a fence is checked fence first, owner next, then the
 //! closure it repeats, then the lease (expired by time, or given back).
 
-use crate::history::{Answer, Req};
+use crate::history::{Observed, Req};
 use baton_core::State;
 use todc_utils::Specification;
 
@@ -117,7 +117,7 @@ impl Step {
     pub fn new(
         owner: u32,
         req: Req,
-        answer: Option<&Answer>,
+        answer: Option<&Observed>,
         invoked: u64,
         returned: u64,
         limits: Limits,
@@ -132,16 +132,16 @@ impl Step {
         };
         let answer = match answer {
             None => None,
-            Some(Answer::Done { ack, lease, state }) => Some(Obs::Done {
+            Some(Observed::Done { ack, lease, state }) => Some(Obs::Done {
                 ack: *ack,
                 cancelled: *state == State::Cancelled,
                 lease: shown(lease),
             }),
-            Some(Answer::Holder { lease, live }) => Some(Obs::Holder {
+            Some(Observed::Holder { lease, live }) => Some(Obs::Holder {
                 lease: shown(lease),
                 live: *live,
             }),
-            Some(Answer::Verified {
+            Some(Observed::Verified {
                 current,
                 live,
                 state,
@@ -152,7 +152,7 @@ impl Step {
                 state: *state,
                 current_fence: *current_fence,
             }),
-            Some(Answer::Refused {
+            Some(Observed::Refused {
                 reason,
                 current_fence,
                 holder,
@@ -162,7 +162,9 @@ impl Step {
                 current_fence: *current_fence,
                 holder: holder.as_deref().map(owner_of),
             }),
-            Some(Answer::Unavailable { .. } | Answer::Error { .. } | Answer::Unknown { .. }) => {
+            Some(
+                Observed::Unavailable { .. } | Observed::Error { .. } | Observed::Unknown { .. },
+            ) => {
                 return None;
             }
         };

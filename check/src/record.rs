@@ -3,7 +3,7 @@
 //! under another owner's fence), writing each invocation before it is sent
 //! and each answer as it returns.
 
-use crate::history::{Answer, Line, Req, Writer, now_us};
+use crate::history::{Line, Observed, Req, Writer, now_us};
 use baton_core::{Actor, Authority, Id, OwnerId, Store, SystemClock, TaskId};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -191,7 +191,7 @@ impl Client<'_> {
         .await
         {
             Ok(a) => a,
-            Err(_) => Answer::Unknown {
+            Err(_) => Observed::Unknown {
                 message: format!("no answer within {} ms", self.plan.timeout_ms),
             },
         };
@@ -205,10 +205,10 @@ impl Client<'_> {
         Ok(())
     }
 
-    async fn ask<S: Store>(&self, auth: &Authority<S>, task: &str, req: &Req) -> Answer {
+    async fn ask<S: Store>(&self, auth: &Authority<S>, task: &str, req: &Req) -> Observed {
         let task = match TaskId::parse("task", task) {
             Ok(t) => t,
-            Err(e) => return Answer::of_error(e),
+            Err(e) => return Observed::of_error(e),
         };
         let o = &self.owner;
         let write = match req {
@@ -242,7 +242,7 @@ impl Client<'_> {
             },
             Req::Holder => {
                 return match auth.holder(&task).await {
-                    Ok(Ok(h)) => Answer::Holder {
+                    Ok(Ok(h)) => Observed::Holder {
                         live: h.as_ref().is_some_and(|h| h.live),
                         lease: h.map(|h| crate::history::Seen {
                             owner: h.grant.owner.as_str().to_owned(),
@@ -250,33 +250,33 @@ impl Client<'_> {
                             expired: false,
                         }),
                     },
-                    Ok(Err(r)) => Answer::refused(&r),
-                    Err(e) => Answer::of_error(e),
+                    Ok(Err(r)) => Observed::refused(&r),
+                    Err(e) => Observed::of_error(e),
                 };
             }
             Req::Verify { fence } => {
                 return match auth.verify(&task, *fence).await {
-                    Ok(Ok(v)) => Answer::Verified {
+                    Ok(Ok(v)) => Observed::Verified {
                         current: v.current,
                         live: v.live,
                         state: v.state,
                         current_fence: v.current_fence,
                     },
-                    Ok(Err(r)) => Answer::refused(&r),
-                    Err(e) => Answer::of_error(e),
+                    Ok(Err(r)) => Observed::refused(&r),
+                    Err(e) => Observed::of_error(e),
                 };
             }
         };
-        Answer::of_reply(write)
+        Observed::of_reply(write)
     }
 
     /// What the answer teaches the client about its grants and others'.
-    fn learn(&mut self, task: &str, req: &Req, answer: &Answer) {
+    fn learn(&mut self, task: &str, req: &Req, answer: &Observed) {
         let mut learned = Vec::new();
         match (req, answer) {
             (
                 Req::Claim { .. },
-                Answer::Done {
+                Observed::Done {
                     lease: Some(l),
                     ack: false,
                     ..
@@ -291,14 +291,14 @@ impl Client<'_> {
                 }
                 learned.push(l.fence);
             }
-            (Req::Renew { fence, ttl_ms }, Answer::Done { .. })
+            (Req::Renew { fence, ttl_ms }, Observed::Done { .. })
                 if self.held.get(task).map(|h| h.0) == Some(*fence) =>
             {
                 self.held.insert(task.to_owned(), (*fence, *ttl_ms));
             }
             (
                 _,
-                Answer::Refused {
+                Observed::Refused {
                     current_fence: Some(f),
                     ..
                 },

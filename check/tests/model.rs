@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use baton_check::history::Seen;
-use baton_check::{Answer, Limits, Line, Report, Req, check, ops};
+use baton_check::{Limits, Line, Observed, Report, Req, check, ops};
 use baton_core::State;
 
 const MS: u64 = 1000;
@@ -32,7 +32,7 @@ impl H {
         from: u64,
         to: Option<u64>,
         req: Req,
-        answer: Answer,
+        answer: Observed,
     ) -> &mut Self {
         self.n += 1;
         self.lines.push(Line::Invoke {
@@ -73,8 +73,8 @@ fn claim(ttl_ms: u64) -> Req {
     }
 }
 
-fn granted(owner: u32, fence: u64) -> Answer {
-    Answer::Done {
+fn granted(owner: u32, fence: u64) -> Observed {
+    Observed::Done {
         ack: false,
         state: State::Claimed,
         lease: Some(Seen {
@@ -85,8 +85,8 @@ fn granted(owner: u32, fence: u64) -> Answer {
     }
 }
 
-fn done(owner: u32, fence: u64, state: State) -> Answer {
-    Answer::Done {
+fn done(owner: u32, fence: u64, state: State) -> Observed {
+    Observed::Done {
         ack: false,
         state,
         lease: Some(Seen {
@@ -97,8 +97,8 @@ fn done(owner: u32, fence: u64, state: State) -> Answer {
     }
 }
 
-fn refused(reason: &str) -> Answer {
-    Answer::Refused {
+fn refused(reason: &str) -> Observed {
+    Observed::Refused {
         reason: reason.into(),
         current_fence: None,
         holder: None,
@@ -106,8 +106,8 @@ fn refused(reason: &str) -> Answer {
     }
 }
 
-fn held(owner: u32, fence: u64) -> Answer {
-    Answer::Refused {
+fn held(owner: u32, fence: u64) -> Observed {
+    Observed::Refused {
         reason: "held".into(),
         current_fence: Some(fence),
         holder: Some(format!("c{owner}")),
@@ -130,7 +130,7 @@ fn a_grant_after_the_lease_ends_is_allowed() {
                 fence: 1,
                 ttl_ms: 100,
             },
-            Answer::Refused {
+            Observed::Refused {
                 reason: "stale_fence".into(),
                 current_fence: Some(2),
                 holder: None,
@@ -277,7 +277,7 @@ fn the_lock_delay_is_held_to() {
             250,
             Some(251),
             claim(100),
-            Answer::Refused {
+            Observed::Refused {
                 reason: "lock_delay".into(),
                 current_fence: None,
                 holder: None,
@@ -315,7 +315,7 @@ fn a_claim_whose_answer_never_came_may_have_been_granted() {
             20,
             Some(21),
             Req::Holder,
-            Answer::Holder {
+            Observed::Holder {
                 lease: Some(Seen {
                     owner: "c0".into(),
                     fence: 7,
@@ -345,7 +345,7 @@ fn a_verify_that_calls_a_stale_fence_current_is_caught() {
             160,
             Some(161),
             Req::Verify { fence: 1 },
-            Answer::Verified {
+            Observed::Verified {
                 current: true,
                 live: true,
                 state: State::Claimed,

@@ -22,7 +22,7 @@ mod tree;
 use plan::*;
 
 pub use baton_open::{
-    DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, authority_with_token, settle_stores,
+    DEFAULT_STORE, DynAuthority, StoreUrl, authority_for, authority_with_token, finish_stores,
     store_for, use_token,
 };
 
@@ -111,7 +111,7 @@ where
     } {
         // On the main thread, as `block_on` runs it: see `supervise::spawn`.
         let code = runtime.block_on(supervise::main(spec));
-        settle(&runtime);
+        finish(&runtime);
         return code;
     }
     let format = cli.format;
@@ -119,12 +119,12 @@ where
         Ok(out) => out.print(format.unwrap_or(Format::Json)),
         Err(e) => report_error(&e),
     };
-    settle(&runtime);
+    finish(&runtime);
     code
 }
 
-fn settle(runtime: &tokio::runtime::Runtime) {
-    runtime.block_on(settle_stores());
+fn finish(runtime: &tokio::runtime::Runtime) {
+    runtime.block_on(finish_stores());
 }
 
 /// The supervised run a command line asks for, checked, if it asks for one.

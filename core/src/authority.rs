@@ -92,7 +92,7 @@ pub struct Verification {
 
 /// `gate(task)`: passes only for SUCCEEDED.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Gate {
+pub struct ReleaseGate {
     pub task: TaskId,
     pub state: State,
     pub passed: bool,
@@ -635,12 +635,12 @@ impl<S: Store> Authority<S> {
     }
 
     /// The release gate: passes only for SUCCEEDED.
-    pub async fn gate(&self, task: &TaskId) -> Result<std::result::Result<Gate, Refusal>> {
+    pub async fn gate(&self, task: &TaskId) -> Result<std::result::Result<ReleaseGate, Refusal>> {
         let Some(r) = self.get(task).await? else {
             return Ok(Err(Refusal::NotFound));
         };
         let passed = r.state == State::Succeeded;
-        Ok(Ok(Gate {
+        Ok(Ok(ReleaseGate {
             task: r.task.clone(),
             state: r.state,
             passed,

@@ -33,7 +33,7 @@ pub use url::{
 /// revoking the leases that ended grants left holding nothing and those a
 /// dropped store kept for reuse. A process calls it before it exits, after
 /// its stores are dropped.
-pub async fn settle_stores() {
+pub async fn finish_stores() {
     #[cfg(feature = "fabric")]
-    baton_adapter_fabric::settle(std::time::Duration::from_secs(3)).await;
+    baton_adapter_fabric::finish_revokes(std::time::Duration::from_secs(3)).await;
 }

@@ -126,7 +126,7 @@ impl Authority {
             py.detach(move || {
                 rt.block_on(async move {
                     drop(a);
-                    baton_open::settle_stores().await;
+                    baton_open::finish_stores().await;
                 })
             });
         }

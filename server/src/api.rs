@@ -2,9 +2,9 @@
 //! language. Answers are the JSON the CLI prints; a refusal is 409 (404
 //! for a task that does not exist) with the refusal's reason and details.
 
-use crate::app::{Answer, Shared, from_value_strict, json, parse_strict};
+use crate::app::{Handled, Shared, from_value_strict, json, parse_strict};
 use crate::bodies::*;
-use crate::gate::{Gate, Gated};
+use crate::caller::{AsCaller, CallerStore};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -66,11 +66,11 @@ fn task(id: &str) -> Result<TaskId, Error> {
     TaskId::parse("task", id)
 }
 
-fn with_status(status: StatusCode, v: Value) -> Answer {
+fn with_status(status: StatusCode, v: Value) -> Handled {
     Ok((status, axum::Json(v)).into_response())
 }
 
-fn refused(r: &Refusal) -> Answer {
+fn refused(r: &Refusal) -> Handled {
     let status = if *r == Refusal::NotFound {
         StatusCode::NOT_FOUND
     } else {
@@ -79,7 +79,7 @@ fn refused(r: &Refusal) -> Answer {
     with_status(status, refusal_json(r))
 }
 
-fn answer(r: Reply, as_grant: bool) -> Answer {
+fn answer(r: Reply, as_grant: bool) -> Handled {
     match &r {
         Reply::Refused(refusal) => refused(refusal),
         _ => with_status(StatusCode::OK, reply_json(&r, as_grant)),
@@ -111,7 +111,11 @@ fn refuse_unknown_fields(given: &Value, request: &Request) -> Result<(), Error> 
 /// `POST /v1/tasks/{id}/{verb}`: the body is the request's fields as
 /// JSON (`{"owner": "w1", "ttl_ms": 30000}`; for `declare`, the
 /// manifest), with an optional `"pre"` of preconditions.
-async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: Bytes) -> Answer {
+async fn write(
+    AsCaller(a): AsCaller,
+    Path((id, verb)): Path<(String, String)>,
+    body: Bytes,
+) -> Handled {
     // Only the catalogue's verbs: a request it does not offer (a store's
     // own `link`, an `add` that belongs to `/v1/graph`) is no endpoint.
     let offered = catalogue::op(&verb).and_then(|o| o.http).is_some_and(|r| {
@@ -203,7 +207,7 @@ async fn write(Gate(a): Gate, Path((id, verb)): Path<(String, String)>, body: By
 /// (or a page of them), 200 when it passed, 409 when refused (a fence not
 /// current, a gate still blocking, as the CLI exits 1), 404 for an unknown
 /// task.
-async fn run(a: &Authority<Gated>, call: Call) -> Answer {
+async fn run(a: &Authority<CallerStore>, call: Call) -> Handled {
     let out = call.run(a).await?;
     let status = match out.status {
         Status::Ok => StatusCode::OK,
@@ -218,11 +222,11 @@ async fn run(a: &Authority<Gated>, call: Call) -> Answer {
     with_status(status, body)
 }
 
-async fn show(Gate(a): Gate, Path(id): Path<String>) -> Answer {
+async fn show(AsCaller(a): AsCaller, Path(id): Path<String>) -> Handled {
     run(&a, Call::Show { task: task(&id)? }).await
 }
 
-async fn holder(Gate(a): Gate, Path(id): Path<String>) -> Answer {
+async fn holder(AsCaller(a): AsCaller, Path(id): Path<String>) -> Handled {
     run(&a, Call::Holder { task: task(&id)? }).await
 }
 
@@ -231,7 +235,11 @@ struct FenceQuery {
     fence: u64,
 }
 
-async fn verify(Gate(a): Gate, Path(id): Path<String>, Query(q): Query<FenceQuery>) -> Answer {
+async fn verify(
+    AsCaller(a): AsCaller,
+    Path(id): Path<String>,
+    Query(q): Query<FenceQuery>,
+) -> Handled {
     let task = task(&id)?;
     run(
         &a,
@@ -243,7 +251,7 @@ async fn verify(Gate(a): Gate, Path(id): Path<String>, Query(q): Query<FenceQuer
     .await
 }
 
-async fn gate(Gate(a): Gate, Path(id): Path<String>) -> Answer {
+async fn gate(AsCaller(a): AsCaller, Path(id): Path<String>) -> Handled {
     run(&a, Call::Gate { task: task(&id)? }).await
 }
 
@@ -280,16 +288,16 @@ fn wait(q: &Option<String>) -> Result<Option<Duration>, Error> {
         .transpose()
 }
 
-fn page<T: serde::Serialize>(p: &baton_core::Page<T>) -> Answer {
+fn page<T: serde::Serialize>(p: &baton_core::Page<T>) -> Handled {
     json(&json!({"items": p.items, "next": p.next}))
 }
 
 async fn events(
     State(app): State<Shared>,
-    Gate(a): Gate,
+    AsCaller(a): AsCaller,
     Path(id): Path<String>,
     Query(q): Query<PageQuery>,
-) -> Answer {
+) -> Handled {
     let t = task(&id)?;
     let limit = limit(&q)?;
     let wait = wait(&q.wait)?;
@@ -307,9 +315,9 @@ async fn events(
 async fn feed(
     State(app): State<Shared>,
     // The caller's token is checked (as for every read) before anything is read.
-    Gate(a): Gate,
+    AsCaller(a): AsCaller,
     Query(q): Query<PageQuery>,
-) -> Answer {
+) -> Handled {
     let limit = limit(&q)?;
     let wait = wait(&q.wait)?;
     baton_core::authority::parse_cursor(q.after.as_deref())?;
@@ -328,7 +336,7 @@ async fn events_waiting(
     q: &PageQuery,
     limit: usize,
     wait: Option<Duration>,
-) -> Answer {
+) -> Handled {
     let wait = wait.unwrap_or_default().min(app.max_wait);
     let _place = if wait.is_zero() {
         None
@@ -361,7 +369,7 @@ async fn events_waiting(
     }
 }
 
-async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
+async fn list(AsCaller(a): AsCaller, Query(q): Query<PageQuery>) -> Handled {
     let limit = limit(&q)?;
     let queue = q
         .queue
@@ -406,7 +414,7 @@ async fn list(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
 
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
 /// `{"executor": ...}` for a declared one; `queues` (default `["default"]`).
-async fn next(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
+async fn next(AsCaller(a): AsCaller, Query(q): Query<PageQuery>, body: Bytes) -> Handled {
     let b: NextBody = parse_strict(&body)?;
     let taker = match (b.owner, b.executor) {
         (Some(owner), None) => Taker::Owner {
@@ -438,12 +446,12 @@ async fn next(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer 
     .await
 }
 
-async fn graph(Gate(a): Gate) -> Answer {
+async fn graph(AsCaller(a): AsCaller) -> Handled {
     run(&a, Call::Graph).await
 }
 
 /// `POST /v1/graph`: a graph file's text (as `baton add --file`).
-async fn add_graph(Gate(a): Gate, body: Bytes) -> Answer {
+async fn add_graph(AsCaller(a): AsCaller, body: Bytes) -> Handled {
     let text = std::str::from_utf8(&body)
         .map_err(|_| Error::invalid("body", "a graph file is UTF-8 text"))?;
     let nodes = baton_core::workgraph::parse_graph(text)?;
@@ -457,13 +465,13 @@ fn no_body(body: &Bytes) -> Result<(), Error> {
     parse_strict::<NoBody>(body).map(|NoBody {}| ())
 }
 
-async fn sweep(Gate(a): Gate, Query(q): Query<PageQuery>, body: Bytes) -> Answer {
+async fn sweep(AsCaller(a): AsCaller, Query(q): Query<PageQuery>, body: Bytes) -> Handled {
     no_body(&body)?;
     let dry_run = q.dry_run.unwrap_or(false);
     run(&a, Call::Sweep { dry_run }).await
 }
 
-async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answer {
+async fn schedule(AsCaller(a): AsCaller, Path(name): Path<String>, body: Bytes) -> Handled {
     let b: ScheduleBody = parse_strict(&body)?;
     let every_ms = b
         .every_ms
@@ -484,44 +492,48 @@ async fn schedule(Gate(a): Gate, Path(name): Path<String>, body: Bytes) -> Answe
     answer(a.set_schedule(&name, schedule).await?, false)
 }
 
-async fn schedules(Gate(a): Gate) -> Answer {
+async fn schedules(AsCaller(a): AsCaller) -> Handled {
     json(&json!({"items": a.schedules().await?, "next": null}))
 }
 
-async fn tick(Gate(a): Gate, body: Bytes) -> Answer {
+async fn tick(AsCaller(a): AsCaller, body: Bytes) -> Handled {
     no_body(&body)?;
     run(&a, Call::Tick).await
 }
 
-async fn set_limit(Gate(a): Gate, Path(key): Path<String>, body: Bytes) -> Answer {
+async fn set_limit(AsCaller(a): AsCaller, Path(key): Path<String>, body: Bytes) -> Handled {
     let b: LimitBody = parse_strict(&body)?;
     let key = baton_core::Id::parse("key", &key)?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
     answer(a.set_limit(&key, b.limit, by).await?, false)
 }
 
-async fn key_status(Gate(a): Gate, Path(key): Path<String>) -> Answer {
+async fn key_status(AsCaller(a): AsCaller, Path(key): Path<String>) -> Handled {
     let key = baton_core::Id::parse("key", &key)?;
     run(&a, Call::KeyShow { key }).await
 }
 
-async fn keys(Gate(a): Gate) -> Answer {
+async fn keys(AsCaller(a): AsCaller) -> Handled {
     json(&json!({"items": a.keys().await?, "next": null}))
 }
 
-async fn set_queue_policy(Gate(a): Gate, Path(queue): Path<String>, body: Bytes) -> Answer {
+async fn set_queue_policy(
+    AsCaller(a): AsCaller,
+    Path(queue): Path<String>,
+    body: Bytes,
+) -> Handled {
     let b: QueuePolicyBody = parse_strict(&body)?;
     let queue = baton_core::Id::parse("queue", &queue)?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
     answer(a.set_queue_policy(&queue, b.retry, by).await?, false)
 }
 
-async fn queue_policy(Gate(a): Gate, Path(queue): Path<String>) -> Answer {
+async fn queue_policy(AsCaller(a): AsCaller, Path(queue): Path<String>) -> Handled {
     let queue = baton_core::Id::parse("queue", &queue)?;
     run(&a, Call::QueueShow { queue }).await
 }
 
-async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
+async fn prune(AsCaller(a): AsCaller, body: Bytes) -> Handled {
     // The operator's check comes before the body is read.
     access::require_operator(a.store().caller(), "a prune")?;
     let b: PruneBody = parse_strict(&body)?;
@@ -543,13 +555,13 @@ async fn prune(Gate(a): Gate, body: Bytes) -> Answer {
     .await
 }
 
-async fn pending(Gate(a): Gate, Query(q): Query<PageQuery>) -> Answer {
+async fn pending(AsCaller(a): AsCaller, Query(q): Query<PageQuery>) -> Handled {
     let limit = limit(&q)?;
     let after = q.after;
     run(&a, Call::Pending { after, limit }).await
 }
 
-async fn ack(Gate(a): Gate, body: Bytes) -> Answer {
+async fn ack(AsCaller(a): AsCaller, body: Bytes) -> Handled {
     // The operator's check comes before the body is read.
     access::require_operator(a.store().caller(), "an outbox acknowledgement")?;
     let b: AckBody = parse_strict(&body)?;

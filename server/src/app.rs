@@ -1,6 +1,6 @@
 //! What every endpoint shares: the server's state, the caller a token
 //! proves (the path a request then takes, admitted, re-timed, validated,
-//! applied and counted, is `gate.rs`'s), and how an error is answered.
+//! applied and counted, is `caller.rs`'s), and how an error is answered.
 
 use crate::auth::Tokens;
 use crate::metrics::Metrics;
@@ -238,7 +238,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-pub(crate) type Answer = Result<Response, ApiError>;
+pub(crate) type Handled = Result<Response, ApiError>;
 
 /// A JSON body, or an error naming `body` and what is wrong with it.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
@@ -283,7 +283,7 @@ pub(crate) fn from_value_strict<T: DeserializeOwned>(value: serde_json::Value) -
     }
 }
 
-pub(crate) fn json<T: Serialize>(value: &T) -> Answer {
+pub(crate) fn json<T: Serialize>(value: &T) -> Handled {
     Ok(axum::Json(value).into_response())
 }
 
@@ -343,7 +343,7 @@ pub(crate) async fn whole_body(
 /// a request without a valid token is answered 401 and its body is never
 /// read (a stranger's 31 MB body costs nothing). The page, `/healthz`,
 /// `/readyz` and the OpenAPI document are public. The caller it proved is left in the request for
-/// the gate a handler asks for (`gate.rs`).
+/// the gate a handler asks for (`caller.rs`).
 pub(crate) async fn authenticate(
     axum::extract::State(app): axum::extract::State<Shared>,
     mut req: axum::extract::Request,

@@ -7,7 +7,7 @@
 //! are the task API's operator requests, so a server with tokens takes
 //! them only with an operator's token. Every input is bounded.
 
-use crate::app::{Answer, Shared, json};
+use crate::app::{Handled, Shared, json};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -274,8 +274,8 @@ async fn status(
     State(app): State<Shared>,
     Query(q): Query<StatusQuery>,
     // Authenticated like every route but the page itself.
-    _caller: crate::gate::Gate,
-) -> Answer {
+    _caller: crate::caller::AsCaller,
+) -> Handled {
     let n = q.events.unwrap_or(30).clamp(1, SHOWN);
     let newest = newest_seq(&app).await?;
     let newest_events = recent_events(&app, newest).await?;

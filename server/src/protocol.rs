@@ -1,8 +1,8 @@
 //! The store protocol: one endpoint per [`baton_core::Store`] method,
 //! what an `http://` store speaks. Bodies are core's own types as JSON.
 
-use crate::app::{Answer, Shared, json, parse};
-use crate::gate::Gate;
+use crate::app::{Handled, Shared, json, parse};
+use crate::caller::AsCaller;
 use axum::Router;
 use axum::body::Bytes;
 use axum::routing::{get, post};
@@ -28,8 +28,8 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(wire::COUNTS, post(counts))
 }
 
-async fn capabilities(gate: Gate) -> Answer {
-    let mut caps = gate.store().capabilities();
+async fn capabilities(asked: AsCaller) -> Handled {
+    let mut caps = asked.store().capabilities();
     // The server re-times every request to its own clock: to a client it
     // is an engine clock, whatever the store behind it keeps.
     caps.clock = ClockKind::Engine;
@@ -40,71 +40,71 @@ async fn capabilities(gate: Gate) -> Answer {
     json(&caps)
 }
 
-async fn read(gate: Gate, body: Bytes) -> Answer {
+async fn read(asked: AsCaller, body: Bytes) -> Handled {
     let b: ReadBody = parse(&body)?;
-    json(&gate.store().read(&b.task, Timestamp::default()).await?)
+    json(&asked.store().read(&b.task, Timestamp::default()).await?)
 }
 
-async fn apply(gate: Gate, body: Bytes) -> Answer {
+async fn apply(asked: AsCaller, body: Bytes) -> Handled {
     let op: Operation = parse(&body)?;
-    json(&gate.store().apply(op).await?.answer_only())
+    json(&asked.store().apply(op).await?.answer_only())
 }
 
-async fn apply_all(gate: Gate, body: Bytes) -> Answer {
+async fn apply_all(asked: AsCaller, body: Bytes) -> Handled {
     let ops: Vec<Operation> = parse(&body)?;
-    let ds = gate.store().apply_all(ops).await?;
+    let ds = asked.store().apply_all(ops).await?;
     let ds: Vec<Decision> = ds.into_iter().map(Decision::answer_only).collect();
     json(&ds)
 }
 
-async fn next(gate: Gate, body: Bytes) -> Answer {
+async fn next(asked: AsCaller, body: Bytes) -> Handled {
     let q: NextQuery = parse(&body)?;
-    json(&gate.store().next(&q).await?.map(Decision::answer_only))
+    json(&asked.store().next(&q).await?.map(Decision::answer_only))
 }
 
-async fn watch_ready(gate: Gate, body: Bytes) -> Answer {
+async fn watch_ready(asked: AsCaller, body: Bytes) -> Handled {
     let b: WatchBody = parse(&body)?;
-    json(&gate.store().watch_ready(&b.query, b.max_ms).await?)
+    json(&asked.store().watch_ready(&b.query, b.max_ms).await?)
 }
 
-async fn list(gate: Gate, body: Bytes) -> Answer {
+async fn list(asked: AsCaller, body: Bytes) -> Handled {
     let q: ListQuery = parse(&body)?;
-    json(&gate.store().list(&q).await?)
+    json(&asked.store().list(&q).await?)
 }
 
-async fn events(gate: Gate, body: Bytes) -> Answer {
+async fn events(asked: AsCaller, body: Bytes) -> Handled {
     let b: EventsBody = parse(&body)?;
     json(
-        &gate
+        &asked
             .store()
             .events(b.task.as_ref(), b.after, b.limit)
             .await?,
     )
 }
 
-async fn pending(gate: Gate, body: Bytes) -> Answer {
+async fn pending(asked: AsCaller, body: Bytes) -> Handled {
     let b: PendingBody = parse(&body)?;
-    json(&gate.store().pending(b.after, b.limit).await?)
+    json(&asked.store().pending(b.after, b.limit).await?)
 }
 
-async fn ack(gate: Gate, body: Bytes) -> Answer {
+async fn ack(asked: AsCaller, body: Bytes) -> Handled {
     // The operator's check comes before the body is read.
-    access::require_operator(gate.store().caller(), "an outbox acknowledgement")?;
+    access::require_operator(asked.store().caller(), "an outbox acknowledgement")?;
     let b: AckBody = parse(&body)?;
     json(
-        &gate
+        &asked
             .store()
             .ack(&b.intent_ids, Timestamp::default())
             .await?,
     )
 }
 
-async fn counts(gate: Gate) -> Answer {
-    json(&gate.store().counts().await?)
+async fn counts(asked: AsCaller) -> Handled {
+    json(&asked.store().counts().await?)
 }
 
-async fn permit(gate: Gate, body: Bytes) -> Answer {
+async fn permit(asked: AsCaller, body: Bytes) -> Handled {
     let act: baton_core::access::Act = parse(&body)?;
-    baton_core::access::require_operator(gate.store().caller(), act.as_str())?;
+    baton_core::access::require_operator(asked.store().caller(), act.as_str())?;
     json(&())
 }

@@ -1,7 +1,7 @@
 //! The server: listening (TCP with or without TLS, a Unix socket), the
 //! router, health and metrics, and graceful shutdown.
 
-use crate::app::{Answer, ApiError, App, Shared};
+use crate::app::{ApiError, App, Handled, Shared};
 use crate::auth::Tokens;
 use crate::conns::{Conn, Conns};
 use crate::metrics::Metrics;
@@ -153,7 +153,7 @@ async fn readyz(State(app): State<Shared>) -> Response {
     }
 }
 
-async fn metrics(State(app): State<Shared>, _caller: crate::gate::Gate) -> Answer {
+async fn metrics(State(app): State<Shared>, _caller: crate::caller::AsCaller) -> Handled {
     if let Ok(counts) = app.authority.counts().await {
         app.metrics
             .census(counts.queues.iter().flat_map(|(q, states)| {

@@ -332,7 +332,7 @@ impl Inner {
     }
 
     /// Waits until everything a read may have seen is durable.
-    fn settle_reads(&self) -> Result<()> {
+    fn wait_reads_durable(&self) -> Result<()> {
         let upto = self.flush.horizon().map_err(|Poisoned| self.poisoned())?;
         self.durable(upto, false)
     }
@@ -675,7 +675,7 @@ impl Blocking for Inner {
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         rows.dedup_by(|a, b| a.0 == b.0);
         rows.truncate(q.limit);
-        self.settle_reads()?;
+        self.wait_reads_durable()?;
         Ok(rows
             .into_iter()
             .map(|(_, r)| Snapshot::at(r, q.now))
@@ -716,7 +716,7 @@ impl Blocking for Inner {
                 out.push(self.decode::<Event>(&b)?);
             }
         }
-        self.settle_reads()?;
+        self.wait_reads_durable()?;
         Ok(out)
     }
 
@@ -754,7 +754,7 @@ impl Blocking for Inner {
             let draft: NotificationDraft = self.decode(&v)?;
             out.push(Notification::from_draft(seq, draft));
         }
-        self.settle_reads()?;
+        self.wait_reads_durable()?;
         Ok(out)
     }
 
@@ -789,7 +789,7 @@ impl Blocking for Inner {
         let snap = got
             .map(|b| self.decode(&b).map(|r| Snapshot::at(r, now)))
             .transpose()?;
-        self.settle_reads()?;
+        self.wait_reads_durable()?;
         Ok(snap)
     }
 }

@@ -1,7 +1,7 @@
 //! Auth and metering as layers. The `authenticate` middleware proves the
 //! caller once per request, from its bearer token, and leaves it in the
-//! request ([`Who`]); a handler asks for a [`Gate`]: the store as that
-//! caller may use it ([`Gated`]). Every write through it, whichever
+//! request ([`Who`]); a handler asks for an [`AsCaller`]: the store as that
+//! caller may use it ([`CallerStore`]). Every write through it, whichever
 //! endpoint asked (the store protocol, the task API's verbs, `next`, a
 //! graph's add, a sweep), is admitted by core's access rule for the
 //! caller, re-timed to the server's clock, validated, applied, and counted
@@ -23,20 +23,20 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The server's store as one caller may use it.
-pub(crate) struct Gated {
+pub(crate) struct CallerStore {
     app: Shared,
     caller: Option<Caller>,
 }
 
-impl fmt::Debug for Gated {
+impl fmt::Debug for CallerStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gated")
+        f.debug_struct("CallerStore")
             .field("caller", &self.caller.as_ref().map(|c| &c.name))
             .finish()
     }
 }
 
-impl Gated {
+impl CallerStore {
     pub(crate) fn caller(&self) -> Option<&Caller> {
         self.caller.as_ref()
     }
@@ -59,7 +59,7 @@ impl Gated {
 }
 
 #[async_trait]
-impl Store for Gated {
+impl Store for CallerStore {
     fn capabilities(&self) -> Capabilities {
         self.app.store.capabilities()
     }
@@ -166,15 +166,15 @@ impl Store for Gated {
 
 /// What a handler asks for: the authority over the store as this
 /// request's caller may use it.
-pub(crate) struct Gate(pub Authority<Gated>);
+pub(crate) struct AsCaller(pub Authority<CallerStore>);
 
-impl Gate {
-    pub(crate) fn store(&self) -> &Gated {
+impl AsCaller {
+    pub(crate) fn store(&self) -> &CallerStore {
         self.0.store()
     }
 }
 
-impl FromRequestParts<Shared> for Gate {
+impl FromRequestParts<Shared> for AsCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, ApiError> {
@@ -185,11 +185,11 @@ impl FromRequestParts<Shared> for Gate {
             None => app.caller(&parts.headers)?,
         };
         let permits = Arc::new(access::CallerPermits(caller.clone()));
-        let gated = Gated {
+        let gated = CallerStore {
             app: app.clone(),
             caller,
         };
-        Ok(Gate(
+        Ok(AsCaller(
             Authority::new(gated, app.clock.clone()).with_permits(permits),
         ))
     }
