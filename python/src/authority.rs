@@ -3,6 +3,7 @@
 use crate::convert::{self, duration, id, json_text, millis, to_json};
 use crate::shape::*;
 use crate::{ProcessBound, errors, runtime};
+use baton_core::call::{Call, Output};
 use baton_core::catalogue::Kind;
 use baton_core::graph::Taker;
 use baton_core::{Manifest, State};
@@ -77,6 +78,17 @@ impl Authority {
         Fut: Future<Output = baton_core::Result<T>>,
     {
         crate::runtime::call_interruptible(py, self.open()?, f)
+    }
+
+    /// Runs an operation of core's catalogue with the GIL released.
+    fn run(&self, py: Python<'_>, call: Call) -> PyResult<Output> {
+        self.call(py, move |a| async move { call.run(&a).await })
+    }
+
+    /// [`Authority::run`] of an operation that answers one item, as a dict.
+    fn run_item(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
+        let out = self.run(py, call)?;
+        convert::json(py, out.items.first().unwrap_or(&serde_json::Value::Null))
     }
 
     fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
@@ -528,25 +540,15 @@ impl Authority {
     /// None), live `holders` (each `{"task", "fence"}`) and `parked`
     /// tasks waiting for a slot, oldest first.
     fn key_status(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
-        let k = id("key", key)?;
-        let kk = k.clone();
-        let status = self.call(py, move |a| async move { a.key_status(&kk).await })?;
-        let v = match status {
-            Some(s) => serde_json::json!(s),
-            None => serde_json::json!({"key": k, "limit": null, "holders": [], "parked": []}),
-        };
-        convert::json(py, &v)
+        let key = id("key", key)?;
+        self.run_item(py, Call::KeyShow { key })
     }
 
     /// Queue `queue`'s policy: a dict `{"queue", "retry"}`, `retry` a dict
     /// (`max_attempts`, `backoff_ms`, `factor`, `max_backoff_ms`) or None.
     fn queue_policy(&self, py: Python<'_>, queue: &str) -> PyResult<Py<PyAny>> {
-        let q = id("queue", queue)?;
-        let qq = q.clone();
-        let policy = self
-            .call(py, move |a| async move { a.queue_policy(&qq).await })?
-            .unwrap_or_default();
-        convert::json(py, &serde_json::json!({"queue": q, "retry": policy.retry}))
+        let queue = id("queue", queue)?;
+        self.run_item(py, Call::QueueShow { queue })
     }
 
     /// Every concurrency key's status, as `key_status` gives each.
@@ -629,15 +631,13 @@ impl Authority {
         limit: usize,
     ) -> PyResult<Py<PyAny>> {
         let after = cursor(after)?;
-        let p = self.call(py, move |a| async move {
-            a.pending(after.as_deref(), limit).await
-        })?;
-        let items = p
+        let out = self.run(py, Call::Pending { after, limit })?;
+        let items = out
             .items
             .iter()
-            .map(|n| convert::json_of(py, n))
+            .map(|n| convert::json(py, n))
             .collect::<PyResult<Vec<_>>>()?;
-        convert::page(py, items, p.next)
+        convert::page(py, items, out.next)
     }
 
     /// Acknowledges notifications by intent id; returns how many were newly acknowledged.
@@ -649,8 +649,8 @@ impl Authority {
     /// passed; returns what changed (`dry_run`: what would), as dicts.
     #[pyo3(signature = (dry_run = false))]
     fn sweep(&self, py: Python<'_>, dry_run: bool) -> PyResult<Py<PyAny>> {
-        let swept = self.call(py, move |a| async move { a.sweep(dry_run).await })?;
-        convert::json_of(py, &swept)
+        let out = self.run(py, Call::Sweep { dry_run })?;
+        convert::json(py, &serde_json::Value::Array(out.items))
     }
 
     // ---- the work graph ----
@@ -842,8 +842,8 @@ impl Authority {
 
     /// Every task with a place in the work graph, as dicts.
     fn graph(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let nodes = self.call(py, move |a| async move { a.graph().await })?;
-        convert::json_of(py, &nodes)
+        let out = self.run(py, Call::Graph)?;
+        convert::json(py, &serde_json::Value::Array(out.items))
     }
 
     // ---- a kept lease ----
