@@ -20,9 +20,6 @@ use std::sync::Arc;
 /// What a blocking store does, each call on the caller's thread (a thread
 /// of the blocking pool, or the committer's).
 pub trait Blocking: Send + Sync + 'static {
-    /// Names the store in errors (`sqlite PATH`).
-    fn name(&self) -> String;
-    fn capabilities(&self) -> Capabilities;
     /// Decides `jobs` in order in one atomic, durable commit, one answer a
     /// job, or an error meaning nothing was applied (the contract of
     /// [`GroupCommitter::start`]).
@@ -53,15 +50,26 @@ pub trait Blocking: Send + Sync + 'static {
 pub struct BlockingStore<B> {
     inner: Arc<B>,
     committer: Option<Arc<GroupCommitter>>,
+    /// Names the store in errors (`sqlite PATH`).
+    name: Arc<str>,
+    capabilities: Capabilities,
 }
 
 impl<B: Blocking> BlockingStore<B> {
-    /// `inner`, its jobs committed by `committer` (which commits with
-    /// `inner`), or each in a commit of its own when `None`.
-    pub fn new(inner: Arc<B>, committer: Option<GroupCommitter>) -> BlockingStore<B> {
+    /// `inner`, named `name` in errors, its jobs committed by `committer`
+    /// (which commits with `inner`), or each in a commit of its own when
+    /// `None`.
+    pub fn new(
+        inner: Arc<B>,
+        committer: Option<GroupCommitter>,
+        name: String,
+        capabilities: Capabilities,
+    ) -> BlockingStore<B> {
         BlockingStore {
             inner,
             committer: committer.map(Arc::new),
+            name: name.into(),
+            capabilities,
         }
     }
 
@@ -79,7 +87,7 @@ impl<B: Blocking> BlockingStore<B> {
         job_alone_or_grouped(
             self.committer.as_deref(),
             None,
-            || self.inner.name(),
+            || self.name.to_string(),
             self.inner.clone(),
             job,
             B::commit_jobs,
@@ -92,7 +100,7 @@ impl<B: Blocking> BlockingStore<B> {
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T> + Send + 'static,
     {
-        on_blocking_pool(self.inner.name(), self.inner.clone(), f).await
+        on_blocking_pool(self.name.to_string(), self.inner.clone(), f).await
     }
 }
 
@@ -101,14 +109,16 @@ impl<B> Clone for BlockingStore<B> {
         BlockingStore {
             inner: self.inner.clone(),
             committer: self.committer.clone(),
+            name: self.name.clone(),
+            capabilities: self.capabilities,
         }
     }
 }
 
-impl<B: Blocking> std::fmt::Debug for BlockingStore<B> {
+impl<B> std::fmt::Debug for BlockingStore<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BlockingStore")
-            .field("store", &self.inner.name())
+            .field("store", &self.name)
             .field("grouped", &self.committer.is_some())
             .finish()
     }
@@ -117,7 +127,7 @@ impl<B: Blocking> std::fmt::Debug for BlockingStore<B> {
 #[async_trait]
 impl<B: Blocking> Store for BlockingStore<B> {
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        self.capabilities
     }
 
     async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {

@@ -299,8 +299,14 @@ impl SledStore {
             path: inner.path.clone(),
             wait: options.busy_timeout.max(Duration::from_secs(5)),
         });
+        let name = format!("sled {}", inner.path.display());
         Ok(SledStore {
-            shell: BlockingStore::new(inner, committer),
+            shell: BlockingStore::new(
+                inner,
+                committer,
+                name,
+                Capabilities::injected_clock(true, false),
+            ),
             _released: released,
         })
     }
@@ -344,27 +350,6 @@ impl Inner {
                 FlushError::Poisoned => self.poisoned(),
                 FlushError::Flush(e) => self.err(e),
             })
-    }
-
-    /// Decides `jobs` in one transaction, then waits for one flush that
-    /// covers it (and whatever it read) before answering.
-    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
-        self.check_identity()?;
-        let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
-        let result = self.transact(jobs);
-        let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
-        let (answers, wrote) = result?;
-        // Answer only once what the decisions wrote (or read) is durable.
-        let upto = self
-            .flush
-            .horizon()
-            .map_err(|Poisoned| self.poisoned())?
-            .max(finished);
-        self.durable(upto, wrote)?;
-        // Moved away while this commit ran: what it wrote is not where the
-        // next process will look, so it is not an answer.
-        self.check_identity()?;
-        Ok(answers)
     }
 
     /// The store's directory is still the one this process opened: sled
@@ -591,16 +576,25 @@ impl Inner {
 }
 
 impl Blocking for Inner {
-    fn name(&self) -> String {
-        format!("sled {}", self.path.display())
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::injected_clock(true, false)
-    }
-
+    /// Decides `jobs` in one transaction, then waits for one flush that
+    /// covers it (and whatever it read) before answering.
     fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
-        Inner::commit_jobs(self, jobs)
+        self.check_identity()?;
+        let in_flight = self.flush.begin().map_err(|Poisoned| self.poisoned())?;
+        let result = self.transact(jobs);
+        let finished = in_flight.finish().map_err(|Poisoned| self.poisoned())?;
+        let (answers, wrote) = result?;
+        // Answer only once what the decisions wrote (or read) is durable.
+        let upto = self
+            .flush
+            .horizon()
+            .map_err(|Poisoned| self.poisoned())?
+            .max(finished);
+        self.durable(upto, wrote)?;
+        // Moved away while this commit ran: what it wrote is not where the
+        // next process will look, so it is not an answer.
+        self.check_identity()?;
+        Ok(answers)
     }
 
     fn commits(&self) -> u64 {

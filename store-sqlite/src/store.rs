@@ -187,8 +187,14 @@ impl SqliteStore {
         } else {
             None
         };
+        let name = format!("sqlite {}", inner.path.display());
         Ok(SqliteStore {
-            shell: BlockingStore::new(inner, committer),
+            shell: BlockingStore::new(
+                inner,
+                committer,
+                name,
+                Capabilities::injected_clock(true, true),
+            ),
         })
     }
 
@@ -338,76 +344,6 @@ impl Inner {
         read
     }
 
-    /// Decides `jobs` in order inside one transaction and commits once;
-    /// returns only after the commit is durable. If anything fails, nothing
-    /// is applied. A group (`Job::All`) comes alone; when one of its
-    /// decisions refuses, the transaction is rolled back.
-    fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
-        // A batch the snapshot answers whole writes nothing: no gate, no lock.
-        // (One that needs any write is decided under the lock in order, as
-        // each op must see the writes of those before it.) While another
-        // process is writing, its commit may be what answers this batch:
-        // wait for it to leave the gate and decide again on a fresh
-        // snapshot, a few times, before queueing for the gate.
-        //
-        // The writer connection is taken first: it keeps this process to
-        // one user of the gate (a lock of the open file, not of a thread).
-        let mut conn = self.lock(&self.writer);
-        let deadline = Instant::now() + self.busy_timeout;
-        let mut waits = 0;
-        let mut gate = loop {
-            // Mid-burst this process holds the gate already: what the
-            // snapshot would answer costs no more under it.
-            if let Some(kept) = self.gate.take_kept() {
-                break kept;
-            }
-            let mut answered = Vec::with_capacity(jobs.len());
-            for job in jobs {
-                let Job::One(op) = job else { break };
-                match self.decide_on_snapshot(op)? {
-                    Some(d) => answered.push(Answer::One(d)),
-                    None => break,
-                }
-            }
-            if answered.len() == jobs.len() {
-                return Ok(answered);
-            }
-            if let Some(held) = self.gate.try_enter() {
-                break held;
-            }
-            if waits == SHARED_WAITS || self.gate.yielding() {
-                break self.enter_gate()?;
-            }
-            waits += 1;
-            self.gate
-                .wait_for_writer(deadline.saturating_duration_since(Instant::now()))
-                .map_err(|Elapsed| self.gate_elapsed())?;
-        };
-        self.write_transactions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let mut t = SqlTx::new(self, &tx);
-        let mut engine = Engine::new(jobs.iter().cloned(), Txn::rules(&t));
-        let decided = drive_next(&mut engine, &mut t);
-        let (answers, keep) = engine.finish();
-        let changed = t.wrote;
-        // Once, before anything is answered or committed (an error
-        // included): what was read from a file that a path no longer names
-        // is never the answer.
-        self.check_identity()?;
-        decided?;
-        if changed && keep {
-            tx.commit().map_err(|e| self.err(e))?;
-            gate.committed();
-            self.commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        // Dropping an uncommitted transaction rolls it back: nothing was written.
-        Ok(answers)
-    }
-
     /// The decision made on a read snapshot, if it writes nothing (a
     /// refusal with nothing to record, an acknowledgement, bad input): it
     /// is the answer, given without the gate or the write lock. Sound
@@ -531,16 +467,74 @@ impl Inner {
 }
 
 impl Blocking for Inner {
-    fn name(&self) -> String {
-        format!("sqlite {}", self.path.display())
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::injected_clock(true, true)
-    }
-
+    /// Decides `jobs` in order inside one transaction and commits once;
+    /// returns only after the commit is durable. If anything fails, nothing
+    /// is applied. A group (`Job::All`) comes alone; when one of its
+    /// decisions refuses, the transaction is rolled back.
     fn commit_jobs(&self, jobs: &[Job]) -> Result<Vec<Answer>> {
-        Inner::commit_jobs(self, jobs)
+        // A batch the snapshot answers whole writes nothing: no gate, no lock.
+        // (One that needs any write is decided under the lock in order, as
+        // each op must see the writes of those before it.) While another
+        // process is writing, its commit may be what answers this batch:
+        // wait for it to leave the gate and decide again on a fresh
+        // snapshot, a few times, before queueing for the gate.
+        //
+        // The writer connection is taken first: it keeps this process to
+        // one user of the gate (a lock of the open file, not of a thread).
+        let mut conn = self.lock(&self.writer);
+        let deadline = Instant::now() + self.busy_timeout;
+        let mut waits = 0;
+        let mut gate = loop {
+            // Mid-burst this process holds the gate already: what the
+            // snapshot would answer costs no more under it.
+            if let Some(kept) = self.gate.take_kept() {
+                break kept;
+            }
+            let mut answered = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                let Job::One(op) = job else { break };
+                match self.decide_on_snapshot(op)? {
+                    Some(d) => answered.push(Answer::One(d)),
+                    None => break,
+                }
+            }
+            if answered.len() == jobs.len() {
+                return Ok(answered);
+            }
+            if let Some(held) = self.gate.try_enter() {
+                break held;
+            }
+            if waits == SHARED_WAITS || self.gate.yielding() {
+                break self.enter_gate()?;
+            }
+            waits += 1;
+            self.gate
+                .wait_for_writer(deadline.saturating_duration_since(Instant::now()))
+                .map_err(|Elapsed| self.gate_elapsed())?;
+        };
+        self.write_transactions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let mut t = SqlTx::new(self, &tx);
+        let mut engine = Engine::new(jobs.iter().cloned(), Txn::rules(&t));
+        let decided = drive_next(&mut engine, &mut t);
+        let (answers, keep) = engine.finish();
+        let changed = t.wrote;
+        // Once, before anything is answered or committed (an error
+        // included): what was read from a file that a path no longer names
+        // is never the answer.
+        self.check_identity()?;
+        decided?;
+        if changed && keep {
+            tx.commit().map_err(|e| self.err(e))?;
+            gate.committed();
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // Dropping an uncommitted transaction rolls it back: nothing was written.
+        Ok(answers)
     }
 
     fn snapshot(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
