@@ -13,7 +13,7 @@
 
 use baton_check::{Limits, Plan, Report, Writer, check_files, run_client};
 use baton_core::Capabilities;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,9 @@ fn capabilities(url: &str) -> Capabilities {
 }
 
 /// One recording: client processes on `url`, replaced when killed.
+/// Debian's libfaketime (package `faketime`), multi-threaded flavour.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
 struct Recording {
     dir: tempfile::TempDir,
     url: String,
@@ -113,14 +116,19 @@ impl Recording {
         plan.owner = format!("c{client}");
         plan.seed = self.base.seed.wrapping_add(u64::from(client) * 104_729);
         let test = std::env::current_exe().unwrap();
-        let mut c = match skew {
-            Some(s) => {
-                let mut c = Command::new("faketime");
-                c.args(["-f", s]).arg(test);
-                c
+        let mut c = Command::new(&test);
+        if let Some(s) = skew {
+            // libfaketime preloaded as `faketime -f` would (same FAKETIME),
+            // not through the wrapper: the wrapper keeps a semaphore named
+            // by its pid, which a killed client leaves behind for a later
+            // process with that pid to fail on ("sem_open: File exists").
+            if Path::new(LIBFAKETIME).exists() {
+                c.env("LD_PRELOAD", LIBFAKETIME).env("FAKETIME", s);
+            } else {
+                c = Command::new("faketime");
+                c.args(["-f", s]).arg(&test);
             }
-            None => Command::new(test),
-        };
+        }
         c.args([
             "--exact",
             "history_client",
