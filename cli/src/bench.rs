@@ -6,9 +6,9 @@
 
 use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
 use crate::output::{Out, Status};
-use crate::{DynAuthority, authority_for};
 use baton_core::graph::{NewNode, NodeSpec};
 use baton_core::{Error, Id, Refusal, Reply};
+use baton_open::{DynAuthority, authority_for};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -67,8 +67,8 @@ pub struct BenchResult {
 
 /// The directory a file-backed store lives in (where the ceiling loop runs).
 fn store_dir(store: &str) -> Option<std::path::PathBuf> {
-    let path = match crate::StoreUrl::parse(store).ok()? {
-        crate::StoreUrl::Sqlite { path, .. } | crate::StoreUrl::Sled { path, .. } => path,
+    let path = match baton_open::StoreUrl::parse(store).ok()? {
+        baton_open::StoreUrl::Sqlite { path, .. } | baton_open::StoreUrl::Sled { path, .. } => path,
         _ => return None,
     };
     let parent = std::path::Path::new(&path).parent()?.to_path_buf();
@@ -591,7 +591,7 @@ pub async fn run(
     let mut stores = vec![store];
     stores.extend(args.compare.iter().cloned());
     for s in &stores {
-        crate::StoreUrl::parse(s)?;
+        baton_open::StoreUrl::parse(s)?;
     }
     let counts: Vec<usize> = if args.series {
         SERIES.to_vec()

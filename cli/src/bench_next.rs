@@ -8,10 +8,10 @@
 //! fresh tasks, alternating which graph goes first (each run leaves the
 //! store larger for the next), and reports medians.
 
-use crate::DynAuthority;
 use crate::args::BenchArgs;
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::{Error, Id, Refusal, Reply, State};
+use baton_open::DynAuthority;
 use futures_util::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -346,7 +346,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// by id, the graph by `next`); each rate and ratio is the median over
 /// the rounds, the counts are their sums.
 pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error> {
-    let a = Arc::new(crate::authority_for(store).await?);
+    let a = Arc::new(baton_open::authority_for(store).await?);
     let workers = args.workers.max(1);
     let tasks = args.tasks.max(1);
     let layers = args.layers.clamp(1, tasks);

@@ -7,8 +7,8 @@
 
 use crate::args::Format;
 use crate::output::{Out, Status};
-use crate::{DynAuthority, authority_for};
 use baton_core::{Error, Id, Manifest, Reply};
+use baton_open::{DynAuthority, authority_for};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;

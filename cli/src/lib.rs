@@ -15,10 +15,15 @@ pub mod args;
 pub mod bench;
 pub mod bench_next;
 mod demo;
+pub mod exit;
 mod output;
+mod parse;
 mod plan;
 mod supervise;
 mod tree;
+pub use exit::exit_code_for;
+use output::report_error;
+use parse::*;
 use plan::*;
 
 pub use baton_open::{
@@ -26,39 +31,11 @@ pub use baton_open::{
     store_for, use_token,
 };
 
-use args::{Cli, Command, Format, GraphCommand, OutboxCommand, TaskCommand};
-use baton_core::call::{Call, made_json};
+use args::{Cli, Command, Format, TaskCommand};
+use baton_core::call::Call;
 use baton_core::catalogue::{self, Kind};
-use baton_core::graph::{NewNode, NodeSpec, Taker};
-use baton_core::workgraph::GraphState;
-use baton_core::{Actor, Error, ErrorKind, Id, Manifest, Request, State};
+use baton_core::{Error, ErrorKind};
 use output::Out;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::io::Read;
-
-/// Exit statuses: the contract scripts act on.
-pub mod exit {
-    pub const OK: i32 = 0;
-    pub const REFUSED: i32 = 1;
-    pub const INVALID: i32 = 2;
-    pub const UNAVAILABLE: i32 = 3;
-    pub const INDETERMINATE: i32 = 4;
-    pub const NOT_FOUND: i32 = 5;
-    /// A server refused the caller: no valid token, or a worker's token
-    /// on an operator's request.
-    pub const NOT_PERMITTED: i32 = 6;
-}
-
-/// The exit status for an error the store or the input gave.
-pub fn exit_code_for(e: &Error) -> i32 {
-    match e.kind {
-        ErrorKind::Invalid => exit::INVALID,
-        ErrorKind::Indeterminate => exit::INDETERMINATE,
-        ErrorKind::Unavailable | ErrorKind::Corrupt | ErrorKind::Unsupported => exit::UNAVAILABLE,
-        ErrorKind::NotPermitted => exit::NOT_PERMITTED,
-    }
-}
 
 /// Runs one command line (`argv[0]` included) and returns the exit status.
 /// Output goes to standard output, errors to standard error as JSON.
@@ -359,85 +336,6 @@ fn field_name(arg: &str) -> String {
         .trim_matches(|c| c == '<' || c == '>')
         .to_lowercase()
         .replace('-', "_")
-}
-
-pub(crate) fn report_error(e: &Error) -> i32 {
-    let mut body = json!({"error": {
-        "kind": e.kind.as_str(),
-        "message": e.message,
-        "field": e.field,
-        "temporary": e.kind.is_temporary(),
-    }});
-    if let Some(store) = &e.context {
-        body["error"]["store"] = json!(store);
-    }
-    if let Some(cause) = &e.source {
-        body["error"]["cause"] = json!(cause.to_string());
-    }
-    output::write_stderr(&body.to_string());
-    exit_code_for(e)
-}
-
-fn id(field: &str, value: &str) -> Result<Id, Error> {
-    Id::parse(field, value)
-}
-
-/// Parses `--lock-delay DUR`: `0` (none) or a DUR (the catalogue's rule).
-pub(crate) fn parse_lock_delay(value: Option<&str>) -> Result<Option<u64>, Error> {
-    value
-        .map(|v| catalogue::duration_ms(Kind::LockDelay, "lock_delay", v))
-        .transpose()
-}
-
-/// Parses a TTL: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms
-/// to 7 days (the catalogue's rule, as every front end reads it).
-pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
-    value
-        .map(|v| catalogue::duration_ms(Kind::Ttl, "ttl", v))
-        .transpose()
-}
-
-fn parse_error_json(value: &str) -> Result<Value, Error> {
-    let v = baton_core::json::parse_strict("error", value)?;
-    baton_core::request::validate_error(&v)?;
-    Ok(v)
-}
-
-fn parse_evidence(items: &[String]) -> Result<BTreeMap<String, String>, Error> {
-    let mut out = BTreeMap::new();
-    for item in items {
-        let (k, v) = item.split_once('=').ok_or_else(|| {
-            Error::invalid("evidence", format!("must be KEY=sha256:HEX (got {item:?})"))
-        })?;
-        if out.insert(k.to_owned(), v.to_owned()).is_some() {
-            return Err(Error::invalid(
-                "evidence",
-                format!("key {k:?} is given twice"),
-            ));
-        }
-    }
-    baton_core::request::validate_evidence(&out)?;
-    Ok(out)
-}
-
-fn parse_state(value: &str) -> Result<State, Error> {
-    State::parse("state", value)
-}
-
-fn read_manifest(file: Option<&std::path::Path>) -> Result<Manifest, Error> {
-    let limit = baton_core::manifest::MAX_MANIFEST_BYTES as u64 + 1;
-    let mut text = String::new();
-    let read = match file {
-        Some(p) => std::fs::File::open(p)
-            .and_then(|f| f.take(limit).read_to_string(&mut text))
-            .map_err(|e| Error::invalid("file", format!("cannot read {}: {e}", p.display()))),
-        None => std::io::stdin()
-            .take(limit)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::invalid("manifest", format!("cannot read standard input: {e}"))),
-    };
-    read?;
-    Manifest::from_json(&text)
 }
 
 /// `baton serve`: checks everything, opens the store, serves until

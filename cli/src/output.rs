@@ -796,6 +796,24 @@ fn paint_column(table: String, column: usize, rows: &[Vec<String>], colour: Colo
     out
 }
 
+/// Reports `e` on standard error as JSON; returns its exit status.
+pub(crate) fn report_error(e: &baton_core::Error) -> i32 {
+    let mut body = serde_json::json!({"error": {
+        "kind": e.kind.as_str(),
+        "message": e.message,
+        "field": e.field,
+        "temporary": e.kind.is_temporary(),
+    }});
+    if let Some(store) = &e.context {
+        body["error"]["store"] = serde_json::json!(store);
+    }
+    if let Some(cause) = &e.source {
+        body["error"]["cause"] = serde_json::json!(cause.to_string());
+    }
+    write_stderr(&body.to_string());
+    crate::exit::exit_code_for(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

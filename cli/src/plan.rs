@@ -1,7 +1,17 @@
 //! What each command does: its input mapped to core's requests and
 //! reads (`plan`), and run on an authority (`Plan::execute`).
 
-use super::*;
+use crate::args::{self, Command, GraphCommand, OutboxCommand, TaskCommand};
+use crate::output::{self, Out};
+use crate::parse::*;
+use baton_core::call::{Call, made_json};
+use baton_core::catalogue::{self, Kind};
+use baton_core::graph::{NewNode, NodeSpec, Taker};
+use baton_core::workgraph::GraphState;
+use baton_core::{Actor, Error, Id, Request};
+use baton_open::DynAuthority;
+use serde_json::json;
+use std::io::Read;
 
 /// A validated command, ready to run against a store: one operation of
 /// core's catalogue ([`Call`]), or one of the CLI's own loops over one.

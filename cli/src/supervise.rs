@@ -9,9 +9,11 @@
 //! this is process plumbing.
 
 use crate::args::RunOptions;
+use crate::exit::{self, exit_code_for};
 use crate::output;
+use crate::output::report_error;
+use crate::parse::parse_ttl;
 use crate::tree::{Stopper, Tree, Watchdog};
-use crate::{exit, exit_code_for, parse_ttl, report_error};
 use baton_core::{
     Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
 };
