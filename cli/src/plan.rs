@@ -32,7 +32,11 @@ pub(super) enum Plan {
 
 /// A write: one request through core's [`Call::Write`].
 pub(super) fn write(task: Id, request: Request) -> Plan {
-    Plan::Call(Call::Write { task, request })
+    Plan::Call(Call::Write {
+        task,
+        request,
+        pre: baton_core::Preconditions::none(),
+    })
 }
 
 pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {

@@ -24,8 +24,14 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Call {
-    /// A write: one request through [`Authority::submit`].
-    Write { task: TaskId, request: Request },
+    /// A write: one request through [`Authority::submit`], under
+    /// preconditions (none when not given).
+    Write {
+        task: TaskId,
+        request: Request,
+        #[serde(default, skip_serializing_if = "Preconditions::is_empty")]
+        pre: Preconditions,
+    },
     /// The last grant and whether its lease is live.
     Holder { task: TaskId },
     /// Whether work under `fence` may be accepted now.
@@ -236,13 +242,13 @@ impl Call {
     /// Runs the call on `a`.
     pub async fn run<S: Store>(self, a: &Authority<S>) -> Result<Output> {
         Ok(match self {
-            Call::Write { task, request } => {
+            Call::Write { task, request, pre } => {
                 let as_grant = answers_with_grant(request.kind());
                 let evidence = match &request {
                     Request::Succeed { evidence, .. } => Some(evidence.clone()),
                     _ => None,
                 };
-                let reply = a.submit(&task, request, Preconditions::none()).await?;
+                let reply = a.submit(&task, request, pre).await?;
                 let mut out = Output::reply(&reply, as_grant).written(true);
                 let ignored = evidence.map(|ev| reply.evidence_ignored(&ev));
                 if let Some(ignored) = ignored.filter(|i| !i.is_empty())
@@ -448,6 +454,7 @@ mod tests {
                 ttl_ms: Some(1000),
                 lock_delay_ms: None,
             },
+            pre: Preconditions::none(),
         };
         let text = serde_json::to_string(&call).unwrap();
         assert!(text.contains(r#""op":"write""#), "{text}");
@@ -479,6 +486,7 @@ mod tests {
                 ttl_ms: Some(1000),
                 lock_delay_ms: None,
             },
+            pre: Preconditions::none(),
         };
         let out = claim("w1").run(&a).await.unwrap();
         assert_eq!(

@@ -12,14 +12,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use baton_core::access;
-use baton_core::authority::{refusal_json, reply, reply_json};
-use baton_core::call::{Call, Status, answers_with_grant};
+use baton_core::authority::{refusal_json, reply_json};
+use baton_core::call::{Call, Status};
 use baton_core::catalogue;
 use baton_core::graph::Taker;
 use baton_core::workgraph::GraphState;
 use baton_core::{
-    Authority, Error, Id, Operation, Preconditions, Refusal, Reply, Request, State as TaskState,
-    Store, TaskId,
+    Authority, Error, Id, Preconditions, Refusal, Reply, Request, State as TaskState, TaskId,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -167,7 +166,7 @@ async fn write(
         refuse_unknown_fields(&fields, &request)?;
         request
     };
-    if cascade {
+    let call = if cascade {
         let Request::Cancel {
             by,
             fence: None,
@@ -180,27 +179,11 @@ async fn write(
             )
             .into());
         };
-        let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
-        return match &first {
-            Reply::Refused(r) if !baton_core::authority::cascade_proceeded(&first, &cascaded) => {
-                refused(r)
-            }
-            _ => with_status(
-                StatusCode::OK,
-                baton_core::authority::cascade_json(&first, &cascaded),
-            ),
-        };
-    }
-    let kind = request.kind();
-    let op = Operation {
-        task,
-        request,
-        pre,
-        now: a.now(),
-        clock: Default::default(),
+        Call::CancelCascade { task, by, force }
+    } else {
+        Call::Write { task, request, pre }
     };
-    let d = a.store().apply(op).await?;
-    answer(reply(d)?, answers_with_grant(kind))
+    run(&a, call).await
 }
 
 /// Runs `call` as the caller, answered as every route answers: the item
