@@ -223,7 +223,7 @@ pub enum Command {
     /// ready, then the smallest id): what `claim` answers. Nothing ready:
     /// exit 1 with `none_ready`, or `drained` when nothing can become ready.
     ///
-    /// Example: baton next --owner w1 --queue ci --ttl 10m --wait 5m
+    /// Example: baton next --owner w1 --queue ci --ttl 10m --wait 5m --keep-waiting
     Next {
         /// Your worker id: who holds (or asks for) the lease.
         #[arg(long, env = "BATON_OWNER")]
@@ -240,6 +240,11 @@ pub enum Command {
         /// Keep trying while nothing is ready, for up to DUR (at most 1h; backoff to 1s, jittered).
         #[arg(long, allow_hyphen_values = true)]
         wait: Option<String>,
+        /// With --wait: keep waiting when the queues are drained (nothing
+        /// left that could become ready) until work is added, instead of
+        /// answering `drained` at once: the worker's wait for work.
+        #[arg(long, requires = "wait")]
+        keep_waiting: bool,
     },
     /// The work graph.
     #[command(subcommand)]
@@ -500,6 +505,10 @@ pub struct RunOptions {
     /// Retry a refused claim (held by another) with jittered backoff for up to DUR (at most 1h).
     #[arg(long, allow_hyphen_values = true)]
     pub wait: Option<String>,
+    /// With --next and --wait: keep waiting when the queues are drained
+    /// (nothing left that could become ready) until work is added.
+    #[arg(long, requires = "wait")]
+    pub keep_waiting: bool,
     /// Between SIGTERM and SIGKILL (default 5s; at most a third of the TTL).
     #[arg(long, default_value = "5s", allow_hyphen_values = true)]
     pub grace: String,

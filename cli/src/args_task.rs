@@ -228,5 +228,10 @@ pub enum TaskCommand {
         /// Keep trying while nothing is ready, for up to DUR (at most 1h; backoff to 1s, jittered).
         #[arg(long, allow_hyphen_values = true)]
         wait: Option<String>,
+        /// With --wait: keep waiting when the queues are drained (nothing
+        /// left that could become ready) until work is added, instead of
+        /// answering `drained` at once: the worker's wait for work.
+        #[arg(long, requires = "wait")]
+        keep_waiting: bool,
     },
 }

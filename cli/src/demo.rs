@@ -109,6 +109,7 @@ async fn supervised_run(
         },
         ttl_ms: Some(2_000),
         wait_ms: None,
+        keep_waiting: false,
         grace_ms: 300,
         renew_every_ms: None,
         report: Some(dir.join("supervised.json")),

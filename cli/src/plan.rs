@@ -298,6 +298,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 queue,
                 ttl,
                 wait,
+                keep_waiting,
             } => P(C::Next {
                 taker: Taker::Executor {
                     executor: exec(executor)?,
@@ -305,6 +306,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
                 },
                 queues: queues(queue)?,
                 wait_ms: parse_wait(wait.as_deref())?,
+                keep_waiting: *keep_waiting,
             }),
         },
         Command::Add {
@@ -353,6 +355,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             ttl,
             lock_delay,
             wait,
+            keep_waiting,
         } => P(C::Next {
             taker: Taker::Owner {
                 owner: o(owner)?,
@@ -361,6 +364,7 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
             },
             queues: queues(queue)?,
             wait_ms: parse_wait(wait.as_deref())?,
+            keep_waiting: *keep_waiting,
         }),
         Command::Graph(GraphCommand::Show) => P(C::Graph),
         Command::Schedule(args::ScheduleCommand::Add {

@@ -91,6 +91,8 @@ pub struct Spec {
     pub holder: Holder,
     pub ttl_ms: Option<u64>,
     pub wait_ms: Option<u64>,
+    /// `run --next --wait --keep-waiting`: a drained queue is waited out too.
+    pub keep_waiting: bool,
     pub grace_ms: u64,
     pub renew_every_ms: Option<u64>,
     pub report: Option<PathBuf>,
@@ -159,6 +161,7 @@ impl Spec {
             holder,
             ttl_ms: parse_ttl(ttl)?,
             wait_ms,
+            keep_waiting: opts.keep_waiting,
             grace_ms,
             renew_every_ms,
             report: opts.report.clone(),
@@ -597,7 +600,7 @@ async fn claim<S: Store + 'static>(
                         | Refusal::LeaseLive { .. }
                         | Refusal::LockDelay { .. }
                         | Refusal::NoneReady { .. }
-                );
+                ) || (spec.keep_waiting && matches!(r, Refusal::Drained { .. }));
                 let now = std::time::Instant::now();
                 match deadline {
                     Some(d) if waitable && now < d => {

@@ -1181,3 +1181,64 @@ fn a_run_that_waited_for_the_sqlite_lock_gets_a_whole_lease() {
     assert!(ran.exists(), "the child did not run");
     assert_eq!(read_report(&report, &out)["outcome"], "completed");
 }
+
+/// `run --next --wait --keep-waiting`: a worker's wait for work. An empty
+/// queue is waited out (not answered `drained` at once, which makes a
+/// worker loop spin), and work added meanwhile is run.
+#[test]
+fn run_next_keeps_waiting_for_work_and_runs_what_is_added() {
+    let env = Env::new(Backend::Sqlite);
+    let args = [
+        "run", "--next", "--owner", "w", "--queue", "idle", "--wait", "20s",
+    ];
+    let refused = |args: &[&str]| {
+        let started = Instant::now();
+        let out = env.cmd(args).args(["--", "true"]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(201), "{said}");
+        assert!(said.contains("drained"), "{said}");
+        started.elapsed()
+    };
+    let took = refused(&args);
+    assert!(
+        took < Duration::from_secs(5),
+        "a plain wait answers a drained queue at once"
+    );
+    // Kept waiting, with an add 1 s into the wait: the child runs it.
+    let marker = env.path("ran");
+    let adder = {
+        let mut c = env.cmd(&["add", "late", "--queue", "idle"]);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(1));
+            c.output().unwrap()
+        })
+    };
+    let started = Instant::now();
+    let mut keep: Vec<&str> = args.to_vec();
+    keep.push("--keep-waiting");
+    let (code, report) = env.run(&keep, &format!("touch {}", marker.display()));
+    assert!(adder.join().unwrap().status.success());
+    assert_eq!(
+        (code, report["task"].as_str()),
+        (0, Some("late")),
+        "{report}"
+    );
+    assert!(
+        marker.exists(),
+        "the task added during the wait did not run"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1), "{report}");
+    // And with nothing added it waits the whole time, then says drained.
+    let short = [
+        "run",
+        "--next",
+        "--owner",
+        "w",
+        "--queue",
+        "none",
+        "--wait",
+        "1500ms",
+        "--keep-waiting",
+    ];
+    assert!(refused(&short) >= Duration::from_millis(1400));
+}

@@ -80,11 +80,14 @@ pub enum Call {
         by: Actor,
         force: bool,
     },
-    /// The next ready task, waiting up to `wait_ms` when given.
+    /// The next ready task, waiting up to `wait_ms` when given; with
+    /// `keep_waiting`, through `drained` too (until work is added).
     Next {
         taker: Taker,
         queues: Vec<Id>,
         wait_ms: Option<u64>,
+        #[serde(default)]
+        keep_waiting: bool,
     },
     /// Every schedule.
     Schedules,
@@ -367,11 +370,11 @@ impl Call {
                 taker,
                 queues,
                 wait_ms,
+                keep_waiting,
             } => {
-                let reply = match wait_ms {
-                    Some(ms) => a.next_waiting(taker, &queues, ms).await?,
-                    None => a.next_for(taker, &queues).await?,
-                };
+                let reply = a
+                    .next_as_asked(taker, &queues, wait_ms, keep_waiting)
+                    .await?;
                 Output::reply(&reply, true).written(true)
             }
             Call::Schedules => Output::list(

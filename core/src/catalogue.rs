@@ -209,6 +209,7 @@ const FENCE: Input = input("fence", "fence", Kind::Fence, true);
 const TTL: Input = input("ttl", "ttl_ms", Kind::Ttl, false);
 const LOCK_DELAY: Input = input("lock_delay", "lock_delay_ms", Kind::LockDelay, false);
 const WAIT: Input = input("wait", "wait", Kind::Wait, false);
+const KEEP_WAITING: Input = input("keep_waiting", "keep_waiting", Kind::Flag, false);
 const RUN: Input = input("run", "run_id", Kind::Id, true);
 const EXECUTOR: Input = input("executor", "executor", Kind::Id, true);
 const AFTER: Input = input("after", "after", Kind::Cursor, false);
@@ -367,7 +368,7 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("next"),
         http: post("/v1/next"),
         python: Some("next"),
-        inputs: &[OWNER, QUEUES, TTL, LOCK_DELAY, WAIT],
+        inputs: &[OWNER, QUEUES, TTL, LOCK_DELAY, WAIT, KEEP_WAITING],
     },
     Op {
         name: "task_next",
@@ -377,7 +378,7 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("task next"),
         http: post("/v1/next"),
         python: Some("task_next"),
-        inputs: &[EXECUTOR, QUEUES, TTL, WAIT],
+        inputs: &[EXECUTOR, QUEUES, TTL, WAIT, KEEP_WAITING],
     },
     Op {
         name: "add",

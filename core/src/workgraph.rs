@@ -673,6 +673,49 @@ impl<S: Store> Authority<S> {
     /// jittered by a quarter either way, so waiting workers do not try in
     /// step. `drained` ends the wait at once.
     pub async fn next_waiting(&self, taker: Taker, queues: &[Id], wait_ms: u64) -> Result<Reply> {
+        self.next_waiting_in(taker, queues, wait_ms, false).await
+    }
+
+    /// [`Authority::next_waiting`] that also waits out `drained`: a worker
+    /// waiting for work, which an add (or an operator's act) brings. A
+    /// drained queue is polled as an empty one is, each try answered from
+    /// the store's counts ([`Authority::census_from_counts`]).
+    pub async fn next_keep_waiting(
+        &self,
+        taker: Taker,
+        queues: &[Id],
+        wait_ms: u64,
+    ) -> Result<Reply> {
+        self.next_waiting_in(taker, queues, wait_ms, true).await
+    }
+
+    /// `next` as a front end asks it: at once, waiting up to `wait_ms`
+    /// while nothing is ready, or (`keep_waiting`) through `drained` too.
+    /// `keep_waiting` without a wait is refused: it says how long to wait.
+    pub async fn next_as_asked(
+        &self,
+        taker: Taker,
+        queues: &[Id],
+        wait_ms: Option<u64>,
+        keep_waiting: bool,
+    ) -> Result<Reply> {
+        match (wait_ms, keep_waiting) {
+            (Some(ms), keep) => self.next_waiting_in(taker, queues, ms, keep).await,
+            (None, false) => self.next_for(taker, queues).await,
+            (None, true) => Err(crate::error::Error::invalid(
+                "keep_waiting",
+                "goes with a wait: how long to keep waiting for work",
+            )),
+        }
+    }
+
+    async fn next_waiting_in(
+        &self,
+        taker: Taker,
+        queues: &[Id],
+        wait_ms: u64,
+        through_drained: bool,
+    ) -> Result<Reply> {
         // The deadline is the authority's clock's, as every time in core.
         let until = self.clock.now().plus_ms(wait_ms);
         let mut pause = NEXT_WAIT_FIRST_MS;
@@ -684,7 +727,12 @@ impl<S: Store> Authority<S> {
             // tries lets woken waiters try before the first one's grant
             // is seen (a loaded store, a slow network).
             let try_ms = now.millis_since(tried);
-            if !matches!(reply, Reply::Refused(Refusal::NoneReady { .. })) || now >= until {
+            let waits = match &reply {
+                Reply::Refused(Refusal::NoneReady { .. }) => true,
+                Reply::Refused(Refusal::Drained { .. }) => through_drained,
+                _ => false,
+            };
+            if !waits || now >= until {
                 return Ok(reply);
             }
             let noise = std::hash::BuildHasher::hash_one(

@@ -61,7 +61,7 @@ impl Authority {
     }
 
     /// Runs one call of the Rust API with the GIL released.
-    fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    pub(crate) fn call<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
         T: Send,
         F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
@@ -71,7 +71,7 @@ impl Authority {
     }
 
     /// Like `call`, ended by a signal Python handles (Ctrl-C) while it waits.
-    fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    pub(crate) fn call_interruptible<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
         T: Send,
         F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
@@ -796,8 +796,9 @@ impl Authority {
     /// Grants `owner` the ready bare task of `queues` (all when empty) with
     /// the highest priority: a `Grant`, or a `Refusal` (`none_ready`, or
     /// `drained` when nothing can become ready). `wait`: seconds to wait
-    /// for one.
-    #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None))]
+    /// for one; `keep_waiting` (with `wait`): wait through `drained` too,
+    /// until work is added.
+    #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None, keep_waiting = false))]
     fn next(
         slf: &Bound<'_, Self>,
         owner: &str,
@@ -805,6 +806,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
+        keep_waiting: bool,
     ) -> PyResult<Py<PyAny>> {
         let taker = Taker::Owner {
             owner: id("owner", owner)?,
@@ -813,17 +815,13 @@ impl Authority {
         };
         let queues = queue_list(queues)?;
         let wait = duration(Kind::Wait, "wait", wait)?;
-        slf.get().take_next(
-            slf.py(),
-            taker,
-            queues,
-            wait,
-            Some(slf.clone().into_any().unbind()),
-        )
+        let bound = Some(slf.clone().into_any().unbind());
+        slf.get()
+            .take_next(slf.py(), taker, queues, (wait, keep_waiting), bound)
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
-    #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None))]
+    #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None, keep_waiting = false))]
     fn task_next(
         &self,
         py: Python<'_>,
@@ -831,13 +829,15 @@ impl Authority {
         queues: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
+        keep_waiting: bool,
     ) -> PyResult<Py<PyAny>> {
         let taker = Taker::Executor {
             executor: id("executor", executor)?,
             ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
         };
         let queues = queue_list(queues)?;
-        self.take_next(py, taker, queues, duration(Kind::Wait, "wait", wait)?, None)
+        let wait = duration(Kind::Wait, "wait", wait)?;
+        self.take_next(py, taker, queues, (wait, keep_waiting), None)
     }
 
     /// Every task with a place in the work graph, as dicts.
@@ -876,25 +876,5 @@ impl Authority {
             wait_ms: duration(Kind::Wait, "wait", wait)?.unwrap_or(0),
         };
         crate::lease::Lease::new(py, self.open()?, opts)
-    }
-}
-
-impl Authority {
-    fn take_next(
-        &self,
-        py: Python<'_>,
-        taker: Taker,
-        queues: Vec<String>,
-        wait_ms: Option<u64>,
-        auth: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
-        let queues = queue_ids(queues)?;
-        let reply = match wait_ms {
-            Some(w) if w > 0 => self.call_interruptible(py, move |a| async move {
-                a.next_waiting(taker, &queues, w).await
-            })?,
-            _ => self.call(py, move |a| async move { a.next_for(taker, &queues).await })?,
-        };
-        convert::reply_from(py, &reply, true, auth)
     }
 }

@@ -319,6 +319,28 @@ def test_next_takes_one_queue_or_a_list_and_names_the_field_otherwise(auth):
     assert e.value.field == "queues"
 
 
+def test_a_worker_waiting_for_work_gets_what_is_added_meanwhile(auth):
+    import threading
+
+    started = time.monotonic()
+    assert auth.next("w1", "jobs", wait=30).reason == "drained"
+    assert time.monotonic() - started < 5, "a plain wait answers a drained queue at once"
+
+    def add_later():
+        time.sleep(0.5)
+        auth.add("job-1", queue="jobs")
+
+    adder = threading.Thread(target=add_later)
+    adder.start()
+    g = auth.next("w1", "jobs", wait=30, keep_waiting=True)
+    adder.join()
+    assert g.task == "job-1", g
+    assert time.monotonic() - started >= 0.5
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.next("w1", "jobs", keep_waiting=True)
+    assert e.value.field == "keep_waiting"
+
+
 def test_a_grant_reports_for_itself(auth):
     g = auth.claim("g-1", "w1", ttl=30)
     renewed = g.renew(ttl=60)

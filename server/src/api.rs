@@ -247,6 +247,8 @@ struct PageQuery {
     state: Option<String>,
     queue: Option<String>,
     dry_run: Option<bool>,
+    /// `next`: wait through `drained` too, until work is added.
+    keep_waiting: Option<bool>,
 }
 
 const DEFAULT_LIMIT: usize = 100;
@@ -418,12 +420,14 @@ async fn next(AsCaller(a): AsCaller, Query(q): Query<PageQuery>, body: Bytes) ->
     };
     let wait_ms = wait(&q.wait)?.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let queues = b.queues;
+    let keep_waiting = q.keep_waiting.unwrap_or(false);
     run(
         &a,
         Call::Next {
             taker,
             queues,
             wait_ms,
+            keep_waiting,
         },
     )
     .await

@@ -21,7 +21,7 @@ pub(crate) const PATH: &str = "/v1/openapi.json";
 
 /// Inputs read from the query string of a POST (the rest are its body).
 fn in_query(i: &Input) -> bool {
-    i.kind == Kind::Wait || i.wire == "dry_run"
+    i.kind == Kind::Wait || i.wire == "dry_run" || i.wire == "keep_waiting"
 }
 
 fn parameter(i: &Input, place: &str) -> Value {

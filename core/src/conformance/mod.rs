@@ -258,6 +258,7 @@ macro_rules! conformance_tests {
             a_failed_attempt_is_retried_after_its_backoff,
             a_schedule_enqueues_one_task_per_period_however_many_tick,
             a_chain_below_a_failed_task_is_drained,
+            a_worker_waiting_for_work_gets_what_is_added,
             a_cascading_cancel_reaches_every_dependent,
             a_key_limit_holds_however_grants_race,
             retention_prunes_ended_tasks_and_keeps_tombstones,

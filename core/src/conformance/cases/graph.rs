@@ -465,6 +465,41 @@ pub fn a_chain_below_a_failed_task_is_drained<H: Harness>(ctx: &mut Ctx<H>) {
     );
 }
 
+/// A worker waiting for work: `next` kept waiting through `drained` is
+/// granted a task added while it waits, where a plain waiting `next` on
+/// the same drained queue answers `drained` at once.
+pub fn a_worker_waiting_for_work_gets_what_is_added<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let queues = [id("jobs")];
+    let taker = crate::graph::Taker::Owner {
+        owner: id("w"),
+        ttl_ms: Some(600_000),
+        lock_delay_ms: None,
+    };
+    let r = ctx
+        .block_on(a.next_waiting(taker.clone(), &queues, 60_000))
+        .unwrap();
+    assert!(matches!(refusal(&r), Refusal::Drained { .. }), "{r:?}");
+    let waiter = {
+        let (a, taker, queues) = (a.clone(), taker.clone(), queues.clone());
+        ctx.rt
+            .spawn(async move { a.next_keep_waiting(taker, &queues, 60_000).await })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the waiter answered a drained queue");
+    let added = ctx
+        .block_on(a.add(&id("job"), spec("job", Some("jobs"), 0, &[])))
+        .unwrap();
+    assert!(!added.is_refused(), "{added:?}");
+    let r = ctx.block_on(waiter).unwrap().unwrap();
+    assert_eq!(granted(&r).as_str(), "job");
+    // Without a wait, keep-waiting has nothing to say how long: refused.
+    let e = ctx
+        .block_on(a.next_as_asked(taker, &queues, None, true))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("keep_waiting"), "{e}");
+}
+
 /// A cascading cancel reaches every dependent at any depth that has not
 /// ended, from a task cancelled or one that already failed, and leaves
 /// tasks that do not depend on it alone.
