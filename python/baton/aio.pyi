@@ -184,9 +184,16 @@ class Authority:
         ttl: Optional[_Seconds] = None,
         lock_delay: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
     ) -> Union[Grant, Refusal]:
-        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait)."""
+        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait); `keep_waiting`: through `drained` too, until work is added."""
     async def task_next(
-        self, executor: str, queues: Union[str, Sequence[str], None] = None, *, ttl: Optional[_Seconds] = None, wait: Optional[_Seconds] = None
+        self,
+        executor: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
     ) -> Union[Grant, Refusal]: ...
     async def graph(self) -> builtins.list[dict[str, Any]]: ...
