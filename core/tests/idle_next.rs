@@ -2,7 +2,6 @@
 //! its tasks, however many tasks other queues hold; a queue that holds a
 //! task `next` cannot take yet is still told apart (none ready, or drained
 //! behind a failure).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use baton_core::fault::FaultStore;
 use baton_core::graph::{NodeSpec, Taker};
