@@ -399,7 +399,12 @@ async fn list(AsCaller(a): AsCaller, Query(q): Query<PageQuery>) -> Handled {
 
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
 /// `{"executor": ...}` for a declared one; `queues` (default `["default"]`).
-async fn next(AsCaller(a): AsCaller, Query(q): Query<PageQuery>, body: Bytes) -> Handled {
+async fn next(
+    State(app): State<Shared>,
+    AsCaller(a): AsCaller,
+    Query(q): Query<PageQuery>,
+    body: Bytes,
+) -> Handled {
     let b: NextBody = parse_strict(&body)?;
     let taker = match (b.owner, b.executor) {
         (Some(owner), None) => Taker::Owner {
@@ -418,7 +423,10 @@ async fn next(AsCaller(a): AsCaller, Query(q): Query<PageQuery>, body: Bytes) ->
         }
         _ => return Err(Error::invalid("body", "give an owner or an executor, not both").into()),
     };
-    let wait_ms = wait(&q.wait)?.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // At most the server's `max_wait` a request, as every blocking query:
+    // a longer wait (a worker kept waiting for work) asks again.
+    let wait_ms =
+        wait(&q.wait)?.map(|d| u64::try_from(d.min(app.max_wait).as_millis()).unwrap_or(u64::MAX));
     let queues = b.queues;
     let keep_waiting = q.keep_waiting.unwrap_or(false);
     run(
