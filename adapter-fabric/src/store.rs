@@ -2,11 +2,10 @@
 
 use crate::keys::{Keys, prefix_end, unhex};
 use async_trait::async_trait;
-use baton_core::Timed;
 use baton_core::model::{NotificationDraft, PENDING_FENCE};
 use baton_core::{
     Capabilities, ClockKind, Decision, Error, Event, Judged, LeaseEffect, ListQuery, Notification,
-    Operation, Result, Snapshot, Store, TaskId, TaskRecord, TimerEffect, Timestamp, decide_with,
+    Operation, Result, Snapshot, Store, TaskId, TaskRecord, TimerEffect, Timestamp,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue,
@@ -25,6 +24,8 @@ mod conn;
 mod counts;
 #[path = "store_leases.rs"]
 mod leases;
+#[path = "store_plan.rs"]
+mod plan;
 #[path = "store_reads.rs"]
 mod reads;
 #[path = "store_txn.rs"]
@@ -119,6 +120,10 @@ struct Stored<T> {
 /// The most events or notifications one transaction writes (the seq scheme's limit).
 const PER_TXN: u64 = 256;
 
+/// The most operations one transaction may carry (etcd's default
+/// `--max-txn-ops` is 128); a group of adds is cut into chunks below it.
+const MAX_TXN_OPS: usize = 120;
+
 /// What a read of one task found: the record with its revision, the holder
 /// key and the deadline key, all at one revision.
 #[derive(Debug, Clone)]
@@ -165,14 +170,6 @@ impl Found {
 /// Whole seconds of an etcd lease for `ms` (at least one).
 fn lease_secs(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
-}
-
-/// A key's revision guard: unchanged since it was read, or still absent.
-fn unchanged(key: &str, read: Option<&KeyRead>) -> Compare {
-    match read {
-        Some(kv) => Compare::mod_revision(key, CompareOp::Equal, kv.mod_revision),
-        None => Compare::create_revision(key, CompareOp::Equal, 0),
-    }
 }
 
 impl FabricStore {

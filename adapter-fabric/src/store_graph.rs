@@ -19,9 +19,6 @@ use baton_core::engine::{Answer, Engine, Job, Need, Supply};
 use baton_core::graph::{NextQuery, held_range, ready_range};
 use std::collections::BTreeMap;
 
-/// The most operations one transaction may carry (etcd's default
-/// `--max-txn-ops` is 128); a group of adds is cut into chunks below it.
-const MAX_TXN_OPS: usize = 120;
 /// How many races for a grant `next` loses before it answers that it took none.
 const NEXT_TRIES: usize = 16;
 /// The most decisions of passed-over candidates one `next` transaction
@@ -104,53 +101,14 @@ fn as_written(r: &TaskRecord) -> Snapshot {
     }
 }
 
-fn as_found(found: &Found) -> Option<Snapshot> {
+pub(super) fn as_found(found: &Found) -> Option<Snapshot> {
     found.record.as_ref().map(|(r, _)| Snapshot {
         record: r.clone(),
         judged: found.judged(),
     })
 }
 
-/// What the group does to one key on an etcd lease (a holder or a timer).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum KeyAct {
-    Put { secs: u64 },
-    Delete,
-    Keep,
-}
-
-fn holder_act(e: LeaseEffect, was: KeyAct) -> KeyAct {
-    match e {
-        LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => KeyAct::Put {
-            secs: lease_secs(ttl_ms),
-        },
-        LeaseEffect::Ended => KeyAct::Delete,
-        LeaseEffect::Unchanged => was,
-    }
-}
-
-fn timer_act(e: TimerEffect, was: KeyAct) -> KeyAct {
-    match e {
-        TimerEffect::Set { in_ms } => KeyAct::Put {
-            secs: lease_secs(in_ms),
-        },
-        TimerEffect::Cleared => KeyAct::Delete,
-        TimerEffect::Unchanged => was,
-    }
-}
-
 impl FabricStore {
-    /// Whether `op`'s decision must go through [`FabricStore::apply_group`]:
-    /// it reads other tasks or changes them.
-    pub(super) fn is_graph(op: &Operation, record: Option<&TaskRecord>, d: &Decision) -> bool {
-        !d.follow_ups.is_empty()
-            || !baton_core::decide::upstream_ids(&op.request, record).is_empty()
-            || matches!(
-                op.request,
-                baton_core::Request::Link { .. } | baton_core::Request::Wake
-            )
-    }
-
     /// Applies `ops` (each with its follow-ups) as one guarded transaction,
     /// decided again on the new records whenever a compare fails. With
     /// `all_or_nothing`, nothing is written unless every top-level decision
@@ -339,142 +297,23 @@ impl FabricStore {
         start: u64,
         attempt: u64,
     ) -> Result<Option<u64>> {
-        let mut compares = Vec::new();
-        for (task, found) in cache {
-            let t = task.as_str();
-            compares.push(match &found.record {
-                Some((_, rev)) => Compare::mod_revision(self.keys.task(t), CompareOp::Equal, *rev),
-                None => Compare::create_revision(self.keys.task(t), CompareOp::Equal, 0),
-            });
-            compares.push(unchanged(&self.keys.holder(t), found.holder.as_ref()));
-            compares.push(unchanged(&self.keys.deadline(t), found.deadline.as_ref()));
-            compares.push(unchanged(
-                &self.keys.lock_delay(t),
-                found.lock_delay.as_ref(),
-            ));
-        }
         let request_id = uuid::Uuid::new_v4().to_string();
-        let mut ops = Vec::new();
-        // Per task: what happens to its holder, deadline and lock-delay keys.
-        let mut acts: BTreeMap<&TaskId, [KeyAct; 3]> = BTreeMap::new();
-        for (task, d) in wrote {
-            let a = acts.entry(task).or_insert([KeyAct::Keep; 3]);
-            a[0] = holder_act(d.lease, a[0]);
-            a[1] = timer_act(d.deadline, a[1]);
-            a[2] = timer_act(d.lock_delay, a[2]);
-        }
-        let mut wanted: Vec<Option<u64>> = Vec::new();
-        let mut slots: Vec<(String, String)> = Vec::new();
-        for (task, a) in &acts {
-            let t = task.as_str();
-            let owner = written
-                .get(*task)
-                .and_then(|r| r.lease.as_ref())
-                .map_or(String::new(), |l| l.owner.to_string());
-            let keys = [
-                self.keys.holder(t),
-                self.keys.deadline(t),
-                self.keys.lock_delay(t),
-            ];
-            let found = cache.get(*task);
-            let read = [
-                found.and_then(|f| f.holder.as_ref()),
-                found.and_then(|f| f.deadline.as_ref()),
-                found.and_then(|f| f.lock_delay.as_ref()),
-            ];
-            for (i, act) in a.iter().enumerate() {
-                match act {
-                    KeyAct::Put { secs } => {
-                        wanted.push(Some(*secs));
-                        let value = if i == 0 { owner.clone() } else { String::new() };
-                        slots.push((keys[i].clone(), value));
-                    }
-                    KeyAct::Delete if read[i].is_some() => {
-                        ops.push(TxnOp::delete(keys[i].clone(), None));
-                    }
-                    KeyAct::Delete | KeyAct::Keep => {}
-                }
-            }
-        }
-        let granted = self.grant_leases(&wanted).await?;
+        let no_counts = BTreeMap::new();
+        let plan = plan::plan(
+            &self.keys,
+            &plan::Decided {
+                read: cache,
+                wrote,
+                counted: &no_counts,
+                request_id: &request_id,
+            },
+        )?;
+        let granted = self.grant_leases(&plan.wanted()).await?;
         let made: Vec<i64> = granted.iter().copied().flatten().collect();
-        for ((key, value), lease) in slots.into_iter().zip(&granted) {
-            if let Some(id) = lease {
-                ops.push(TxnOp::put(
-                    key,
-                    value,
-                    Some(PutOptions::new().with_lease(*id)),
-                ));
-            }
-        }
-        for (task, r) in written {
-            let t = task.as_str();
-            let env = Envelope {
-                record: r.clone(),
-                request: request_id.clone(),
-            };
-            ops.push(TxnOp::put(self.keys.task(t), encode(&env)?, None));
-            let old = cache
-                .get(task)
-                .and_then(|f| f.record.as_ref())
-                .map(|(r, _)| r);
-            self.index_ops(old, Some(r), &mut ops);
-        }
-        let (mut ev_idx, mut note_idx) = (0u64, 0u64);
-        if wrote
-            .iter()
-            .any(|(_, d)| d.events().any(|e| e.conflict_key.is_some()))
-        {
-            self.revoke_all(&made).await;
-            return Err(Error::unsupported(
-                "etcd: a counted refusal inside a work-graph transaction",
-            ));
-        }
-        for (task, d) in wrote {
-            let revision = written.get(task).map_or(0, |r| r.revision);
-            if d.drops_history() {
-                // A prune (see the single-decision path).
-                ops.push(TxnOp::delete(
-                    self.keys.events_of(task.as_str()),
-                    Some(etcd_client::DeleteOptions::new().with_prefix()),
-                ));
-            }
-            for e in d.events() {
-                let stored = Stored {
-                    item: Event::from_draft(0, e.clone()),
-                    idx: ev_idx,
-                };
-                ops.push(TxnOp::put(
-                    self.keys.event(task.as_str(), revision, ev_idx as usize),
-                    encode(&stored)?,
-                    None,
-                ));
-                ev_idx += 1;
-            }
-            for n in d.notifications() {
-                let stored = Stored {
-                    item: n.clone(),
-                    idx: note_idx,
-                };
-                ops.push(TxnOp::put(
-                    self.keys.outbox(&n.intent_id),
-                    encode(&stored)?,
-                    None,
-                ));
-                note_idx += 1;
-            }
-        }
-        if ev_idx >= PER_TXN || note_idx >= PER_TXN || ops.len() > MAX_TXN_OPS {
-            self.revoke_all(&made).await;
-            return Err(Error::unsupported(format!(
-                "etcd: one work-graph transaction would write {} keys ({ev_idx} events); add fewer nodes at once",
-                ops.len()
-            )));
-        }
-        let txn = Txn::new().when(compares).and_then(ops);
+        let txn = plan.txn(&granted);
         // What the store remembers of these tasks' last writes goes stale
         // whether or not this lands.
-        for task in acts.keys() {
+        for (task, _) in wrote {
             self.forget(task.as_str());
         }
         let (mut client, member) = self.client_for(start, attempt);
@@ -483,23 +322,7 @@ impl FabricStore {
             self.suspect(member);
         }
         // The leases the replaced holder and timer keys were on.
-        let replaced: Vec<i64> = acts
-            .iter()
-            .flat_map(|(task, a)| {
-                let f = cache.get(*task);
-                let read = [
-                    f.and_then(|f| f.holder.as_ref()),
-                    f.and_then(|f| f.deadline.as_ref()),
-                    f.and_then(|f| f.lock_delay.as_ref()),
-                ];
-                a.iter()
-                    .zip(read)
-                    .filter(|(act, _)| **act != KeyAct::Keep)
-                    .filter_map(|(_, kv)| kv.map(|k| k.lease))
-                    .collect::<Vec<_>>()
-            })
-            .filter(|l| *l != 0 && !made.contains(l))
-            .collect();
+        let replaced = plan.left_over(&made);
         match sent {
             Ok(Ok(resp)) if resp.succeeded() => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
@@ -553,58 +376,6 @@ impl FabricStore {
                 "etcd: {task}: a work-graph write went unanswered and has not landed yet; it may still: read before retrying"
             ))
             .with_context(self.context())),
-        }
-    }
-
-    /// The ready- and held-index keys a record write moves: what `old` had
-    /// and `new` has not is deleted, what `new` has and `old` had not is put.
-    pub(super) fn index_ops(
-        &self,
-        old: Option<&TaskRecord>,
-        new: Option<&TaskRecord>,
-        ops: &mut Vec<TxnOp>,
-    ) {
-        let ready = |r: Option<&TaskRecord>| r.and_then(TaskRecord::ready_entry).map(|e| e.key());
-        let held = |r: Option<&TaskRecord>| r.and_then(TaskRecord::held_key);
-        let task = new.or(old).map_or(String::new(), |r| r.task.to_string());
-        for (before, after, key) in [
-            (
-                ready(old),
-                ready(new),
-                Keys::ready as fn(&Keys, &[u8]) -> String,
-            ),
-            (held(old), held(new), Keys::held),
-        ] {
-            if before == after {
-                continue;
-            }
-            if let Some(b) = before {
-                ops.push(TxnOp::delete(key(&self.keys, &b), None));
-            }
-            if let Some(a) = after {
-                ops.push(TxnOp::put(key(&self.keys, &a), task.clone(), None));
-            }
-        }
-        // The state index and the counts (see counts.rs).
-        let state = |r: Option<&TaskRecord>| r.map(|r| r.state);
-        if state(old) != state(new) {
-            if let Some(s) = state(old) {
-                ops.push(TxnOp::delete(self.keys.in_state(s, &task), None));
-            }
-            if let Some(s) = state(new) {
-                ops.push(TxnOp::put(self.keys.in_state(s, &task), "", None));
-            }
-        }
-        fn counted(r: Option<&TaskRecord>) -> Option<(&str, baton_core::State)> {
-            r.and_then(|r| Some((r.census_queue()?, r.state)))
-        }
-        if counted(old) != counted(new) {
-            if let Some((q, s)) = counted(old) {
-                ops.push(TxnOp::delete(self.keys.count_entry(q, s, &task), None));
-            }
-            if let Some((q, s)) = counted(new) {
-                ops.push(TxnOp::put(self.keys.count_entry(q, s, &task), "", None));
-            }
         }
     }
 

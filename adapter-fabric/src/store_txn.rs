@@ -2,13 +2,23 @@
 //! compare and write, and what to answer when the reply is lost.
 
 use super::*;
+use baton_core::decide::LeaseRules;
+use baton_core::engine::{Engine, Need, Supply};
+
+/// How the engine decided one operation.
+enum One {
+    /// Nothing to write: the answer.
+    Answer(Decision),
+    /// A write, and the engine that asked for it.
+    Write(Engine, Decision),
+    /// It reads or changes other tasks: the work-graph path decides it.
+    Graph,
+}
 
 impl FabricStore {
-    pub(super) async fn apply_op(&self, mut op: Operation) -> Result<Decision> {
+    pub(super) async fn apply_op(&self, op: Operation) -> Result<Decision> {
         let rules = self.capabilities().lease_rules();
         let task = op.task.as_str().to_owned();
-        let (tk, hk) = (self.keys.task(&task), self.keys.holder(&task));
-        let (dk, lk) = (self.keys.deadline(&task), self.keys.lock_delay(&task));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         // Writes sent whose replies never came, with the leases each made:
         // each is guarded by the revisions it read, so once anything else
@@ -40,212 +50,74 @@ impl FabricStore {
                 self.forget(&task);
                 return landed;
             }
-            // Timed after the read each try: a try that follows another
+            // Decided by core's engine on the record just read, and timed
+            // there when its decision begins: a try that follows another
             // writer's commit decides after it, never at an earlier time.
-            op.timed_at_commit();
-            let record = found.record.as_ref().map(|(r, _)| r);
-            let mut d = decide_with(&op, record, found.judged(), rules);
-            if cached && (!d.writes() || Self::is_graph(&op, record, &d)) {
-                // What this store last wrote guards a write only: an answer
-                // that writes nothing, or a group over other tasks, is
-                // decided on a read of the cluster.
-                continue;
-            }
-            if Self::is_graph(&op, record, &d) {
-                // It reads or changes other tasks: one transaction over all
-                // of them, starting from the record just read.
-                let seed = std::collections::BTreeMap::from([(op.task.clone(), found)]);
-                let mut ds = self
-                    .apply_group_from(std::slice::from_ref(&op), false, seed)
-                    .await?;
-                return ds
-                    .pop()
-                    .ok_or_else(|| Error::unavailable("etcd: a transaction decided nothing"));
-            }
-            if !d.writes() {
-                return Ok(d);
-            }
-            let request_id = uuid::Uuid::new_v4().to_string();
-            // The timer keys: each exists until its timer runs out, on an
-            // etcd lease, so the engine's clock judges it.
-            let timers = [
-                (&dk, found.deadline.as_ref(), d.deadline),
-                (&lk, found.lock_delay.as_ref(), d.lock_delay),
-            ];
-            // Guarded by every key as read: a lease or timer that ran out
-            // since (its key deleted by the engine) fails the transaction,
-            // and the decision is made again on the new facts.
-            let mut compares = vec![
-                match &found.record {
-                    Some((_, rev)) => Compare::mod_revision(tk.clone(), CompareOp::Equal, *rev),
-                    None => Compare::create_revision(tk.clone(), CompareOp::Equal, 0),
-                },
-                unchanged(&hk, found.holder.as_ref()),
-            ];
-            compares.extend(timers.iter().map(|(k, read, _)| unchanged(k, *read)));
-            let mut ops = Vec::new();
-            let mut wanted = vec![match d.lease {
-                LeaseEffect::Granted { ttl_ms } | LeaseEffect::Extended { ttl_ms } => {
-                    Some(lease_secs(ttl_ms))
+            let (mut engine, mut d) = match Self::decide_one(&op, &found, rules)? {
+                One::Graph if cached => continue,
+                One::Graph => {
+                    // It reads or changes other tasks: one transaction over
+                    // all of them, starting from the record just read.
+                    let seed = std::collections::BTreeMap::from([(op.task.clone(), found)]);
+                    let mut ds = self
+                        .apply_group_from(std::slice::from_ref(&op), false, seed)
+                        .await?;
+                    return ds
+                        .pop()
+                        .ok_or_else(|| Error::unavailable("etcd: a transaction decided nothing"));
                 }
-                LeaseEffect::Ended | LeaseEffect::Unchanged => None,
-            }];
-            wanted.extend(timers.iter().map(|(_, _, effect)| match effect {
-                TimerEffect::Set { in_ms } => Some(lease_secs(*in_ms)),
-                TimerEffect::Cleared | TimerEffect::Unchanged => None,
-            }));
-            let pre = wanted[0].and_then(|secs| ahead.as_mut()?.take(secs));
-            if pre.is_some() {
-                wanted[0] = None;
+                // What this store last wrote guards a write only: an answer
+                // that writes nothing is decided on a read of the cluster.
+                One::Answer(_) if cached => continue,
+                One::Answer(d) => return Ok(d),
+                One::Write(engine, d) => (engine, d),
+            };
+            let request_id = uuid::Uuid::new_v4().to_string();
+            let counted = self.counted_of(&task, &d).await?;
+            let read = std::collections::BTreeMap::from([(op.task.clone(), found.clone())]);
+            let wrote = [(op.task.clone(), d.clone())];
+            let plan = plan::plan(
+                &self.keys,
+                &plan::Decided {
+                    read: &read,
+                    wrote: &wrote,
+                    counted: &counted,
+                    request_id: &request_id,
+                },
+            )?;
+            // The engine checks what is written (its fence pending until
+            // etcd assigns it) before anything is sent.
+            engine.supply(Supply::Written(Box::new(d.clone())))?;
+            if engine.step()?.is_some() {
+                return Err(Error::corrupt(format!(
+                    "etcd: {task}: one decision asked for more after its write"
+                )));
+            }
+            let mut wanted = plan.wanted();
+            // A claim's lease granted beside its read serves its holder key.
+            let pre = plan
+                .leased
+                .iter()
+                .position(|l| l.slot == plan::Slot::Holder)
+                .and_then(|i| Some((i, ahead.as_mut()?.take(plan.leased[i].secs)?)));
+            if let Some((i, _)) = pre {
+                wanted[i] = None;
             }
             let mut granted = self.grant_leases(&wanted).await?;
-            if pre.is_some() {
-                granted[0] = pre;
+            if let Some((i, id)) = pre {
+                granted[i] = Some(id);
             }
-            let lease_id = granted.first().copied().flatten();
             let made: Vec<i64> = granted.iter().copied().flatten().collect();
-            if let Some(after) = d.record_to_write() {
-                let env = Envelope {
-                    record: after.clone(),
-                    request: request_id.clone(),
-                };
-                ops.push(TxnOp::put(tk.clone(), encode(&env)?, None));
-                self.index_ops(record, Some(after), &mut ops);
-            }
-            match (d.lease, lease_id) {
-                (LeaseEffect::Granted { .. } | LeaseEffect::Extended { .. }, Some(id)) => {
-                    // A holder key on an etcd lease of the grant's length: the
-                    // grant is live exactly while the engine keeps the key.
-                    let owner = d
-                        .record_to_write()
-                        .and_then(|r| r.lease.as_ref())
-                        .map_or("", |l| l.owner.as_str())
-                        .to_owned();
-                    ops.push(TxnOp::put(
-                        hk.clone(),
-                        owner,
-                        Some(PutOptions::new().with_lease(id)),
-                    ));
-                }
-                (LeaseEffect::Ended, _) if found.holder.is_some() => {
-                    ops.push(TxnOp::delete(hk.clone(), None));
-                }
-                _ => {}
-            }
-            for ((key, read, effect), lease) in timers.iter().zip(granted.iter().skip(1)) {
-                match (effect, lease) {
-                    (TimerEffect::Set { .. }, Some(id)) => {
-                        ops.push(TxnOp::put(
-                            (*key).clone(),
-                            "",
-                            Some(PutOptions::new().with_lease(*id)),
-                        ));
-                    }
-                    (TimerEffect::Cleared, _) if read.is_some() => {
-                        ops.push(TxnOp::delete((*key).clone(), None));
-                    }
-                    _ => {}
-                }
-            }
-            let revision = d.record_to_write().map_or(0, |r| r.revision);
-            let drafts: Vec<baton_core::model::EventDraft> = d.events().cloned().collect();
-            for (idx, e) in drafts.iter().enumerate() {
-                let idx = idx as u64;
-                if let Some(ck) = &e.conflict_key {
-                    let key = self.keys.conflict(&task, ck);
-                    let existing = {
-                        let k = key.clone();
-                        self.call_retrying("read", |mut c| {
-                            let k = k.clone();
-                            async move { c.get(k, None).await }
-                        })
-                        .await?
-                    };
-                    match existing.kvs().first() {
-                        Some(kv) => {
-                            let mut stored: Stored<Event> =
-                                baton_core::json::decode_stored(kv.value()).map_err(|err| {
-                                    Error::corrupt(format!(
-                                        "etcd prefix {:?}: an event does not decode: {err}",
-                                        self.opts.prefix
-                                    ))
-                                })?;
-                            stored.item.count += 1;
-                            compares.push(Compare::mod_revision(
-                                key.clone(),
-                                CompareOp::Equal,
-                                kv.mod_revision(),
-                            ));
-                            ops.push(TxnOp::put(key, encode(&stored)?, None));
-                        }
-                        None => {
-                            compares.push(Compare::create_revision(
-                                key.clone(),
-                                CompareOp::Equal,
-                                0,
-                            ));
-                            let stored = Stored {
-                                item: Event::from_draft(0, e.clone()),
-                                idx,
-                            };
-                            ops.push(TxnOp::put(key, encode(&stored)?, None));
-                        }
-                    }
-                } else {
-                    let stored = Stored {
-                        item: Event::from_draft(0, e.clone()),
-                        idx,
-                    };
-                    ops.push(TxnOp::put(
-                        self.keys.event(&task, revision, idx as usize),
-                        encode(&stored)?,
-                        None,
-                    ));
-                }
-            }
-            if d.drops_history() {
-                // A prune: every event of the task (events are numbered by
-                // etcd's revisions, which never go back; acknowledged
-                // notifications were deleted when acknowledged).
-                ops.push(TxnOp::delete(
-                    self.keys.events_of(&task),
-                    Some(DeleteOptions::new().with_prefix()),
-                ));
-            }
-            let notes: Vec<NotificationDraft> = d.notifications().cloned().collect();
-            for (idx, n) in notes.iter().enumerate() {
-                let stored = Stored {
-                    item: n.clone(),
-                    idx: idx as u64,
-                };
-                ops.push(TxnOp::put(
-                    self.keys.outbox(&n.intent_id),
-                    encode(&stored)?,
-                    None,
-                ));
-            }
-            let txn = Txn::new().when(compares).and_then(ops);
+            let on_leases = plan.leases_of(&op.task, &granted);
+            let txn = plan.txn(&granted);
             let (mut client, member) = self.client_for(start, attempt);
             let sent = tokio::time::timeout(self.attempt_timeout(), client.txn(txn)).await;
             if sent.is_err() {
                 self.suspect(member);
             }
-            // The leases the holder and deadline keys were on, which a
+            // The leases the holder and timer keys were on, which a
             // committed grant, renewal, new wait or end leaves holding nothing.
-            let holder_left = found
-                .holder
-                .as_ref()
-                .map(|k| k.lease)
-                .filter(|_| d.lease != LeaseEffect::Unchanged);
-            let timers_left = timers.iter().filter_map(|(_, read, effect)| {
-                read.map(|k| k.lease)
-                    .filter(|_| *effect != TimerEffect::Unchanged)
-            });
-            let replaced: Vec<i64> = holder_left
-                .into_iter()
-                .chain(timers_left)
-                .filter(|l| *l != 0 && !made.contains(l))
-                .collect();
+            let replaced = plan.left_over(&made);
             let landed = match sent {
                 Ok(Ok(resp)) if resp.succeeded() => match resp.header() {
                     Some(header) => {
@@ -253,7 +125,7 @@ impl FabricStore {
                         let fence = self.revision("a transaction's revision", header.revision());
                         fence.map(|f| {
                             d.assign_fence(f);
-                            let left = Self::left_by(&found, &d, header.revision(), &granted);
+                            let left = Self::left_by(&found, &d, header.revision(), &on_leases);
                             match left {
                                 Some(mut left) => {
                                     left.written_by = Some(request_id.clone());
@@ -358,6 +230,85 @@ impl FabricStore {
             "etcd prefix {:?}: {task}: {} attempts all lost to concurrent changes",
             self.opts.prefix, self.opts.max_attempts
         )))
+    }
+
+    /// One operation decided by core's engine on `found`: an answer that
+    /// writes nothing, a write (with the engine, to check it), or `Graph`
+    /// when the decision reads or changes other tasks.
+    fn decide_one(op: &Operation, found: &Found, rules: LeaseRules) -> Result<One> {
+        if matches!(
+            op.request,
+            baton_core::Request::Link { .. } | baton_core::Request::Wake
+        ) {
+            return Ok(One::Graph);
+        }
+        let mut engine = Engine::one(op.clone(), rules);
+        loop {
+            match engine.step()? {
+                Some(Need::Load {
+                    tasks,
+                    upstream: false,
+                    ..
+                }) if tasks == std::slice::from_ref(&op.task) => {
+                    engine.supply(Supply::Loaded(vec![graph::as_found(found)]))?;
+                }
+                Some(Need::Load { .. }) => return Ok(One::Graph),
+                Some(Need::Write(d)) if !d.follow_ups.is_empty() => return Ok(One::Graph),
+                Some(Need::Write(d)) => return Ok(One::Write(engine, *d)),
+                Some(_) => {
+                    return Err(Error::unavailable(
+                        "etcd: one operation asked for a page of an index",
+                    ));
+                }
+                None => {
+                    let (mut answers, _) = engine.finish();
+                    return match answers.pop() {
+                        Some(a) => a.into_one().map(One::Answer),
+                        None => Err(Error::unavailable("etcd: the engine decided nothing")),
+                    };
+                }
+            }
+        }
+    }
+
+    /// The stored event under each conflict key `d` counts (a refusal
+    /// recorded once per fence and request), with its revision, as read.
+    async fn counted_of(
+        &self,
+        task: &str,
+        d: &Decision,
+    ) -> Result<std::collections::BTreeMap<String, Option<(Stored<Event>, i64)>>> {
+        let mut counted = std::collections::BTreeMap::new();
+        let keys: Vec<String> = d
+            .events()
+            .filter_map(|e| e.conflict_key.as_ref())
+            .map(|ck| self.keys.conflict(task, ck))
+            .collect();
+        for key in keys {
+            let existing = {
+                let k = key.clone();
+                self.call_retrying("read", |mut c| {
+                    let k = k.clone();
+                    async move { c.get(k, None).await }
+                })
+                .await?
+            };
+            let stored = match existing.kvs().first() {
+                Some(kv) => {
+                    let stored: Stored<Event> = baton_core::json::decode_stored(kv.value())
+                        .map_err(|err| {
+                            Error::corrupt(format!(
+                                "etcd prefix {:?}: an event does not decode: {err}",
+                                self.opts.prefix
+                            ))
+                        })?;
+                    Some((stored, kv.mod_revision()))
+                }
+                None => None,
+            };
+            counted.insert(key, stored);
+        }
+        Ok(counted)
     }
 
     /// What a committed decision left on its task's keys, as a read at
