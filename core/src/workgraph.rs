@@ -448,7 +448,10 @@ impl<S: Store> Authority<S> {
         match self.store.next(&query).await? {
             Some(d) => reply(d),
             None => {
-                let census = self.census(&query).await?;
+                let census = match self.census_from_counts(&query).await? {
+                    Some(c) => c,
+                    None => self.census(&query).await?,
+                };
                 Ok(Reply::Refused(if census.drained() {
                     Refusal::Drained { census }
                 } else {
@@ -456,6 +459,29 @@ impl<S: Store> Authority<S> {
                 }))
             }
         }
+    }
+
+    /// The census of queues the store's counts show empty of every task
+    /// `next` could ever take (none DECLARED, REGISTERED, CLAIMED or
+    /// RUNNING): all zeros, drained, read without a task. `None` when the
+    /// store keeps no counts or the queues hold such a task (then
+    /// [`Authority::census`] tells where each stands). The idle worker's
+    /// poll of an empty queue costs one read of the counts, however many
+    /// tasks other queues hold.
+    pub async fn census_from_counts(&self, query: &NextQuery) -> Result<Option<Census>> {
+        let Some(counts) = self.store.counts().await? else {
+            return Ok(None);
+        };
+        let live = [
+            State::Declared,
+            State::Registered,
+            State::Claimed,
+            State::Running,
+        ];
+        let any = counts.iter().any(|c| {
+            c.n > 0 && live.contains(&c.state) && query.queues.iter().any(|q| q.as_str() == c.queue)
+        });
+        Ok((!any).then(Census::default))
     }
 
     /// Counts the tasks `query` could take, by where they stand (at most

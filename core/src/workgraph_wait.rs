@@ -37,7 +37,8 @@ impl<S: Store> Authority<S> {
 
     /// [`Authority::next_waiting`] that also waits out `drained`: a worker
     /// waiting for work, which an add (or an operator's act) brings. A
-    /// drained queue is polled as a queue with nothing ready is.
+    /// drained queue is polled as an empty one is, each try answered from
+    /// the store's counts ([`Authority::census_from_counts`]).
     pub async fn next_keep_waiting(
         &self,
         taker: Taker,

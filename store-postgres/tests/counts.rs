@@ -2,7 +2,7 @@
 //! counts: a handle folds them every `FOLD_EVERY` write transactions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use baton_core::{Authority, Id, SystemClock};
+use baton_core::{Authority, Id, Store, SystemClock};
 use baton_store_postgres::testing::PgCluster;
 use baton_store_postgres::{FOLD_EVERY, PostgresStore};
 use std::sync::Arc;
@@ -58,4 +58,95 @@ fn the_count_deltas_are_folded_without_a_reader() {
     );
     let drift = rt.block_on(baton_core::counts::drift(a.store(), a.now()));
     assert_eq!(drift.unwrap(), None);
+}
+
+/// Readers of the counts take no lock and see each delta exactly once,
+/// folded or not: while eight writers grant and folds run beside them, the
+/// total a reader sees never falls (a fold read half done would lose the
+/// deltas it deleted, or count them twice) and never passes the grants.
+#[test]
+fn counts_read_beside_folds_never_lose_or_double_a_delta() {
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    let url = pg.url("beside");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let a = Arc::new(Authority::new(
+        rt.block_on(PostgresStore::open_url(&url)).unwrap(),
+        Arc::new(SystemClock),
+    ));
+    let grants = 2 * FOLD_EVERY as usize + 300;
+    // Folds far more often than the handles' own (every FOLD_EVERY
+    // requests), each the statement a handle runs.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fold = "BEGIN; LOCK TABLE beside.counts IN EXCLUSIVE MODE NOWAIT;
+         WITH moved AS (DELETE FROM beside.count_deltas RETURNING queue, state, n)
+         INSERT INTO beside.counts AS c (queue, state, n)
+         SELECT queue, state, sum(n)::bigint FROM moved GROUP BY queue, state
+         ON CONFLICT (queue, state) DO UPDATE SET n = c.n + excluded.n; COMMIT;";
+    let (seen, folds) = std::thread::scope(|s| {
+        let folder = s.spawn(|| {
+            let mut folds = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                // Refused while another fold holds the lock: the next one.
+                folds += u64::from(pg.run_sql("postgres", fold).is_ok());
+            }
+            folds
+        });
+        // The folder stops whether or not the run failed.
+        let seen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&rt, &a, grants)));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let folds = folder.join().unwrap();
+        (seen.unwrap_or_else(|p| std::panic::resume_unwind(p)), folds)
+    });
+    assert!(folds > 10, "only {folds} folds ran beside the readers");
+    assert!(
+        seen > 10,
+        "only {seen} reads of the counts ran beside the writers"
+    );
+    let counts = rt.block_on(a.store().counts()).unwrap().unwrap();
+    assert_eq!(counts.iter().map(|c| c.n).sum::<u64>(), grants as u64);
+    let drift = rt.block_on(baton_core::counts::drift(a.store(), a.now()));
+    assert_eq!(drift.unwrap(), None);
+}
+
+/// Eight writers granting `grants` tasks while a reader reads the counts
+/// in a loop, checking each total: how many reads it made.
+fn run(rt: &tokio::runtime::Runtime, a: &Arc<Authority<PostgresStore>>, grants: usize) -> u64 {
+    rt.block_on(async {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (a, done) = (a.clone(), done.clone());
+            tokio::spawn(async move {
+                let (mut last, mut reads) = (0u64, 0u64);
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    let counts = a.store().counts().await.unwrap().unwrap();
+                    let total: u64 = counts.iter().map(|c| c.n).sum();
+                    assert!(total >= last, "the counts fell from {last} to {total}");
+                    assert!(total <= grants as u64, "{total} counted of {grants} grants");
+                    last = total;
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    for i in (w..grants).step_by(8) {
+                        let t = Id::parse("task", &format!("t{i}")).unwrap();
+                        let owner = Id::parse("owner", "w").unwrap();
+                        let r = a.claim(&t, &owner, None).await.unwrap();
+                        assert!(r.grant().is_some(), "{r:?}");
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        reader.await.unwrap()
+    })
 }
