@@ -4,6 +4,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+pub use baton_harness::{BenchArgs, BenchWorkerArgs, Order};
+
 #[path = "args_task.rs"]
 mod task;
 pub use task::*;
@@ -405,98 +407,6 @@ pub enum GraphCommand {
     ///
     /// Example: baton graph show --format dot | dot -Tsvg > graph.svg
     Show,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Order {
-    /// Every worker tries every task, each in its own random order.
-    Shuffled,
-    /// Every worker tries every task in the same order: the lock-step worst case.
-    Same,
-    /// Each worker gets its own share of the tasks: a queue without contention.
-    Disjoint,
-    /// The tasks are added first, all ready, in a queue of the run's own;
-    /// each worker takes the next one (`next`) and completes it until
-    /// none is left: a job queue's fetch.
-    Next,
-}
-
-impl Order {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Order::Shuffled => "shuffled",
-            Order::Same => "same",
-            Order::Disjoint => "disjoint",
-            Order::Next => "next",
-        }
-    }
-}
-
-#[derive(Debug, Args, Clone)]
-pub struct BenchArgs {
-    /// How many workers race (default 8).
-    #[arg(long, default_value_t = 8)]
-    pub workers: usize,
-    /// How many tasks they race for (default 1000).
-    #[arg(long, default_value_t = 1000)]
-    pub tasks: usize,
-    /// Run each worker as its own OS process.
-    #[arg(long)]
-    pub processes: bool,
-    /// With --processes: each process runs this many workers at once on
-    /// one store handle (8 processes x 8 connections through a server).
-    #[arg(long, default_value_t = 1, requires = "processes")]
-    pub connections: usize,
-    /// The order workers try tasks in.
-    #[arg(long, value_enum, default_value_t = Order::Shuffled)]
-    pub order: Order,
-    /// Also run the same benchmark on these stores, in the same run (repeatable).
-    #[arg(long)]
-    pub compare: Vec<String>,
-    /// Run workers = 1, 2, 4, 8, 16, 64 and write a markdown table and an SVG chart.
-    #[arg(long)]
-    pub series: bool,
-    /// Where --series writes bench.md and bench.svg.
-    #[arg(long, default_value = "bench-out")]
-    pub out: PathBuf,
-    /// Drain a layered work graph of --tasks with `next`, beside the same
-    /// graph claimed by id in its order (and as many tasks without
-    /// dependencies claimed by id), on the same store in the same run.
-    #[arg(long, conflicts_with_all = ["processes", "series"])]
-    pub next: bool,
-    /// With --next: the graph's layers (1: no dependencies at all).
-    #[arg(long, default_value_t = 20, requires = "next")]
-    pub layers: usize,
-    /// With --next: rounds of the three runs, each on fresh tasks, the
-    /// graph by id first in odd rounds and `next` first in even ones (the
-    /// store grows as a run goes); each figure is the median over rounds.
-    #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u64).range(1..=99))]
-    pub rounds: u64,
-}
-
-#[derive(Debug, Args, Clone)]
-pub struct BenchWorkerArgs {
-    /// This process's first worker number.
-    #[arg(long)]
-    pub worker: usize,
-    /// How many workers the whole run has.
-    #[arg(long)]
-    pub workers: usize,
-    /// How many tasks the whole run has.
-    #[arg(long)]
-    pub tasks: usize,
-    /// The order workers try tasks in.
-    #[arg(long, value_enum)]
-    pub order: Order,
-    /// The run's task id prefix.
-    #[arg(long)]
-    pub prefix: String,
-    /// Workers `worker..worker+connections` of `workers`, at once.
-    #[arg(long, default_value_t = 1)]
-    pub connections: usize,
-    /// Start when this file exists.
-    #[arg(long)]
-    pub go: PathBuf,
 }
 
 /// What `run` and `task run` share.

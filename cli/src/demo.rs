@@ -42,7 +42,7 @@ struct Tally {
 async fn worker(a: Arc<DynAuthority>, w: usize, tag: String) -> Result<Tally, Error> {
     let owner = id(&format!("worker-{w}"))?;
     let mut tally = Tally::default();
-    for i in crate::bench::order_for(crate::args::Order::Shuffled, w, WORKERS, TASKS) {
+    for i in baton_harness::order_for(baton_harness::Order::Shuffled, w, WORKERS, TASKS) {
         let task = id(&format!("demo-{tag}-{i:03}"))?;
         match a.claim(&task, &owner, Some(30_000)).await? {
             Reply::Refused(r) => *tally.refusals.entry(r.reason().to_owned()).or_default() += 1,

@@ -12,8 +12,6 @@
 //! request).
 
 pub mod args;
-pub mod bench;
-pub mod bench_next;
 mod demo;
 pub mod exit;
 mod output;
@@ -33,6 +31,7 @@ pub use baton_open::{
 
 use args::{Cli, Command, Format, TaskCommand};
 use baton_core::call::Call;
+#[cfg(feature = "serve")]
 use baton_core::catalogue::{self, Kind};
 use baton_core::{Error, ErrorKind};
 use output::Out;
@@ -462,7 +461,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }
-        Command::Bench(b) => return bench::run(given, b, cli.format).await,
+        Command::Bench(b) => {
+            let human = cli.format == Some(Format::Human);
+            return baton_harness::run(given, b, human).await.map(Out::from);
+        }
         _ => {}
     }
     // Check the input before opening the store: bad input changes nothing.
@@ -472,7 +474,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         .unwrap_or_else(|| DEFAULT_STORE.to_owned());
     StoreUrl::parse(&store)?;
     if let Command::BenchWorker(w) = &cli.command {
-        return bench::run_worker(&store, w).await;
+        return baton_harness::run_worker(&store, w).await.map(Out::from);
     }
     let mut plan = plan(&cli.command)?;
     if let Plan::Follow { human, .. } = &mut plan {

@@ -41,6 +41,19 @@ impl From<baton_core::call::Output> for Out {
     }
 }
 
+impl From<baton_harness::Report> for Out {
+    /// A harness run: its output, or the table it made printed now in
+    /// place of it.
+    fn from(r: baton_harness::Report) -> Out {
+        let mut out = Out::from(r.output);
+        if let Some(text) = r.text {
+            write_stdout(&text);
+            out.printed = true;
+        }
+        out
+    }
+}
+
 impl Out {
     pub fn one(v: Value) -> Out {
         Out::from(baton_core::call::Output::one(v))

@@ -8,7 +8,7 @@
 //! fresh tasks, alternating which graph goes first (each run leaves the
 //! store larger for the next), and reports medians.
 
-use crate::args::BenchArgs;
+use crate::BenchArgs;
 use baton_core::graph::{NewNode, NodeSpec, Taker};
 use baton_core::{Error, Id, Refusal, Reply, State};
 use baton_open::DynAuthority;

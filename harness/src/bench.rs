@@ -4,8 +4,8 @@
 //! write under a wrong fence was accepted, and reports throughput, commits
 //! and claim latency.
 
-use crate::args::{BenchArgs, BenchWorkerArgs, Format, Order};
-use crate::output::{Out, Status};
+use crate::{BenchArgs, BenchWorkerArgs, Order, Report};
+use baton_core::call::Status;
 use baton_core::graph::{NewNode, NodeSpec};
 use baton_core::{Error, Id, Refusal, Reply};
 use baton_open::{DynAuthority, authority_for};
@@ -443,7 +443,7 @@ async fn verify(
             }
             Ok::<u64, Error>(stale)
         })
-        .buffer_unordered(crate::bench_next::VERIFY_AT_ONCE)
+        .buffer_unordered(crate::next::VERIFY_AT_ONCE)
         .try_collect()
         .await?;
     Ok((double, stale.iter().sum(), ungranted))
@@ -522,7 +522,7 @@ async fn run_processes(
 }
 
 /// The hidden `bench-worker` subcommand: one worker, its report as JSON.
-pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> {
+pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Report, Error> {
     let a = Arc::new(authority_for(store).await?);
     for _ in 0..60_000 {
         if w.go.exists() {
@@ -561,28 +561,25 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Out, Error> 
         (Some(b), Some(after)) => Some(after - b),
         _ => None,
     };
-    Ok(Out::one(serde_json::to_value(&rep).unwrap_or_default()))
+    Ok(Report::one(serde_json::to_value(&rep).unwrap_or_default()))
 }
 
 /// The `bench` subcommand.
 /// `store`: a store named with `--store` on the command line; without one
 /// the harness writes into a temporary SQLite store, never into the one
 /// `BATON_STORE` names. Either way it says which on standard error.
-pub async fn run(
-    store: Option<&str>,
-    args: &BenchArgs,
-    format: Option<Format>,
-) -> Result<Out, Error> {
+/// `human`: the results as a markdown table, not JSON.
+pub async fn run(store: Option<&str>, args: &BenchArgs, human: bool) -> Result<Report, Error> {
     let tmp = tempfile::tempdir()
         .map_err(|e| Error::unavailable(format!("bench: no temporary directory: {e}")))?;
     let store = match store {
         Some(s) => {
-            crate::output::write_stderr(&format!("bench: writing into the store given, {s}"));
+            say(&format!("bench: writing into the store given, {s}"));
             s.to_owned()
         }
         None => {
             let s = format!("sqlite:{}", tmp.path().join("bench.db").display());
-            crate::output::write_stderr(&format!(
+            say(&format!(
                 "bench: writing into a temporary store, {s} (removed afterwards; --store names another)"
             ));
             s
@@ -610,14 +607,14 @@ pub async fn run(
     if args.next {
         let mut results = Vec::new();
         for s in &stores {
-            results.push(crate::bench_next::run_one(s, args).await?);
+            results.push(crate::next::run_one(s, args).await?);
         }
         let ok = results
             .iter()
             .all(|r| r.double_grants == 0 && r.ungranted == 0 && r.errors == 0);
         let status = if ok { Status::Ok } else { Status::Refused };
         let items = results.iter().map(|r| json!(r)).collect();
-        return Ok(Out::list(items, None).with_status(status));
+        return Ok(Report::list(items, status));
     }
     let mut results = Vec::new();
     for s in &stores {
@@ -632,12 +629,18 @@ pub async fn run(
         write_series(&args.out, &results)?;
     }
     let status = if ok { Status::Ok } else { Status::Refused };
-    if format == Some(Format::Human) {
-        crate::output::write_stdout(&markdown(&results));
-        return Ok(Out::printed().with_status(status));
+    if human {
+        return Ok(Report::text(markdown(&results), status));
     }
     let items = results.iter().map(|r| json!(r)).collect();
-    Ok(Out::list(items, None).with_status(status))
+    Ok(Report::list(items, status))
+}
+
+/// A line on standard error (which way the harness writes, and where);
+/// one that cannot be written is dropped.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
