@@ -2190,6 +2190,146 @@ setTimeout(() => document.getElementById("f").submit(), 500);
     );
 }
 
+/// A worker kept waiting for work fails closed when its server is killed
+/// mid-wait: `run --next --keep-waiting` exits unavailable long before its
+/// wait would end and never starts its command; a task added once a server
+/// is back is granted to a new wait, not to the dead one.
+#[test]
+fn a_kept_wait_fails_closed_when_its_server_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let mut server = Server::start(&store, None);
+    let url = format!("http://{}", server.addr);
+    let marker = dir.path().join("ran");
+    let mut worker = Command::new(BIN)
+        .args(["--store", &url, "run", "--next", "--owner", "w"])
+        .args(["--queue", "idle", "--wait", "10m", "--keep-waiting", "--"])
+        .arg("touch")
+        .arg(&marker)
+        .env_remove("BATON_STORE")
+        .env_remove("BATON_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker stopped waiting on an empty queue"
+    );
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = worker.try_wait().unwrap() {
+            break s;
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            let _ = worker.kill();
+            panic!("the worker went on waiting with its server gone");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    worker
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    // `run`'s own statuses are 200 and up: 203, unavailable, nothing ran.
+    assert_eq!(status.code(), Some(203), "exit unavailable: {err}");
+    assert!(!marker.exists(), "the command ran without a grant");
+    // A server on the same store again: the task added goes to a new wait.
+    let server = Server::start(&store, None);
+    let url = format!("http://{}", server.addr);
+    let (code, out) = baton(&url, None, &["add", "job", "--queue", "idle"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = baton(
+        &url,
+        None,
+        &[
+            "next",
+            "--owner",
+            "w",
+            "--queue",
+            "idle",
+            "--wait",
+            "5s",
+            "--keep-waiting",
+        ],
+    );
+    assert_eq!((code, out["task"].as_str()), (0, Some("job")), "{out}");
+}
+
+/// A worker waiting for work through the task API holds no more than a
+/// blocking query does: a kept wait of an hour is answered at
+/// `--max-wait` (the worker asks again), and one token's waiting `next`s
+/// are capped at a quarter of the connection limit (429 at once past it,
+/// holding nothing) while another token's still wait.
+#[test]
+fn a_waiting_next_is_a_blocking_query_under_its_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(
+        &store,
+        &[
+            "--tokens",
+            &tokens,
+            "--max-connections",
+            "8",
+            "--max-wait",
+            "1s",
+        ],
+    );
+    let addr = server.addr;
+    let idle = move |token: &'static str, owner: &str, wait: &str| {
+        let body = format!(r#"{{"owner": "{owner}", "queues": ["idle"]}}"#);
+        let path = format!("/v1/next?wait={wait}&keep_waiting=true");
+        http(addr, "POST", &path, Some(token), &body).unwrap()
+    };
+    let t = Instant::now();
+    let (st, body) = idle(WORKER, "w", "1h");
+    let held = t.elapsed();
+    assert_eq!(
+        (st, body["refused"].as_str()),
+        (409, Some("drained")),
+        "{body}"
+    );
+    assert!(
+        held >= Duration::from_millis(900) && held < Duration::from_secs(10),
+        "a kept wait of an hour held its slot {held:?}, not --max-wait"
+    );
+    // Two of one token wait at once (8 connections / 4); a third is
+    // refused at once; another token's is admitted.
+    let waits: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || idle(WORKER, "w", "3s")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (st, body) = idle(WORKER, "w", "3s");
+    assert_eq!(st, 429, "{body}");
+    let (st, body) = idle(WORKER2, "ci2", "200ms");
+    assert_eq!(st, 409, "another token waits: {body}");
+    for w in waits {
+        let (st, body) = w.join().unwrap();
+        assert_eq!(st, 409, "{body}");
+    }
+    // Their places given back, the token may wait again; and a next that
+    // does not wait is never counted.
+    let (st, body) = idle(WORKER, "w", "100ms");
+    assert_eq!(st, 409, "{body}");
+    let (st, body) = http(
+        addr,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "w", "queues": ["idle"]}"#,
+    )
+    .unwrap();
+    assert_eq!(st, 409, "{body}");
+}
+
 /// A worker's token cannot hold the server's slots: a body trickled a
 /// byte at a time after valid headers is cut at `--read-timeout` for the
 /// whole body (408), one token's blocking queries are capped at a

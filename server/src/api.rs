@@ -310,6 +310,24 @@ async fn feed(
     events_waiting(&app, caller, None, &q, limit, wait).await
 }
 
+/// A place for one more blocking query of the token `name`, or the 429
+/// that tells it to wait for one of its others to end.
+fn place_for(
+    app: &Shared,
+    name: &str,
+) -> Result<crate::app::Blocking, Box<axum::response::Response>> {
+    app.blocking(name).ok_or_else(|| {
+        let mut res = crate::app::ApiError::from(Error::unavailable(format!(
+            "{} has {} blocking queries under way already, the most one token may: wait for one to end",
+            if name.is_empty() { "this client" } else { name },
+            app.max_blocking
+        )))
+        .into_response();
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        Box::new(res)
+    })
+}
+
 /// A page of events after the query's cursor, waiting up to `wait` (at
 /// most the server's `max_wait` a request: ask again for longer) for one to be written
 /// when there are none yet. A token has at most the server's cap of
@@ -326,19 +344,9 @@ async fn events_waiting(
     let _place = if wait.is_zero() {
         None
     } else {
-        let name = caller.unwrap_or_default();
-        match app.blocking(&name) {
-            Some(p) => Some(p),
-            None => {
-                let mut res = crate::app::ApiError::from(Error::unavailable(format!(
-                    "{} has {} blocking queries under way already, the most one token may: wait for one to end",
-                    if name.is_empty() { "this client" } else { name.as_str() },
-                    app.max_blocking
-                )))
-                .into_response();
-                *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                return Ok(res);
-            }
+        match place_for(app, &caller.unwrap_or_default()) {
+            Ok(p) => Some(p),
+            Err(res) => return Ok(*res),
         }
     };
     let until = Instant::now() + wait;
@@ -427,6 +435,15 @@ async fn next(
     // a longer wait (a worker kept waiting for work) asks again.
     let wait_ms =
         wait(&q.wait)?.map(|d| u64::try_from(d.min(app.max_wait).as_millis()).unwrap_or(u64::MAX));
+    // A waiting next is a blocking query: under its token's cap (past it,
+    // 429, holding no connection), its place held for the whole wait.
+    if wait_ms.is_some_and(|ms| ms > 0) {
+        let name = a.store().caller().map(|c| c.name.to_string());
+        match place_for(&app, &name.unwrap_or_default()) {
+            Ok(p) => a.store().hold(p),
+            Err(res) => return Ok(*res),
+        }
+    }
     let queues = b.queues;
     let keep_waiting = q.keep_waiting.unwrap_or(false);
     run(

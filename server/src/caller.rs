@@ -26,6 +26,9 @@ use std::sync::Arc;
 pub(crate) struct CallerStore {
     app: Shared,
     caller: Option<Caller>,
+    /// The blocking-query place this request took for its whole wait (the
+    /// task API's waiting `next`): its watches take no second one.
+    place: std::sync::Mutex<Option<crate::app::Blocking>>,
 }
 
 impl fmt::Debug for CallerStore {
@@ -39,6 +42,17 @@ impl fmt::Debug for CallerStore {
 impl CallerStore {
     pub(crate) fn caller(&self) -> Option<&Caller> {
         self.caller.as_ref()
+    }
+
+    /// Keeps `place` until this request ends.
+    pub(crate) fn hold(&self, place: crate::app::Blocking) {
+        if let Ok(mut p) = self.place.lock() {
+            *p = Some(place);
+        }
+    }
+
+    fn holds_place(&self) -> bool {
+        self.place.lock().is_ok_and(|p| p.is_some())
     }
 
     /// `op` as the store may apply it: admitted by core's access rule,
@@ -121,8 +135,13 @@ impl Store for CallerStore {
             .as_ref()
             .map(|c| c.name.to_string())
             .unwrap_or_default();
-        let Some(_place) = self.app.blocking(&name) else {
-            return Ok(false);
+        let _place = if self.holds_place() {
+            None
+        } else {
+            let Some(place) = self.app.blocking(&name) else {
+                return Ok(false);
+            };
+            Some(place)
         };
         let mut stopping = self.app.stopping.clone();
         tokio::select! {
@@ -188,6 +207,7 @@ impl FromRequestParts<Shared> for AsCaller {
         let gated = CallerStore {
             app: app.clone(),
             caller,
+            place: std::sync::Mutex::new(None),
         };
         Ok(AsCaller(
             Authority::new(gated, app.clock.clone()).with_permits(permits),
