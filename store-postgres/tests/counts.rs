@@ -22,24 +22,7 @@ fn the_count_deltas_are_folded_without_a_reader() {
     // Three folds' worth of grants, eight writers at once, and no read
     // of the counts.
     let grants = 3 * FOLD_EVERY as usize + 100;
-    rt.block_on(async {
-        let workers: Vec<_> = (0..8)
-            .map(|w| {
-                let a = a.clone();
-                tokio::spawn(async move {
-                    for i in (w..grants).step_by(8) {
-                        let t = Id::parse("task", &format!("t{i}")).unwrap();
-                        let owner = Id::parse("owner", "w").unwrap();
-                        let r = a.claim(&t, &owner, None).await.unwrap();
-                        assert!(r.grant().is_some(), "{r:?}");
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.await.unwrap();
-        }
-    });
+    rt.block_on(grant(&a, grants));
     // A fold runs in the background: wait for the last one to land.
     let deadline = Instant::now() + Duration::from_secs(10);
     let left = loop {
@@ -130,23 +113,28 @@ fn run(rt: &tokio::runtime::Runtime, a: &Arc<Authority<PostgresStore>>, grants: 
                 reads
             })
         };
-        let workers: Vec<_> = (0..8)
-            .map(|w| {
-                let a = a.clone();
-                tokio::spawn(async move {
-                    for i in (w..grants).step_by(8) {
-                        let t = Id::parse("task", &format!("t{i}")).unwrap();
-                        let owner = Id::parse("owner", "w").unwrap();
-                        let r = a.claim(&t, &owner, None).await.unwrap();
-                        assert!(r.grant().is_some(), "{r:?}");
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.await.unwrap();
-        }
+        grant(a, grants).await;
         done.store(true, std::sync::atomic::Ordering::Release);
         reader.await.unwrap()
     })
+}
+
+/// Eight writers at once grant tasks `t0..t{grants}`, each a claim.
+async fn grant(a: &Arc<Authority<PostgresStore>>, grants: usize) {
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                for i in (w..grants).step_by(8) {
+                    let t = Id::parse("task", &format!("t{i}")).unwrap();
+                    let owner = Id::parse("owner", "w").unwrap();
+                    let r = a.claim(&t, &owner, None).await.unwrap();
+                    assert!(r.grant().is_some(), "{r:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
 }
