@@ -777,22 +777,28 @@ pub fn check_ms(kind: Kind, field: &str, ms: u64) -> Result<u64> {
 pub const MAX_RETENTION_MS: u64 = 100 * 366 * 24 * 3600 * 1000;
 
 pub fn duration_ms(kind: Kind, field: &str, text: &str) -> Result<u64> {
-    let text = text.trim();
-    let ms = if text == "0" {
-        0
-    } else {
-        let d = humantime::parse_duration(text).map_err(|e| {
-            Error::invalid(
-                field,
-                format!(
-                    "must be {}: a number with a unit such as 750ms, 30s, 5m or 2h ({e})",
-                    kind.rule()
-                ),
-            )
-        })?;
-        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-    };
+    let ms = text_ms(text).map_err(|e| {
+        Error::invalid(
+            field,
+            format!(
+                "must be {}: a number with a unit such as 750ms, 30s, 5m or 2h ({e})",
+                kind.rule()
+            ),
+        )
+    })?;
     check_ms(kind, field, ms)
+}
+
+/// A duration as every front end writes one (`750ms`, `30s`, `1m30s`,
+/// `2h`, or `0`), in milliseconds, before any kind's bounds; the error
+/// says why it is not one.
+pub fn text_ms(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(0);
+    }
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -45,7 +45,8 @@ DEFAULT_STORE: str
 
 from . import aio as aio
 
-_Seconds = Union[int, float, datetime.timedelta]
+# Seconds (a number or a timedelta), or a duration as the CLI writes one ("30s", "1m30s").
+_Seconds = Union[int, float, datetime.timedelta, str]
 _Json = Any
 
 _State = Literal[

@@ -10,18 +10,28 @@
 
 Every method of `baton.Authority` is here as a coroutine with the same
 arguments and answers (a `Grant`, `Record` or falsy `Refusal`; errors
-raise as they do there). Each call runs the blocking one on a worker
-thread (`asyncio.to_thread`): the store works with the GIL released and
-the event loop keeps running, so many calls may be in flight at once.
-Cancelling an awaiting call stops the wait for its answer, not the call:
-a write it carried may still be applied (as with any lost answer, read
-before acting again). A `Grant`'s own `complete()` and friends block;
-from a coroutine, await the authority's (`await a.complete(...)`).
+raise as they do there). Each call runs the blocking one on a thread of
+this module's own pool: the store works with the GIL released and the
+event loop keeps running, and as many calls are in flight as are awaited
+(asyncio's default executor stops at the CPU count plus four threads, so
+twelve `next(wait=1)` on two cores took two seconds).
+
+Cancelling an awaiting call (`asyncio.wait_for`, a task's `cancel()`)
+stops the wait for its answer, not the call: a write it carried may
+still be applied (as with any lost answer, read before acting again).
+A grant nobody will hold is given back: a `claim`, `recover`,
+`task_claim`, `next` or `task_next` cancelled before its answer came is
+released when it comes (unless it repeated a grant the caller already
+held), and a `lease` whose `async with` entry was cancelled is released
+once entered, so no task stays held by no one until its TTL runs out.
+A `Grant`'s own `complete()` and friends block; from a coroutine, await
+the authority's (`await a.complete(...)`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 from types import TracebackType
 from typing import Any, Callable, Optional, Type
@@ -30,10 +40,50 @@ from . import baton as _native
 
 __all__ = ["Authority", "Lease", "authority_for"]
 
+# Threads are made as calls need them and idle ones are reused; the bound
+# is far past what one process awaits at once.
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1024, thread_name_prefix="baton-aio")
+
+# The calls that may grant a task: a cancelled one's grant is given back.
+_GRANTING = frozenset({"claim", "recover", "task_claim", "next", "task_next"})
+
+
+async def _run(fn: Callable[..., Any], *args: Any, give_back: Optional[Callable[[Any], None]] = None, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on the pool, awaited. Cancelled before it
+    ended, `give_back` gets its answer once it ends (never on the loop)."""
+    done = _POOL.submit(fn, *args, **kwargs)
+    try:
+        return await asyncio.wrap_future(done)
+    except asyncio.CancelledError:
+        if give_back is not None:
+            done.add_done_callback(functools.partial(_given_back, give_back))
+        raise
+
+
+def _given_back(give_back: Callable[[Any], None], done: "concurrent.futures.Future[Any]") -> None:
+    if done.cancelled() or done.exception() is not None:
+        return  # never ran, or answered with an error: nothing granted
+    try:
+        _POOL.submit(give_back, done.result())
+    except RuntimeError:
+        # The pool is shutting down (the interpreter exits): on this
+        # thread, the call's own.
+        give_back(done.result())
+
+
+def _release_grant(answer: Any) -> None:
+    """A grant whose caller stopped waiting for it, released; a repeat of a
+    grant the caller held already is left to it."""
+    if isinstance(answer, _native.Grant) and not answer.idempotent:
+        try:
+            answer.release()
+        except _native.Error:
+            pass  # the store gone: the lease runs out on its own
+
 
 async def authority_for(url: str, *, token: Optional[str] = None) -> "Authority":
     """Opens the store at `url` (as `baton.authority_for`) off the event loop."""
-    return Authority(await asyncio.to_thread(functools.partial(_native.authority_for, url, token=token)))
+    return Authority(await _run(_native.authority_for, url, token=token))
 
 
 class Lease:
@@ -54,11 +104,19 @@ class Lease:
 
     async def release(self) -> Any:
         """Stops renewing and gives the task back."""
-        return await asyncio.to_thread(self._inner.release)
+        return await _run(self._inner.release)
 
     async def __aenter__(self) -> "Lease":
-        await asyncio.to_thread(self._inner.__enter__)
+        # Entered after its caller stopped waiting: nobody runs the block,
+        # so the lease stops renewing and gives the task back.
+        await _run(self._inner.__enter__, give_back=lambda _: self._release_quietly())
         return self
+
+    def _release_quietly(self) -> None:
+        try:
+            self._inner.release()
+        except _native.Error:
+            pass
 
     async def __aexit__(
         self,
@@ -66,7 +124,7 @@ class Lease:
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> bool:
-        return bool(await asyncio.to_thread(self._inner.__exit__, exc_type, exc, traceback))
+        return bool(await _run(self._inner.__exit__, exc_type, exc, traceback))
 
 
 class Authority:
@@ -113,9 +171,11 @@ class Authority:
 def _awaited(name: str) -> Callable[..., Any]:
     blocking = getattr(_native.Authority, name)
 
+    give_back = _release_grant if name in _GRANTING else None
+
     @functools.wraps(blocking)
     async def call(self: Authority, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(getattr(self._inner, name), *args, **kwargs)
+        return await _run(getattr(self._inner, name), *args, give_back=give_back, **kwargs)
 
     return call
 

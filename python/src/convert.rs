@@ -78,13 +78,22 @@ pub(crate) fn id(field: &str, value: &str) -> PyResult<Id> {
     Id::parse(field, value).map_err(errors::to_py)
 }
 
-/// A duration argument in seconds (`int`, `float` or `datetime.timedelta`)
-/// as whole milliseconds. Whether the length is allowed is core's rule;
+/// A duration argument in seconds (`int`, `float` or `datetime.timedelta`),
+/// or as the CLI writes one (`"30s"`, `"1m30s"`), as whole milliseconds. Whether the length is allowed is core's rule;
 /// this only refuses what is not a length of time at all.
 pub(crate) fn millis(field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
+    // A duration as the CLI writes one (`30s`, `1m30s`), by core's rule.
+    if let Ok(text) = v.extract::<String>() {
+        return baton_core::catalogue::text_ms(&text).map(Some).map_err(|e| {
+            errors::invalid(
+                field,
+                format!("must be a duration such as 750ms, 30s, 5m or 2h, or a number of seconds ({e})"),
+            )
+        });
+    }
     let secs: f64 = if v.hasattr("total_seconds")? {
         v.call_method0("total_seconds")?.extract()?
     } else if v.is_instance_of::<pyo3::types::PyBool>() {
@@ -96,7 +105,7 @@ pub(crate) fn millis(field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
         v.extract().map_err(|_| {
             errors::invalid(
                 field,
-                "must be a number of seconds (int or float) or a datetime.timedelta",
+                "must be a number of seconds (int or float), a datetime.timedelta or a duration such as \"30s\"",
             )
         })?
     };
