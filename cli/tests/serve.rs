@@ -225,6 +225,39 @@ fn tokens_decide_who_may_ask_and_the_token_names_the_actor() {
         assert_eq!(code, 6, "{args:?}: {err}");
         assert_eq!(err["error"]["kind"], "not_permitted", "{args:?}");
     }
+    // Through the task API a request the token may not make is refused
+    // as not permitted before its input is checked: a worker learns
+    // nothing of an operator's (or another owner's) requests from their
+    // validation.
+    for (path, body) in [
+        (
+            "/v1/limits/k",
+            r#"{"operator":"alice","limit":4000000}"#.to_owned(),
+        ),
+        (
+            "/v1/tasks/t2/renew",
+            format!(r#"{{"owner":"ci2","fence":{f2},"ttl_ms":0}}"#),
+        ),
+    ] {
+        let (status, err) = http(server.addr, "POST", path, Some(WORKER), &body).unwrap();
+        assert_eq!(
+            (status, err["error"]["kind"].as_str()),
+            (403, Some("not_permitted")),
+            "{path}: {err}"
+        );
+        // The same input from a token that may send it: invalid, by name.
+        let token = if path.contains("limits") {
+            OPERATOR
+        } else {
+            WORKER2
+        };
+        let (status, err) = http(server.addr, "POST", path, Some(token), &body).unwrap();
+        assert_eq!(
+            (status, err["error"]["kind"].as_str()),
+            (400, Some("invalid")),
+            "{path}: {err}"
+        );
+    }
     let (_, h2) = baton(&url, Some(WORKER2), &["holder", "t2"]);
     assert_eq!(
         (h2["live"].as_bool(), h2["owner"].as_str()),

@@ -270,6 +270,15 @@ impl Act {
 #[async_trait::async_trait]
 pub trait Permits: Send + Sync + fmt::Debug {
     async fn permit(&self, act: Act) -> Result<()>;
+
+    /// `op` as this caller may send it ([`admit`]), asked before its input
+    /// is checked: a request the caller may not make is refused as not
+    /// permitted whatever else is wrong with it, so a token learns nothing
+    /// of another role's requests from their validation. Without a caller
+    /// proved here (a client, whose server asks), every request passes.
+    fn admit(&self, op: Operation) -> Result<Operation> {
+        Ok(op)
+    }
 }
 
 /// The permits of a caller proved here (a server's request): core's rule,
@@ -281,6 +290,10 @@ pub struct CallerPermits(pub Option<Caller>);
 impl Permits for CallerPermits {
     async fn permit(&self, act: Act) -> Result<()> {
         require_operator(self.0.as_ref(), act.as_str())
+    }
+
+    fn admit(&self, op: Operation) -> Result<Operation> {
+        admit(op, self.0.as_ref())
     }
 }
 

@@ -197,8 +197,6 @@ impl<S: Store> Authority<S> {
         request: Request,
         pre: Preconditions,
     ) -> Result<Reply> {
-        // Refuse bad input before touching the store: it changes nothing.
-        request.validate()?;
         let op = Operation {
             task: task.clone(),
             request,
@@ -206,6 +204,14 @@ impl<S: Store> Authority<S> {
             now: self.clock.now(),
             clock: self.commit_clock(),
         };
+        // A caller proved here is admitted first (a request it may not
+        // make is not permitted, however malformed); then bad input is
+        // refused before touching the store: it changes nothing.
+        let op = match &self.permits {
+            Some(p) => p.admit(op)?,
+            None => op,
+        };
+        op.request.validate()?;
         let decision = self.store.apply(op).await?;
         reply(decision)
     }
