@@ -2295,6 +2295,24 @@ fn a_kept_wait_fails_closed_when_its_server_is_killed() {
     assert_eq!((code, out["task"].as_str()), (0, Some("job")), "{out}");
 }
 
+/// A server on a new SQLite store in `dir` with the test tokens, 8
+/// connections (so 2 blocking queries a token) and a 1 s `--max-wait`,
+/// and `extra` arguments.
+fn capped_server(dir: &Path, extra: &[&str]) -> Server {
+    let store = format!("sqlite:{}", dir.join("s.db").display());
+    let tokens = token_file(dir).display().to_string();
+    let mut args = vec![
+        "--tokens",
+        &tokens,
+        "--max-connections",
+        "8",
+        "--max-wait",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    Server::start_with(&store, &args)
+}
+
 /// A worker waiting for work through the task API holds no more than a
 /// blocking query does: a kept wait of an hour is answered at
 /// `--max-wait` (the worker asks again), and one token's waiting `next`s
@@ -2303,19 +2321,7 @@ fn a_kept_wait_fails_closed_when_its_server_is_killed() {
 #[test]
 fn a_waiting_next_is_a_blocking_query_under_its_caps() {
     let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("s.db").display());
-    let tokens = token_file(dir.path()).display().to_string();
-    let server = Server::start_with(
-        &store,
-        &[
-            "--tokens",
-            &tokens,
-            "--max-connections",
-            "8",
-            "--max-wait",
-            "1s",
-        ],
-    );
+    let server = capped_server(dir.path(), &[]);
     let addr = server.addr;
     let idle = move |token: &'static str, owner: &str, wait: &str| {
         let body = format!(r#"{{"owner": "{owner}", "queues": ["idle"]}}"#);
@@ -2371,21 +2377,7 @@ fn a_waiting_next_is_a_blocking_query_under_its_caps() {
 #[test]
 fn a_trickled_body_or_many_waits_hold_no_slots() {
     let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("s.db").display());
-    let tokens = token_file(dir.path()).display().to_string();
-    let server = Server::start_with(
-        &store,
-        &[
-            "--tokens",
-            &tokens,
-            "--read-timeout",
-            "1s",
-            "--max-connections",
-            "8",
-            "--max-wait",
-            "1s",
-        ],
-    );
+    let server = capped_server(dir.path(), &["--read-timeout", "1s"]);
     let addr = server.addr;
     // An hour's wait is answered (nothing after the cursor) at the cap.
     let t = Instant::now();
