@@ -71,12 +71,14 @@ def _given_back(give_back: Callable[[Any], None], done: "concurrent.futures.Futu
         give_back(done.result())
 
 
-def _release_grant(answer: Any) -> None:
-    """A grant whose caller stopped waiting for it, released; a repeat of a
-    grant the caller held already is left to it."""
+def _release_grant(authority: _native.Authority, answer: Any) -> None:
+    """A grant whose caller stopped waiting for it, released through the
+    authority (a declared task's `Grant` reports only through its run, but
+    its executor may give the lease back); a repeat of a grant the caller
+    held already is left to it."""
     if isinstance(answer, _native.Grant) and not answer.idempotent:
         try:
-            answer.release()
+            authority.release(answer.task, answer.owner, answer.fence)
         except _native.Error:
             pass  # the store gone: the lease runs out on its own
 
@@ -171,10 +173,11 @@ class Authority:
 def _awaited(name: str) -> Callable[..., Any]:
     blocking = getattr(_native.Authority, name)
 
-    give_back = _release_grant if name in _GRANTING else None
+    grants = name in _GRANTING
 
     @functools.wraps(blocking)
     async def call(self: Authority, *args: Any, **kwargs: Any) -> Any:
+        give_back = functools.partial(_release_grant, self._inner) if grants else None
         return await _run(getattr(self._inner, name), *args, give_back=give_back, **kwargs)
 
     return call

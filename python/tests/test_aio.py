@@ -136,6 +136,33 @@ def test_a_next_cancelled_mid_wait_leaves_no_task_held(sqlite_url):
     run(main())
 
 
+def test_a_declared_task_next_cancelled_mid_wait_leaves_it_unheld(sqlite_url):
+    # A declared task's grant reports only through its run; its executor's
+    # lease is still given back when nobody waits for it any more.
+    async def main():
+        import conftest
+
+        a = await baton.aio.authority_for(sqlite_url)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(a.task_next("exec", ["dq"], ttl=60, wait=5, keep_waiting=True), 0.3)
+        await a.declare(conftest.manifest("d1", executor="exec", queue="dq"))
+        await a.register("d1", "r1")
+
+        def kinds():
+            return [e["kind"] for e in a.sync.events("d1")]
+
+        deadline = time.monotonic() + 5
+        while "RELEASED" not in kinds() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert "CLAIMED" in kinds(), f"the cancelled wait was never granted: {kinds()}"
+        assert "RELEASED" in kinds(), f"the cancelled wait's grant is still held: {kinds()}"
+        h = await a.holder("d1")
+        assert not h.live, h
+        await a.close()
+
+    run(main())
+
+
 def test_a_lease_entry_cancelled_mid_wait_gives_the_task_back(sqlite_url):
     async def main():
         a = await baton.aio.authority_for(sqlite_url)
