@@ -2,6 +2,7 @@
 //! them, never change them.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
 use std::path::PathBuf;
 
 pub use baton_harness::{BenchArgs, BenchWorkerArgs, Order};
@@ -44,7 +45,8 @@ pub enum Format {
     Dot,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Command {
     /// Claim a bare task (created if nobody declared it).
     ///
@@ -176,6 +178,7 @@ pub enum Command {
     /// Example: baton run nightly-backup --owner host-7 --ttl 30s -- ./backup.sh --full
     ///
     /// Example: baton run --next --queue ci --owner w1 -- ./job.sh
+    #[serde(skip)]
     Run {
         /// The task (or `--next` for the next ready one).
         #[arg(required_unless_present = "next", conflicts_with = "next")]
@@ -197,6 +200,7 @@ pub enum Command {
         #[arg(long, allow_hyphen_values = true)]
         lock_delay: Option<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         opts: RunOptions,
     },
     /// Add a bare task to the work graph (REGISTERED, claimable once every
@@ -211,6 +215,7 @@ pub enum Command {
         #[arg(conflicts_with = "file")]
         task: Option<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         node: NodeArgs,
         /// Not granted before this: an RFC 3339 time (2026-12-24T18:00:00Z)
         /// or a delay from the add (`90s`, `10m`, `400d`), ending by year 9999.
@@ -232,6 +237,7 @@ pub enum Command {
         owner: String,
         /// A queue to take from (repeatable; default: default).
         #[arg(long)]
+        #[serde(rename = "queues")]
         queue: Vec<String>,
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s; for `task next`, the manifest's heartbeat timeout).
         #[arg(long, allow_hyphen_values = true)]
@@ -285,10 +291,12 @@ pub enum Command {
         #[arg(long)]
         task: Option<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         page: Paging,
         /// Wait for new events and print each as it is written (polled,
         /// at most a second apart); stop with Ctrl-C.
         #[arg(long)]
+        #[serde(skip)]
         follow: bool,
     },
     /// Persist expired leases and passed deadlines (with their notifications).
@@ -333,12 +341,14 @@ pub enum Command {
     /// Watch baton arbitrate: 8 workers race over 200 tasks on a fresh store.
     ///
     /// Example: baton demo
+    #[serde(skip)]
     Demo,
     /// Serve the store over HTTP: one authority for many hosts and languages.
     ///
     /// Example: baton serve --store sqlite:/var/lib/baton/baton.db --listen 127.0.0.1:7440
     ///
     /// Example: baton serve --listen 0.0.0.0:7440 --tokens /etc/baton/tokens --tls-cert cert.pem --tls-key key.pem
+    #[serde(skip)]
     Serve {
         /// Where to listen: IP:PORT, or unix:PATH.
         #[arg(long, default_value = "127.0.0.1:7440")]
@@ -382,10 +392,12 @@ pub enum Command {
     /// The contention harness: W workers race for T tasks and complete what they win.
     ///
     /// Example: baton bench --workers 8 --tasks 1000 --processes --order disjoint
+    #[serde(skip)]
     Bench(BenchArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`.
     ///
     /// Example: baton completions bash > /etc/bash_completion.d/baton
+    #[serde(skip)]
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
         #[arg(value_enum)]
@@ -395,10 +407,12 @@ pub enum Command {
     ///
     /// Example: baton bench-worker (started by `baton bench --processes`)
     #[command(hide = true)]
+    #[serde(skip)]
     BenchWorker(BenchWorkerArgs),
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GraphCommand {
     /// Every graph task with its state, holder and edges (`--format dot`
     /// for Graphviz: `baton graph show --format dot | dot -Tsvg`).
@@ -433,7 +447,7 @@ pub struct RunOptions {
     pub command: Vec<std::ffi::OsString>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize)]
 pub struct Run {
     /// The executor run the task is registered to.
     #[arg(long, env = "BATON_RUN")]
@@ -446,7 +460,7 @@ pub struct Run {
     pub fence: u64,
 }
 
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Serialize)]
 pub struct Paging {
     /// Page size (default 100).
     #[arg(long, default_value_t = 100, allow_negative_numbers = true)]
@@ -458,7 +472,7 @@ pub struct Paging {
 
 /// How a task added to the work graph waits and runs (`add`, and the
 /// tasks a schedule makes).
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct NodeArgs {
     /// The queue `next` takes it from (default: default).
     #[arg(long)]
@@ -475,6 +489,7 @@ pub struct NodeArgs {
     #[arg(long)]
     pub timeout: Option<String>,
     #[command(flatten)]
+    #[serde(flatten)]
     pub retry: RetryArgs,
     /// A concurrency key: at most the key's limit (`baton limit set KEY
     /// N`) of the tasks with this key hold live grants at once; the rest
@@ -485,7 +500,7 @@ pub struct NodeArgs {
 
 /// A retry policy: how often a failed or stalled attempt is tried again,
 /// and after how long.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct RetryArgs {
     /// Attempts in all: a failure (or a stall, or a time-out) before the
     /// last is tried again after a backoff (`--backoff`), the last one's
@@ -516,7 +531,8 @@ impl RetryArgs {
     }
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QueueCommand {
     /// Set a queue's retry policy: a task added to QUEUE without retry
     /// options of its own takes it, fixed when it is added (a task added
@@ -528,6 +544,7 @@ pub enum QueueCommand {
         /// The queue's id (as `add --queue` names it).
         queue: String,
         #[command(flatten)]
+        #[serde(flatten)]
         retry: RetryArgs,
         /// Who sets it (an operator's act).
         #[arg(long)]
@@ -542,7 +559,8 @@ pub enum QueueCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LimitCommand {
     /// Set a key's limit: at most N live grants at once of the tasks added
     /// with `--key KEY` (0 holds every new grant back; `none` removes the
@@ -574,7 +592,8 @@ pub enum LimitCommand {
 
 // Parsed once per process: the size of `Add` costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ScheduleCommand {
     /// Set a recurring schedule: one task `NAME@START` per period, of
     /// `--every` from now or from each time `--cron` names (UTC) to the
@@ -598,6 +617,7 @@ pub enum ScheduleCommand {
         #[arg(long)]
         cron: Option<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         node: NodeArgs,
     },
     /// Every schedule, with its period and state.
@@ -608,6 +628,7 @@ pub enum ScheduleCommand {
     ///
     /// Example: baton schedule tick
     Tick,
+    #[serde(skip)]
     /// Tick every `--tick` until stopped (a scheduler of its own).
     ///
     /// Example: baton schedule run --tick 1s
@@ -618,13 +639,15 @@ pub enum ScheduleCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OutboxCommand {
     /// Notifications not yet acknowledged, in the order they were committed.
     ///
     /// Example: baton outbox pending --limit 50
     Pending {
         #[command(flatten)]
+        #[serde(flatten)]
         page: Paging,
     },
     /// Acknowledge notifications once delivered (an operator's act on a server with tokens).

@@ -3,7 +3,8 @@
 
 use super::*;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskCommand {
     /// Declare a task from a JSON manifest (FILE, or standard input).
     ///
@@ -65,12 +66,14 @@ pub enum TaskCommand {
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
+        #[serde(flatten)]
         run: Run,
     },
     /// Claim and start the declared task, run a command under its lease,
     /// and succeed (with the evidence files hashed) or fail it.
     ///
     /// Example: baton task run rel-1 --run run-9 --executor ci-3 --evidence build.log=out/build.log -- make release
+    #[serde(skip)]
     Run {
         /// The declared task's id.
         task: String,
@@ -87,6 +90,7 @@ pub enum TaskCommand {
         #[arg(long)]
         evidence: Vec<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         opts: RunOptions,
     },
     /// Renew the running task's lease and report the step now being worked on.
@@ -97,6 +101,7 @@ pub enum TaskCommand {
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
+        #[serde(flatten)]
         run: Run,
         /// The 1-based step now being worked on.
         #[arg(long, allow_negative_numbers = true)]
@@ -113,6 +118,7 @@ pub enum TaskCommand {
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
+        #[serde(flatten)]
         run: Run,
         /// KEY=sha256:HEX, once per key.
         #[arg(long)]
@@ -126,6 +132,7 @@ pub enum TaskCommand {
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
+        #[serde(flatten)]
         run: Run,
         /// A JSON object saying what went wrong (at most 16 KiB), kept on the task.
         #[arg(long)]
@@ -186,6 +193,7 @@ pub enum TaskCommand {
         #[arg(env = "BATON_TASK")]
         task: String,
         #[command(flatten)]
+        #[serde(flatten)]
         page: Paging,
     },
     /// Passes only for SUCCEEDED (exit 1 when blocking).
@@ -210,6 +218,7 @@ pub enum TaskCommand {
         #[arg(long, requires = "state")]
         queue: Option<String>,
         #[command(flatten)]
+        #[serde(flatten)]
         page: Paging,
     },
     /// Claim the ready declared task (for the run registered for it), as `next` does for bare ones.
@@ -221,6 +230,7 @@ pub enum TaskCommand {
         executor: String,
         /// A queue to take from (repeatable; default: default).
         #[arg(long)]
+        #[serde(rename = "queues")]
         queue: Vec<String>,
         /// Lease length: 750ms, 30s, 5m, 2h (1 ms to 7 days; default 30s; for `task next`, the manifest's heartbeat timeout).
         #[arg(long, allow_hyphen_values = true)]

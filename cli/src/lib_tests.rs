@@ -154,3 +154,56 @@ fn durations() {
         );
     }
 }
+
+/// Every example of an operation's help is made by core into its Call:
+/// each field a command has is an input its operation reads (a field
+/// core does not read would be refused by name).
+#[test]
+fn every_example_of_an_operation_is_made_by_core() {
+    use clap::CommandFactory;
+    fn examples(c: &clap::Command, out: &mut Vec<String>) {
+        for sub in c.get_subcommands() {
+            examples(sub, out);
+            let long = sub
+                .get_long_about()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            out.extend(
+                long.lines()
+                    .filter_map(|l| l.trim().strip_prefix("Example: "))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    let mut all = Vec::new();
+    examples(&Cli::command(), &mut all);
+    let mut made = 0;
+    for line in all
+        .iter()
+        .filter(|l| !l.contains(['"', '\'', '{', '(', '`']))
+    {
+        // Up to a pipe, an && or a redirection.
+        let words = line.split(['|', '&', '>']).next().unwrap_or(line);
+        let cli = parse_cli(words.split_whitespace().map(Into::into).collect())
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        if matches!(
+            cli.command,
+            Command::Run { .. }
+                | Command::Task(TaskCommand::Run { .. })
+                | Command::Demo
+                | Command::Serve { .. }
+                | Command::Bench(_)
+                | Command::BenchWorker(_)
+                | Command::Completions { .. }
+        ) {
+            continue;
+        }
+        match plan(&cli.command) {
+            Ok(_) => made += 1,
+            // An example's file is not here to read.
+            Err(e) if e.field.as_deref() == Some("file") && e.message.contains("cannot read") => {}
+            Err(e) => panic!("{line}: {e}"),
+        }
+    }
+    assert!(made >= 30, "only {made} examples made");
+}

@@ -9,7 +9,8 @@
 //! * [`Authority`]: the public API, generic over any store.
 //! * [`MemoryStore`]: an in-memory backend.
 //! * [`catalogue`]: every operation the front ends offer, with its inputs and their rules;
-//!   `call` (feature `keeper`): an operation as a value, run on an authority.
+//!   `call` (feature `keeper`): an operation as a value, run on an authority;
+//!   `given`: a Call made from what a person gave it.
 //! * `conformance` (feature): the suite every backend must pass.
 
 pub mod access;
@@ -27,6 +28,9 @@ pub mod decide;
 pub mod engine;
 pub mod error;
 pub mod fault;
+// Makes a Call, which runs with `keeper`.
+#[cfg(feature = "keeper")]
+pub mod given;
 pub mod graph;
 pub mod id;
 pub mod invariants;

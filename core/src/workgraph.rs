@@ -657,6 +657,9 @@ impl<S: Store> Authority<S> {
     }
 }
 
+/// The largest graph file read, in bytes.
+pub const MAX_GRAPH_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Parses a graph file: a JSON object `{"nodes": [{"task": ID, "queue": Q,
 /// "priority": N, "after": [ID...]}...]}` or a bare list of such nodes.
 pub fn parse_graph(text: &str) -> Result<Vec<NewNode>> {
