@@ -616,6 +616,13 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         (200, Some(1)),
         "{r}"
     );
+    // Listed as `baton schedule list` lists it: core's Call answers both.
+    let one = &r["items"][0];
+    assert_eq!(
+        (one["every_ms"].as_u64(), one["queue"].as_str()),
+        (Some(3_600_000), Some("cron")),
+        "{r}"
+    );
     // The server's own beat (every `--sweep-every`) makes the period's
     // task; a tick after it makes none.
     let deadline = Instant::now() + Duration::from_secs(10);

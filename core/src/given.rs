@@ -688,10 +688,15 @@ fn add(g: &mut Given<'_>) -> Result<Call> {
                 "give a task or a graph file, not both",
             ));
         }
-        let start = g
-            .text("not_before")?
-            .map(|v| Start::parse("not_before", &v))
-            .transpose()?;
+        // Text (a time, or a delay from the add), or a start as a node
+        // file writes it (`{"at": ...}`, `{"after_ms": ...}`).
+        let start = match g.get("not_before") {
+            None => None,
+            Some(Value::String(v)) => Some(Start::parse("not_before", &v)?),
+            Some(v) => Some(serde_json::from_value::<Start>(v).map_err(|_| {
+                Error::invalid("not_before", "must be a time or a delay from the add")
+            })?),
+        };
         let node = g.node(&task)?.with_start(start)?;
         return Ok(write(task, Request::Add { node }));
     }

@@ -3,9 +3,11 @@
 use crate::convert::{self, duration, id, json_text, millis, to_json};
 use crate::shape::*;
 use crate::{ProcessBound, errors, runtime};
-use baton_core::call::{Call, Output};
+use baton_core::call::{Call, Output, answers_with_grant};
 use baton_core::catalogue::Kind;
+use baton_core::given::Given;
 use baton_core::graph::Taker;
+use baton_core::kinds::RequestKind;
 use baton_core::{Manifest, State};
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
@@ -110,6 +112,39 @@ impl Authority {
         let py = slf.py();
         let r = slf.get().call(py, f)?;
         convert::reply_from(py, &r, true, Some(slf.clone().into_any().unbind()))
+    }
+}
+
+impl Authority {
+    /// The catalogue's operation `op` made by core from `given` (its
+    /// inputs by the catalogue's names): core reads each and keeps the
+    /// rules between them.
+    fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
+        Given::new(given)
+            .and_then(|g| baton_core::given::call(op, g))
+            .map_err(errors::to_py)
+    }
+
+    /// Runs `call`: a write answers its reply as Python's types (a bare
+    /// task's `Grant` reporting to this authority), anything else its item.
+    fn answer(slf: &Bound<'_, Self>, call: Call) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        match call {
+            Call::Write { task, request, pre } => {
+                let kind = request.kind();
+                let as_grant = answers_with_grant(kind);
+                let r =
+                    slf.get().call(
+                        py,
+                        move |a| async move { a.submit(&task, request, pre).await },
+                    )?;
+                // A declared task's grant reports through its run.
+                let auth = (as_grant && kind != RequestKind::TaskClaim)
+                    .then(|| slf.clone().into_any().unbind());
+                convert::reply_from(py, &r, as_grant, auth)
+            }
+            other => slf.get().run_item(py, other),
+        }
     }
 }
 
@@ -262,8 +297,7 @@ impl Authority {
     #[pyo3(signature = (task, owner = None, fence = None, *, operator = None, force = false, cascade = false))]
     #[allow(clippy::too_many_arguments)]
     fn cancel(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         owner: Option<&str>,
         fence: Option<u64>,
@@ -271,15 +305,16 @@ impl Authority {
         force: bool,
         cascade: bool,
     ) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        match (owner, fence, operator, cascade) {
-            (None, None, Some(op), true) => {
-                let by = self::operator(op)?;
-                let (first, cascaded) =
-                    self.call(
-                        py,
-                        move |a| async move { a.cancel_cascade(&t, by, force).await },
-                    )?;
+        let py = slf.py();
+        let given = serde_json::json!({
+            "task": task, "owner": owner, "fence": fence,
+            "operator": operator, "force": force, "cascade": cascade,
+        });
+        match Self::made("cancel", given)? {
+            Call::CancelCascade { task, by, force } => {
+                let (first, cascaded) = slf.get().call(py, move |a| async move {
+                    a.cancel_cascade(&task, by, force).await
+                })?;
                 let first = convert::reply(py, &first, false)?;
                 let mut each = Vec::with_capacity(cascaded.len());
                 for (t, r) in &cascaded {
@@ -287,24 +322,7 @@ impl Authority {
                 }
                 Ok((first, each).into_pyobject(py)?.into_any().unbind())
             }
-            (_, _, _, true) => Err(errors::invalid(
-                "cascade",
-                "is for an operator's cancel (operator=NAME, no owner or fence)",
-            )),
-            (Some(o), Some(f), None, false) => {
-                let o = id("owner", o)?;
-                self.write(py, false, move |a| async move { a.cancel(&t, &o, f).await })
-            }
-            (None, None, Some(op), false) => {
-                let by = self::operator(op)?;
-                self.write(py, false, move |a| async move {
-                    a.cancel_with(&t, by, force).await
-                })
-            }
-            _ => Err(errors::invalid(
-                "cancel",
-                "give owner and fence (the holder cancels) or operator (an operator cancels), not both",
-            )),
+            call => Self::answer(slf, call),
         }
     }
 
@@ -481,16 +499,14 @@ impl Authority {
     /// limit). A `Record` (the key's), or a `Refusal`.
     #[pyo3(signature = (key, limit, operator))]
     fn set_limit(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         key: &str,
         limit: Option<u32>,
         operator: &str,
     ) -> PyResult<Py<PyAny>> {
-        let (k, by) = (id("key", key)?, self::operator(operator)?);
-        self.write(py, false, move |a| async move {
-            a.set_limit(&k, limit, by).await
-        })
+        let limit = limit.map_or(serde_json::json!("none"), |n| serde_json::json!(n));
+        let given = serde_json::json!({"key": key, "limit": limit, "operator": operator});
+        Self::answer(slf, Self::made("limit", given)?)
     }
 
     /// An operator sets queue `queue`'s retry policy: a task added to the
@@ -500,8 +516,7 @@ impl Authority {
     #[pyo3(signature = (queue, operator, *, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
     #[allow(clippy::too_many_arguments)]
     fn set_queue_policy(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         queue: &str,
         operator: &str,
         max_attempts: Option<u32>,
@@ -509,11 +524,15 @@ impl Authority {
         backoff_factor: Option<f64>,
         backoff_max: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (q, by) = (id("queue", queue)?, self::operator(operator)?);
-        let retry = retry_policy(max_attempts, backoff, backoff_factor, backoff_max)?;
-        self.write(py, false, move |a| async move {
-            a.set_queue_policy(&q, retry, by).await
-        })
+        let given = serde_json::json!({
+            "queue": queue,
+            "operator": operator,
+            "max_attempts": max_attempts,
+            "backoff": millis("backoff", backoff)?,
+            "backoff_factor": backoff_factor,
+            "backoff_max": millis("backoff_max", backoff_max)?,
+        });
+        Self::answer(slf, Self::made("queue_policy", given)?)
     }
 
     /// Retention, an operator's act: tasks that ended at least
@@ -670,8 +689,7 @@ impl Authority {
     #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         queue: Option<&str>,
         priority: i64,
@@ -684,8 +702,6 @@ impl Authority {
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        let start = convert::start("not_before", not_before)?;
         let shape = Shape {
             queue,
             priority,
@@ -697,8 +713,11 @@ impl Authority {
             backoff_max,
             key,
         };
-        let spec = shape.spec(&t)?.with_start(start).map_err(errors::to_py)?;
-        self.write(py, false, move |a| async move { a.add(&t, spec).await })
+        let mut given = shape.given()?;
+        given.insert("task".into(), serde_json::json!(task));
+        let start = convert::start("not_before", not_before)?;
+        given.insert("not_before".into(), serde_json::json!(start));
+        Self::answer(slf, Self::made("add", given.into())?)
     }
 
     /// Sets the recurring schedule `name` (its record `schedule:NAME`): one
@@ -711,8 +730,7 @@ impl Authority {
     #[pyo3(signature = (name, every = None, *, cron = None, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn schedule(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         name: &str,
         every: Option<&Bound<'_, PyAny>>,
         cron: Option<&str>,
@@ -726,8 +744,6 @@ impl Authority {
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let every_ms = duration(Kind::Period, "every", every)?.unwrap_or(0);
-        let record = baton_core::workgraph::schedule_id(name).map_err(errors::to_py)?;
         let shape = Shape {
             queue,
             priority,
@@ -739,17 +755,11 @@ impl Authority {
             backoff_max,
             key,
         };
-        let template = shape.spec(&record)?;
-        let name = name.to_owned();
-        // Which of every and cron a schedule may have is core's to check.
-        let schedule = baton_core::graph::Schedule {
-            every_ms,
-            cron: cron.map(|c| c.trim().to_owned()),
-            template,
-        };
-        self.write(py, false, move |a| async move {
-            a.set_schedule(&name, schedule).await
-        })
+        let mut given = shape.given()?;
+        given.insert("name".into(), serde_json::json!(name));
+        given.insert("every".into(), serde_json::json!(millis("every", every)?));
+        given.insert("cron".into(), serde_json::json!(cron));
+        Self::answer(slf, Self::made("schedule", given.into())?)
     }
 
     /// Every schedule's record (`schedule:NAME`), as `Record`s.

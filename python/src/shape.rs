@@ -2,12 +2,11 @@
 //! errors, cursors, retry policies, and the keyword arguments a method
 //! takes.
 
-use crate::convert::{duration, id, to_json};
+use crate::convert::{id, millis, to_json};
 use crate::errors;
-use baton_core::catalogue::Kind;
-use baton_core::graph::NodeSpec;
 use baton_core::{Actor, Id};
 use pyo3::prelude::*;
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 pub(crate) fn operator(name: &str) -> PyResult<Actor> {
@@ -99,22 +98,6 @@ pub(crate) fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
     }
 }
 
-/// The retry policy the arguments give, if any is given.
-pub(crate) fn retry_policy(
-    max_attempts: Option<u32>,
-    backoff: Option<&Bound<'_, PyAny>>,
-    backoff_factor: Option<f64>,
-    backoff_max: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<baton_core::graph::RetryPolicy>> {
-    baton_core::graph::RetryPolicy::from_parts(
-        max_attempts,
-        duration(Kind::LockDelay, "backoff", backoff)?,
-        backoff_factor,
-        duration(Kind::Ttl, "max_backoff", backoff_max)?,
-    )
-    .map_err(errors::to_py)
-}
-
 /// How a task added to the work graph waits and runs, as `add` and
 /// `schedule` take it.
 pub(crate) struct Shape<'a, 'py> {
@@ -130,27 +113,22 @@ pub(crate) struct Shape<'a, 'py> {
 }
 
 impl Shape<'_, '_> {
-    /// The spec of `task` in this shape.
-    pub(crate) fn spec(self, task: &Id) -> PyResult<NodeSpec> {
-        let q = self.queue.map(|q| id("queue", q)).transpose()?;
-        let deps = self
-            .after
-            .unwrap_or_default()
-            .iter()
-            .map(|d| id("after", d))
-            .collect::<PyResult<Vec<_>>>()?;
-        let retry = retry_policy(
-            self.max_attempts,
-            self.backoff,
-            self.backoff_factor,
-            self.backoff_max,
-        )?;
-        let timeout = duration(Kind::Ttl, "timeout", self.timeout)?;
-        let key = self.key.map(|k| id("key", k)).transpose()?;
-        NodeSpec::new(task, q, self.priority, deps)
-            .and_then(|s| s.with_timeout(timeout))
-            .and_then(|s| s.with_retry(retry))
-            .and_then(|s| s.with_key(key))
-            .map_err(errors::to_py)
+    /// The shape as core's inputs of a node's place (`baton_core::given`),
+    /// its durations read as Python gives them (seconds, or text).
+    pub(crate) fn given(self) -> PyResult<Map<String, Value>> {
+        let mut g = Map::new();
+        g.insert("queue".into(), json!(self.queue));
+        g.insert("priority".into(), json!(self.priority));
+        g.insert("after".into(), json!(self.after));
+        g.insert("timeout".into(), json!(millis("timeout", self.timeout)?));
+        g.insert("max_attempts".into(), json!(self.max_attempts));
+        g.insert("backoff".into(), json!(millis("backoff", self.backoff)?));
+        g.insert("backoff_factor".into(), json!(self.backoff_factor));
+        g.insert(
+            "backoff_max".into(),
+            json!(millis("backoff_max", self.backoff_max)?),
+        );
+        g.insert("key".into(), json!(self.key));
+        Ok(g)
     }
 }

@@ -505,7 +505,7 @@ async fn schedule(AsCaller(a): AsCaller, Path(name): Path<String>, body: Bytes) 
 }
 
 async fn schedules(AsCaller(a): AsCaller) -> Handled {
-    json(&json!({"items": a.schedules().await?, "next": null}))
+    run(&a, Call::Schedules).await
 }
 
 async fn tick(AsCaller(a): AsCaller, body: Bytes) -> Handled {
@@ -526,7 +526,7 @@ async fn key_status(AsCaller(a): AsCaller, Path(key): Path<String>) -> Handled {
 }
 
 async fn keys(AsCaller(a): AsCaller) -> Handled {
-    json(&json!({"items": a.keys().await?, "next": null}))
+    run(&a, Call::Keys).await
 }
 
 async fn set_queue_policy(
