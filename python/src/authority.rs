@@ -3,12 +3,12 @@
 use crate::convert::{self, duration, id, json_text, millis, to_json};
 use crate::shape::*;
 use crate::{ProcessBound, errors, runtime};
+use baton_core::State;
 use baton_core::call::{Call, Output, answers_with_grant};
 use baton_core::catalogue::Kind;
 use baton_core::given::Given;
 use baton_core::graph::Taker;
 use baton_core::kinds::RequestKind;
-use baton_core::{Manifest, State};
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -92,27 +92,6 @@ impl Authority {
         let out = self.run(py, call)?;
         convert::json(py, out.items.first().unwrap_or(&serde_json::Value::Null))
     }
-
-    fn write<F, Fut>(&self, py: Python<'_>, as_grant: bool, f: F) -> PyResult<Py<PyAny>>
-    where
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<baton_core::Reply>>,
-    {
-        let r = self.call(py, f)?;
-        convert::reply(py, &r, as_grant)
-    }
-
-    /// [`Authority::write`] of a bare task's grant: the `Grant` reports
-    /// to this authority.
-    fn write_grant<F, Fut>(slf: &Bound<'_, Self>, f: F) -> PyResult<Py<PyAny>>
-    where
-        F: FnOnce(Arc<DynAuthority>) -> Fut + Send,
-        Fut: Future<Output = baton_core::Result<baton_core::Reply>>,
-    {
-        let py = slf.py();
-        let r = slf.get().call(py, f)?;
-        convert::reply_from(py, &r, true, Some(slf.clone().into_any().unbind()))
-    }
 }
 
 impl Authority {
@@ -122,7 +101,13 @@ impl Authority {
     fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
         Given::new(given)
             .and_then(|g| baton_core::given::call(op, g))
-            .map_err(errors::to_py)
+            .map_err(|mut e| {
+                // The catalogue's `run` is Python's `run_id` argument.
+                if e.field.as_deref() == Some("run") {
+                    e.field = Some("run_id".to_owned());
+                }
+                errors::to_py(e)
+            })
     }
 
     /// Runs `call`: a write answers its reply as Python's types (a bare
@@ -203,14 +188,11 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
         lock_delay: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o) = (id("task", task)?, id("owner", owner)?);
-        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
-        match duration(Kind::LockDelay, "lock_delay", lock_delay)? {
-            None => Self::write_grant(slf, move |a| async move { a.claim(&t, &o, ttl).await }),
-            Some(d) => Self::write_grant(slf, move |a| async move {
-                a.claim_with_lock_delay(&t, &o, ttl, d).await
-            }),
-        }
+        let given = serde_json::json!({
+            "task": task, "owner": owner,
+            "ttl": millis("ttl", ttl)?, "lock_delay": millis("lock_delay", lock_delay)?,
+        });
+        Self::answer(slf, Self::made("claim", given)?)
     }
 
     /// Extends the holder's lease by `ttl` seconds (default: 30).
@@ -222,25 +204,16 @@ impl Authority {
         fence: u64,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o, ttl) = (
-            id("task", task)?,
-            id("owner", owner)?,
-            duration(Kind::Ttl, "ttl", ttl)?,
-        );
-        Self::write_grant(
-            slf,
-            move |a| async move { a.renew(&t, &o, fence, ttl).await },
-        )
+        let given = serde_json::json!({
+            "task": task, "owner": owner, "fence": fence, "ttl": millis("ttl", ttl)?,
+        });
+        Self::answer(slf, Self::made("renew", given)?)
     }
 
     /// Gives the grant back: the task may be claimed again at once.
-    fn release(&self, py: Python<'_>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
-        let (t, o) = (id("task", task)?, id("owner", owner)?);
-        self.write(
-            py,
-            false,
-            move |a| async move { a.release(&t, &o, fence).await },
-        )
+    fn release(slf: &Bound<'_, Self>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"task": task, "owner": owner, "fence": fence});
+        Self::answer(slf, Self::made("release", given)?)
     }
 
     /// Takes over a task whose lease expired, under a new fence.
@@ -251,38 +224,29 @@ impl Authority {
         owner: &str,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o, ttl) = (
-            id("task", task)?,
-            id("owner", owner)?,
-            duration(Kind::Ttl, "ttl", ttl)?,
-        );
-        Self::write_grant(slf, move |a| async move { a.recover(&t, &o, ttl).await })
+        let given = serde_json::json!({"task": task, "owner": owner, "ttl": millis("ttl", ttl)?});
+        Self::answer(slf, Self::made("recover", given)?)
     }
 
     /// The holder reports success (SUCCEEDED: never granted again).
-    fn complete(&self, py: Python<'_>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
-        let (t, o) = (id("task", task)?, id("owner", owner)?);
-        self.write(py, false, move |a| async move {
-            a.complete(&t, &o, fence).await
-        })
+    fn complete(slf: &Bound<'_, Self>, task: &str, owner: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"task": task, "owner": owner, "fence": fence});
+        Self::answer(slf, Self::made("complete", given)?)
     }
 
     /// The holder reports failure; `error` is any JSON value (a dict).
     #[pyo3(signature = (task, owner, fence, error = None))]
     fn fail(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         owner: &str,
         fence: u64,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, o, e) = (id("task", task)?, id("owner", owner)?, error_json(error)?);
-        self.write(
-            py,
-            false,
-            move |a| async move { a.fail(&t, &o, fence, e).await },
-        )
+        let given = serde_json::json!({
+            "task": task, "owner": owner, "fence": fence, "error": error_json(error)?,
+        });
+        Self::answer(slf, Self::made("fail", given)?)
     }
 
     /// Cancels a task: by its holder (`owner` and `fence`), or by an
@@ -351,59 +315,55 @@ impl Authority {
     // ---- the registry ----
 
     /// Declares a task from its manifest: a dict, or JSON text.
-    fn declare(&self, py: Python<'_>, manifest: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let m = match manifest.extract::<String>() {
-            Ok(text) => Manifest::from_json(&text),
-            Err(_) => Manifest::from_value(&to_json("manifest", manifest)?),
-        }
-        .map_err(errors::to_py)?;
-        self.write(py, false, move |a| async move { a.declare(m).await })
+    fn declare(slf: &Bound<'_, Self>, manifest: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let manifest = match manifest.extract::<String>() {
+            Ok(text) => serde_json::Value::String(text),
+            Err(_) => to_json("manifest", manifest)?,
+        };
+        let given = serde_json::json!({ "manifest": manifest });
+        Self::answer(slf, Self::made("declare", given)?)
     }
 
     /// Registers the run `run_id` for a declared task.
-    fn register(&self, py: Python<'_>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
-        let (t, r) = (id("task", task)?, id("run_id", run_id)?);
-        self.write(py, false, move |a| async move { a.register(&t, &r).await })
+    fn register(slf: &Bound<'_, Self>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"task": task, "run": run_id});
+        Self::answer(slf, Self::made("register", given)?)
     }
 
     /// Claims a declared task for its registered run: a `Grant` or a `Refusal`.
     #[pyo3(signature = (task, run_id, executor, ttl = None))]
     fn task_claim(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         run_id: &str,
         executor: &str,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = run_ids(task, run_id, executor)?;
-        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
-        self.write(py, true, move |a| async move {
-            a.task_claim(&t, &r, &e, ttl).await
-        })
+        let given = serde_json::json!({
+            "task": task, "run": run_id, "executor": executor, "ttl": millis("ttl", ttl)?,
+        });
+        Self::answer(slf, Self::made("task_claim", given)?)
     }
 
     /// The executor starts the claimed task (RUNNING, step 1).
     fn start(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         run_id: &str,
         executor: &str,
         fence: u64,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = run_ids(task, run_id, executor)?;
-        self.write(py, false, move |a| async move {
-            a.start(&t, &r, &e, fence).await
-        })
+        let given = serde_json::json!({
+            "task": task, "run": run_id, "executor": executor, "fence": fence,
+        });
+        Self::answer(slf, Self::made("start", given)?)
     }
 
     /// Reports progress (`step`, 1-based) and extends the lease.
     #[pyo3(signature = (task, run_id, executor, fence, step, ttl = None))]
     #[allow(clippy::too_many_arguments)]
     fn heartbeat(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         run_id: &str,
         executor: &str,
@@ -411,87 +371,75 @@ impl Authority {
         step: u32,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = run_ids(task, run_id, executor)?;
-        let ttl = duration(Kind::Ttl, "ttl", ttl)?;
-        self.write(py, false, move |a| async move {
-            a.heartbeat(&t, &r, &e, fence, step, ttl).await
-        })
+        let given = serde_json::json!({
+            "task": task, "run": run_id, "executor": executor, "fence": fence,
+            "step": step, "ttl": millis("ttl", ttl)?,
+        });
+        Self::answer(slf, Self::made("heartbeat", given)?)
     }
 
     /// Reports success with `evidence` (key to hash), which the manifest may require.
     #[pyo3(signature = (task, run_id, executor, fence, evidence = None))]
     fn succeed(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         run_id: &str,
         executor: &str,
         fence: u64,
         evidence: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = run_ids(task, run_id, executor)?;
-        let ev = self::evidence(evidence)?;
-        self.write(py, false, move |a| async move {
-            a.succeed(&t, &r, &e, fence, ev).await
-        })
+        let given = serde_json::json!({
+            "task": task, "run": run_id, "executor": executor, "fence": fence,
+            "evidence": self::evidence(evidence)?,
+        });
+        Self::answer(slf, Self::made("succeed", given)?)
     }
 
     /// Reports failure of a declared task; `error` is a JSON value (a dict).
     fn task_fail(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         run_id: &str,
         executor: &str,
         fence: u64,
         error: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, r, e) = run_ids(task, run_id, executor)?;
-        let err = to_json("error", error)?;
-        self.write(py, false, move |a| async move {
-            a.task_fail(&t, &r, &e, fence, err).await
-        })
+        let given = serde_json::json!({
+            "task": task, "run": run_id, "executor": executor, "fence": fence,
+            "error": to_json("error", error)?,
+        });
+        Self::answer(slf, Self::made("task_fail", given)?)
     }
 
     /// Registers a new run for a task that failed or stalled.
-    fn retry(&self, py: Python<'_>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
-        let (t, r) = (id("task", task)?, id("run_id", run_id)?);
-        self.write(py, false, move |a| async move { a.retry(&t, &r).await })
+    fn retry(slf: &Bound<'_, Self>, task: &str, run_id: &str) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"task": task, "run": run_id});
+        Self::answer(slf, Self::made("retry", given)?)
     }
 
     /// An operator sends a task round again, into `iteration` (one past the current).
     fn redispatch(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         operator: &str,
         iteration: u64,
     ) -> PyResult<Py<PyAny>> {
-        let (t, by) = (id("task", task)?, self::operator(operator)?);
-        self.write(py, false, move |a| async move {
-            a.redispatch(&t, by, iteration).await
-        })
+        let given = serde_json::json!({"task": task, "operator": operator, "iteration": iteration});
+        Self::answer(slf, Self::made("redispatch", given)?)
     }
 
     /// An operator ends a task for good, with an optional JSON `error`.
     #[pyo3(signature = (task, operator, error = None))]
     fn finalize(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: &str,
         operator: &str,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let (t, by, e) = (
-            id("task", task)?,
-            self::operator(operator)?,
-            error_json(error)?,
-        );
-        self.write(
-            py,
-            false,
-            move |a| async move { a.finalize(&t, by, e).await },
-        )
+        let given = serde_json::json!({
+            "task": task, "operator": operator, "error": error_json(error)?,
+        });
+        Self::answer(slf, Self::made("finalize", given)?)
     }
 
     /// An operator sets concurrency key `key`'s limit: at most `limit`

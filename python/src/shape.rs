@@ -13,15 +13,6 @@ pub(crate) fn operator(name: &str) -> PyResult<Actor> {
     Ok(Actor::Operator(id("operator", name)?))
 }
 
-/// A declared task's call names its task, run and executor.
-pub(crate) fn run_ids(task: &str, run_id: &str, executor: &str) -> PyResult<(Id, Id, Id)> {
-    Ok((
-        id("task", task)?,
-        id("run_id", run_id)?,
-        id("executor", executor)?,
-    ))
-}
-
 /// `queues` as given: one queue's name, or a list (or tuple) of them;
 /// anything else is bad input naming the field.
 pub(crate) fn queue_list(queues: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {

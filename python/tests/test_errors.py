@@ -60,6 +60,10 @@ def test_garbage_is_corrupt(tmp_path):
         (lambda a: a.add("t", after=["t"]), "depends_on"),
         (lambda a: a.events(after="x"), "after"),
         (lambda a: a.verify("t", 0), "fence"),
+        # Core reads these; each error names the argument as Python spells it.
+        (lambda a: a.register("t", ""), "run_id"),
+        (lambda a: a.add("t", max_attempts=2, backoff_max=10**9), "backoff_max"),
+        (lambda a: a.cancel("t", "w", 1, force=True), "force"),
     ],
 )
 def test_bad_input_names_its_field_and_changes_nothing(auth, call, field):
