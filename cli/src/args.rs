@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 pub use baton_harness::{BenchArgs, BenchWorkerArgs, Order};
+pub use baton_supervisor::RunOptions;
 
 #[path = "args_task.rs"]
 mod task;
@@ -421,30 +422,6 @@ pub enum GraphCommand {
     ///
     /// Example: baton graph show --format dot | dot -Tsvg > graph.svg
     Show,
-}
-
-/// What `run` and `task run` share.
-#[derive(Debug, Args, Clone)]
-pub struct RunOptions {
-    /// Retry a refused claim (held by another) with jittered backoff for up to DUR (at most 1h).
-    #[arg(long, allow_hyphen_values = true)]
-    pub wait: Option<String>,
-    /// With --next and --wait: keep waiting when the queues are drained
-    /// (nothing left that could become ready) until work is added.
-    #[arg(long, requires = "wait")]
-    pub keep_waiting: bool,
-    /// Between SIGTERM and SIGKILL (default 5s; at most a third of the TTL).
-    #[arg(long, default_value = "5s", allow_hyphen_values = true)]
-    pub grace: String,
-    /// How often to renew (default: a third of the TTL).
-    #[arg(long, allow_hyphen_values = true)]
-    pub renew_every: Option<String>,
-    /// Write the run's report (one JSON object) here instead of standard error.
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args, Serialize)]

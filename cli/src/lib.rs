@@ -12,13 +12,11 @@
 //! request).
 
 pub mod args;
-mod demo;
-pub mod exit;
+pub use baton_supervisor::exit;
 mod output;
 mod parse;
 mod plan;
-mod supervise;
-mod tree;
+use baton_supervisor as supervise;
 pub use exit::exit_code_for;
 use output::report_error;
 use parse::*;
@@ -437,7 +435,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
         use_token(t.clone());
     }
     match &cli.command {
-        Command::Demo => return demo::run(given, cli.format).await,
+        Command::Demo => {
+            let json = cli.format == Some(Format::Json);
+            return baton_harness::demo::run(given, json).await.map(Out::from);
+        }
         Command::Serve {
             listen,
             tokens,

@@ -3,12 +3,15 @@
 //! one store; every grant is checked (no task granted twice, none lost) and
 //! the rates are compared across stores in one run. `--next` drains a
 //! layered work graph with `next` beside the same graph claimed by id.
+//! [`demo`] is `baton demo`: the guarantees shown on one store, a
+//! supervised run (`baton-supervisor`) among them.
 //!
 //! The CLI parses the arguments (the clap types here) and prints the
 //! [`Report`]; the rest of the harness lives in this crate, so the CLI is
 //! transport only.
 
 mod bench;
+pub mod demo;
 mod next;
 
 pub use bench::{order_for, run, run_worker};
@@ -31,6 +34,11 @@ impl Report {
             output: Output::one(v),
             text: None,
         }
+    }
+
+    fn with_status(mut self, status: Status) -> Report {
+        self.output.status = status;
+        self
     }
 
     fn list(items: Vec<serde_json::Value>, status: Status) -> Report {

@@ -252,6 +252,13 @@ impl Opened {
         }
     }
 
+    // Every store that meters its work is behind a backend's feature.
+    #[cfg(any(
+        feature = "sqlite",
+        feature = "sled",
+        feature = "fabric",
+        feature = "postgres"
+    ))]
     fn metered<S: Store + Meter + 'static>(store: S) -> Opened {
         let store = Arc::new(store);
         Opened {

@@ -5,8 +5,8 @@
 //! store stops answering mid-run it is stopped before the lease could end.
 //! Prints a timeline and a summary.
 
-use crate::args::Format;
-use crate::output::{Out, Status};
+use crate::Report;
+use baton_core::call::Status;
 use baton_core::{Error, Id, Manifest, Reply};
 use baton_open::{DynAuthority, authority_for};
 use serde_json::json;
@@ -42,7 +42,7 @@ struct Tally {
 async fn worker(a: Arc<DynAuthority>, w: usize, tag: String) -> Result<Tally, Error> {
     let owner = id(&format!("worker-{w}"))?;
     let mut tally = Tally::default();
-    for i in baton_harness::order_for(baton_harness::Order::Shuffled, w, WORKERS, TASKS) {
+    for i in crate::order_for(crate::Order::Shuffled, w, WORKERS, TASKS) {
         let task = id(&format!("demo-{tag}-{i:03}"))?;
         match a.claim(&task, &owner, Some(30_000)).await? {
             Reply::Refused(r) => *tally.refusals.entry(r.reason().to_owned()).or_default() += 1,
@@ -77,13 +77,13 @@ fn manifest(task: &str) -> Result<Manifest, Error> {
 
 /// A refusal the demo did not expect: reported as a refusal (exit 1), not
 /// as an outage.
-fn stopped(what: &str, reply: &Reply) -> Out {
+fn stopped(what: &str, reply: &Reply) -> Report {
     let reason = reply.refusal().map_or("none", |r| r.reason());
     let message = match reply.refusal() {
         Some(r) => format!("demo: {what} was refused: {r}"),
         None => format!("demo: {what} gave no grant"),
     };
-    Out::one(json!({"refused": reason, "message": message})).with_status(Status::Refused)
+    Report::one(json!({"refused": reason, "message": message})).with_status(Status::Refused)
 }
 
 /// Runs `sleep 30` under a 2 s lease the wrapper keeps, on a store that
@@ -99,11 +99,11 @@ async fn supervised_run(
     let store = Arc::new(FaultStore::new(MemoryStore::new()));
     let auth = Arc::new(Authority::new(store.clone(), Arc::new(SystemClock)));
     let task = id(&format!("demo-{tag}-supervised"))?;
-    let spec = crate::supervise::Spec {
+    let spec = baton_supervisor::Spec {
         store: "memory:".to_owned(),
         task: Some(task.clone()),
         next: None,
-        holder: crate::supervise::Holder::Bare {
+        holder: baton_supervisor::Holder::Bare {
             owner: id("worker-run")?,
             lock_delay_ms: None,
         },
@@ -120,7 +120,7 @@ async fn supervised_run(
     tl.note(format!(
         "baton run {task} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in"
     ));
-    let (done, ()) = tokio::join!(crate::supervise::supervised(&auth, &spec), async {
+    let (done, ()) = tokio::join!(baton_supervisor::supervised(&auth, &spec), async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         store.set_always(Some(Fault::UnavailableBefore));
     });
@@ -402,7 +402,7 @@ async fn retry_and_later(
     })
 }
 
-pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Error> {
+pub async fn run(store: Option<&str>, json: bool) -> Result<Report, Error> {
     // Task names of their own, so a named store can run the demo again.
     let tag = format!(
         "{:06x}",
@@ -599,8 +599,8 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
         "ok": ok,
     });
     let status = if ok { Status::Ok } else { Status::Refused };
-    if format == Some(Format::Json) {
-        return Ok(Out::one(summary).with_status(status));
+    if json {
+        return Ok(Report::one(summary).with_status(status));
     }
     let mut text = String::from("timeline\n");
     for l in &tl.lines {
@@ -665,6 +665,5 @@ pub async fn run(store: Option<&str>, format: Option<Format>) -> Result<Out, Err
     text.push_str(&format!(
         "\nlook at what happened (the store is kept):\n  baton --store {url} --format human events | less\n  baton --store {url} --format human task list\n  baton --store {url} --format human graph show\n  baton --store {url} serve    # then open http://127.0.0.1:7440/\n"
     ));
-    crate::output::write_stdout(&text);
-    Ok(Out::printed().with_status(status))
+    Ok(Report::text(text, status))
 }

@@ -8,16 +8,22 @@
 //! The rules (who may renew, what a report does) stay in core's decision;
 //! this is process plumbing.
 
-use crate::args::RunOptions;
+use crate::RunOptions;
 use crate::exit::{self, exit_code_for};
-use crate::output;
-use crate::output::report_error;
-use crate::parse::parse_ttl;
+use crate::term as output;
+use crate::term::report_error;
 use crate::tree::{Stopper, Tree, Watchdog};
 use baton_core::{
     Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
 };
 use baton_open::authority_for;
+
+/// A lease's length as every front end reads one (the catalogue's rule).
+fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
+    value
+        .map(|v| baton_core::catalogue::duration_ms(baton_core::catalogue::Kind::Ttl, "ttl", v))
+        .transpose()
+}
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
