@@ -5,15 +5,18 @@
 //! ([`Shape`]). The CLI and the task API map their input to a `Call` and
 //! render its `Output`; what an answer holds is decided here, once.
 
-use crate::authority::{Authority, cascade_json, cascade_proceeded, refusal_json, reply_json};
+use crate::authority::{
+    Authority, Holder, Verification, cascade_json, cascade_proceeded, refusal_json, reply_json,
+};
 use crate::error::Result;
 use crate::graph::{NewNode, Readiness, Taker};
 use crate::id::{Id, TaskId};
 use crate::kinds::{Actor, RequestKind, State};
+use crate::model::TaskRecord;
 use crate::refusal::Refusal;
 use crate::request::{Preconditions, Request};
 use crate::store::Store;
-use crate::workgraph::GraphState;
+use crate::workgraph::{Added, GraphState, KeyStatus};
 use crate::{GraphNode, Reply};
 use serde_json::{Value, json};
 
@@ -136,6 +139,34 @@ pub enum Status {
     NotFound,
 }
 
+/// What came of a [`Call`] as core's types, beside the JSON of its
+/// items: for a front end that shows types of its own (Python's `Grant`,
+/// `Record`, `Holder`) rather than the JSON.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Answer {
+    /// The items are all there is.
+    #[default]
+    Items,
+    /// A write's reply, or a next's.
+    Reply(Reply),
+    /// A refusal, and the task it was about when it is not the one asked
+    /// (a graph's node).
+    Refused(Refusal, Option<TaskId>),
+    /// An operator's cancel, and each dependent's.
+    Cascade(Reply, Vec<(TaskId, Reply)>),
+    /// The last grant, if the task was ever granted.
+    Holder(Option<Holder>),
+    Verification(Verification),
+    /// Task records (one task's, a page of them, the schedules').
+    Records(Vec<TaskRecord>),
+    /// The tasks a tick made.
+    Made(Vec<(TaskId, Reply)>),
+    Keys(Vec<KeyStatus>),
+    Added(Added),
+    /// How many (pruned, acknowledged).
+    Count(u64),
+}
+
 /// What came of a [`Call`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Output {
@@ -148,6 +179,8 @@ pub struct Output {
     /// A write was applied.
     pub wrote: bool,
     pub shape: Shape,
+    /// The same, as core's types.
+    pub answer: Answer,
 }
 
 impl Output {
@@ -160,6 +193,7 @@ impl Output {
             status: Status::Ok,
             wrote: false,
             shape: Shape::Generic,
+            answer: Answer::Items,
         }
     }
 
@@ -182,6 +216,7 @@ impl Output {
                 Status::Refused
             },
             shape: Shape::Refusal,
+            answer: Answer::Refused(r.clone(), None),
             ..Output::one(refusal_json(r))
         }
     }
@@ -197,6 +232,7 @@ impl Output {
                 (true, Some(_)) => Shape::Grant,
                 _ => Shape::Record,
             },
+            answer: Answer::Reply(reply.clone()),
             ..Output::one(reply_json(reply, as_grant))
         }
     }
@@ -216,6 +252,11 @@ impl Output {
 
     fn written(mut self, wrote: bool) -> Output {
         self.wrote = wrote;
+        self
+    }
+
+    fn answering(mut self, answer: Answer) -> Output {
+        self.answer = answer;
         self
     }
 }
@@ -263,16 +304,19 @@ impl Call {
             }
             Call::Holder { task } => match a.holder(&task).await? {
                 Err(r) => Output::refused(&r),
-                Ok(None) => Output::one(json!({"task": task, "holder": null, "live": false})),
-                Ok(Some(h)) => Output::one(json!(h)),
+                Ok(None) => Output::one(json!({"task": task, "holder": null, "live": false}))
+                    .answering(Answer::Holder(None)),
+                Ok(Some(h)) => Output::one(json!(h)).answering(Answer::Holder(Some(h))),
             },
             Call::Verify { task, fence } => match a.verify(&task, fence).await? {
                 Err(r) => Output::refused(&r),
-                Ok(v) => Output::checked(v.current, json!(v)),
+                Ok(v) => Output::checked(v.current, json!(v)).answering(Answer::Verification(v)),
             },
             Call::Show { task } => match a.get(&task).await? {
                 None => Output::refused(&Refusal::NotFound),
-                Some(r) => Output::one(json!(r)).shaped(Shape::Record),
+                Some(r) => Output::one(json!(r))
+                    .shaped(Shape::Record)
+                    .answering(Answer::Records(vec![r])),
             },
             Call::TaskEvents { task, after, limit } => {
                 if a.get(&task).await?.is_none() {
@@ -313,7 +357,9 @@ impl Call {
                     }
                     items.push(v);
                 }
-                Output::list(items, p.next).shaped(Shape::Tasks)
+                Output::list(items, p.next)
+                    .shaped(Shape::Tasks)
+                    .answering(Answer::Records(p.items))
             }
             Call::ListGraph {
                 state,
@@ -340,6 +386,7 @@ impl Call {
                 let acked = a.ack(&intent_ids).await?;
                 Output::one(json!({"acknowledged": acked, "intent_ids": intent_ids}))
                     .written(acked > 0)
+                    .answering(Answer::Count(acked))
             }
             Call::CancelCascade { task, by, force } => {
                 let (first, cascaded) = a.cancel_cascade(&task, by, force).await?;
@@ -350,12 +397,15 @@ impl Call {
                 if cascade_proceeded(&first, &cascaded) {
                     out.status = Status::Ok;
                 }
-                out
+                out.answering(Answer::Cascade(first, cascaded))
             }
             Call::AddGraph { nodes } => match a.add_graph(nodes).await? {
-                Ok(added) => Output::one(json!(added)).written(true),
+                Ok(added) => Output::one(json!(added))
+                    .written(true)
+                    .answering(Answer::Added(added)),
                 Err((task, r)) => {
-                    let mut out = Output::refused(&r);
+                    let mut out =
+                        Output::refused(&r).answering(Answer::Refused(r, Some(task.clone())));
                     if let Some(v) = out.items.first_mut() {
                         v["task"] = json!(task);
                         v["message"] = json!(format!(
@@ -377,9 +427,9 @@ impl Call {
                     .await?;
                 Output::reply(&reply, true).written(true)
             }
-            Call::Schedules => Output::list(
-                a.schedules()
-                    .await?
+            Call::Schedules => {
+                let records = a.schedules().await?;
+                let items = records
                     .iter()
                     .map(|r| {
                         json!({
@@ -393,21 +443,24 @@ impl Call {
                             "failure": r.schedule_failure,
                         })
                     })
-                    .collect(),
-                None,
-            ),
+                    .collect();
+                Output::list(items, None).answering(Answer::Records(records))
+            }
             Call::Tick => {
                 let made = a.tick_schedules().await?;
                 Output::list(made.iter().map(|(t, r)| made_json(t, r)).collect(), None)
                     .written(!made.is_empty())
+                    .answering(Answer::Made(made))
             }
             Call::KeyShow { key } => match a.key_status(&key).await? {
                 Some(s) => Output::one(json!(s)),
-                None => Output::one(json!({"key": key, "limit": null, "holders": [], "parked": []})),
+                None => {
+                    Output::one(json!({"key": key, "limit": null, "holders": [], "parked": []}))
+                }
             },
-            Call::Keys => Output::list(
-                a.keys()
-                    .await?
+            Call::Keys => {
+                let keys = a.keys().await?;
+                let items = keys
                     .iter()
                     .map(|s| {
                         json!({
@@ -417,9 +470,9 @@ impl Call {
                             "parked": s.parked.len(),
                         })
                     })
-                    .collect(),
-                None,
-            ),
+                    .collect();
+                Output::list(items, None).answering(Answer::Keys(keys))
+            }
             Call::QueueShow { queue } => {
                 let policy = a.queue_policy(&queue).await?.unwrap_or_default();
                 Output::one(json!({"queue": queue, "retry": policy.retry}))
@@ -430,7 +483,9 @@ impl Call {
                 max,
             } => {
                 let pruned = a.prune(by, older_than_ms, max).await?;
-                Output::one(json!({"pruned": pruned})).written(pruned > 0)
+                Output::one(json!({"pruned": pruned}))
+                    .written(pruned > 0)
+                    .answering(Answer::Count(pruned))
             }
         })
     }

@@ -382,7 +382,8 @@ class Authority:
     def get(self, task: str) -> Optional[Record]: ...
     def gate(self, task: str) -> Union[dict[str, Any], Refusal]: ...
     def list(self, state: Optional[str] = None, *, after: Optional[str] = None, limit: int = 100) -> Page:
-        """Records by derived state, in task-id order."""
+        """Records by derived state, in task-id order; READY or BLOCKED: the
+        graph's claimable tasks in that state, as dicts."""
     def events(
         self, task: Optional[str] = None, *, after: Union[str, int, None] = None, limit: int = 100
     ) -> Page:

@@ -3,15 +3,13 @@
 use crate::convert::{self, duration, id, json_text, millis, to_json};
 use crate::shape::*;
 use crate::{ProcessBound, errors, runtime};
-use baton_core::State;
-use baton_core::call::{Call, Output, answers_with_grant};
+use baton_core::call::{Answer, Call, Output, Shape, answers_with_grant};
 use baton_core::catalogue::Kind;
 use baton_core::given::Given;
 use baton_core::graph::Taker;
 use baton_core::kinds::RequestKind;
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -86,12 +84,6 @@ impl Authority {
     fn run(&self, py: Python<'_>, call: Call) -> PyResult<Output> {
         self.call(py, move |a| async move { call.run(&a).await })
     }
-
-    /// [`Authority::run`] of an operation that answers one item, as a dict.
-    fn run_item(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
-        let out = self.run(py, call)?;
-        convert::json(py, out.items.first().unwrap_or(&serde_json::Value::Null))
-    }
 }
 
 impl Authority {
@@ -110,25 +102,89 @@ impl Authority {
             })
     }
 
-    /// Runs `call`: a write answers its reply as Python's types (a bare
-    /// task's `Grant` reporting to this authority), anything else its item.
+    /// Runs `call` and shows what came of it as Python's types (a reply
+    /// as a `Grant` or `Record`, a refusal as a `Refusal`, a holder, a
+    /// verification; otherwise its item as a dict). `bind`: a bare task's
+    /// `Grant` reports to this authority (a declared task's, through its run).
     fn answer(slf: &Bound<'_, Self>, call: Call) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        match call {
-            Call::Write { task, request, pre } => {
-                let kind = request.kind();
-                let as_grant = answers_with_grant(kind);
-                let r =
-                    slf.get().call(
-                        py,
-                        move |a| async move { a.submit(&task, request, pre).await },
-                    )?;
-                // A declared task's grant reports through its run.
-                let auth = (as_grant && kind != RequestKind::TaskClaim)
-                    .then(|| slf.clone().into_any().unbind());
-                convert::reply_from(py, &r, as_grant, auth)
+        let bind = match &call {
+            Call::Write { request, .. } => {
+                answers_with_grant(request.kind()) && request.kind() != RequestKind::TaskClaim
             }
-            other => slf.get().run_item(py, other),
+            Call::Next { taker, .. } => matches!(taker, Taker::Owner { .. }),
+            _ => false,
+        };
+        // A wait for work is ended by a signal Python handles (Ctrl-C).
+        let waits = matches!(&call, Call::Next { wait_ms: Some(w), .. } if *w > 0);
+        let out = if waits {
+            slf.get()
+                .call_interruptible(slf.py(), move |a| async move { call.run(&a).await })?
+        } else {
+            slf.get().run(slf.py(), call)?
+        };
+        Self::shown(slf, out, bind)
+    }
+
+    /// A page of what came of `call`: its records as `Record`s, anything
+    /// else as dicts.
+    fn paged(slf: &Bound<'_, Self>, call: Call) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let out = slf.get().run(py, call)?;
+        let items = match out.answer {
+            Answer::Records(records) => records
+                .iter()
+                .map(|r| Ok(Py::new(py, convert::Record::new(py, r, false)?)?.into_any()))
+                .collect::<PyResult<Vec<_>>>()?,
+            _ => out
+                .items
+                .iter()
+                .map(|v| convert::json(py, v))
+                .collect::<PyResult<Vec<_>>>()?,
+        };
+        convert::page(py, items, out.next)
+    }
+
+    /// What came of a call, as Python's types (see [`Authority::answer`]).
+    fn shown(slf: &Bound<'_, Self>, out: Output, bind: bool) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        match out.answer {
+            Answer::Reply(r) => {
+                let auth = bind.then(|| slf.clone().into_any().unbind());
+                convert::reply_from(py, &r, out.shape == Shape::Grant, auth)
+            }
+            Answer::Refused(r, task) => convert::refusal(py, &r, task.map(|t| t.to_string())),
+            Answer::Cascade(first, cascaded) => {
+                let first = convert::reply(py, &first, false)?;
+                let mut each = Vec::with_capacity(cascaded.len());
+                for (t, r) in &cascaded {
+                    each.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
+                }
+                Ok((first, each).into_pyobject(py)?.into_any().unbind())
+            }
+            Answer::Holder(None) => Ok(py.None()),
+            Answer::Holder(Some(h)) => convert::holder(py, &h),
+            Answer::Verification(v) => convert::verification(py, &v),
+            Answer::Records(records) => {
+                let items = records
+                    .iter()
+                    .map(|r| Ok(Py::new(py, convert::Record::new(py, r, false)?)?.into_any()))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(items.into_pyobject(py)?.into_any().unbind())
+            }
+            Answer::Made(made) => {
+                let mut out = Vec::with_capacity(made.len());
+                for (t, r) in &made {
+                    out.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
+                }
+                Ok(out.into_pyobject(py)?.into_any().unbind())
+            }
+            Answer::Keys(keys) => convert::json_of(py, &keys),
+            Answer::Added(added) => convert::json_of(py, &added),
+            Answer::Count(n) => Ok(n.into_pyobject(py)?.into_any().unbind()),
+            Answer::Items if out.list => convert::json(py, &serde_json::Value::Array(out.items)),
+            Answer::Items => {
+                convert::json(py, out.items.first().unwrap_or(&serde_json::Value::Null))
+            }
         }
     }
 }
@@ -269,47 +325,28 @@ impl Authority {
         force: bool,
         cascade: bool,
     ) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
         let given = serde_json::json!({
             "task": task, "owner": owner, "fence": fence,
             "operator": operator, "force": force, "cascade": cascade,
         });
-        match Self::made("cancel", given)? {
-            Call::CancelCascade { task, by, force } => {
-                let (first, cascaded) = slf.get().call(py, move |a| async move {
-                    a.cancel_cascade(&task, by, force).await
-                })?;
-                let first = convert::reply(py, &first, false)?;
-                let mut each = Vec::with_capacity(cascaded.len());
-                for (t, r) in &cascaded {
-                    each.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
-                }
-                Ok((first, each).into_pyobject(py)?.into_any().unbind())
-            }
-            call => Self::answer(slf, call),
-        }
+        Self::answer(slf, Self::made("cancel", given)?)
     }
 
     /// The last grant with whether its lease is live: a `Holder`, `None`
     /// when the task was never granted, a `Refusal` (`not_found`) for an
     /// unknown task.
-    fn holder(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        match self.call(py, move |a| async move { a.holder(&t).await })? {
-            Ok(Some(h)) => convert::holder(py, &h),
-            Ok(None) => Ok(py.None()),
-            Err(r) => convert::refusal(py, &r, None),
-        }
+    fn holder(slf: &Bound<'_, Self>, task: &str) -> PyResult<Py<PyAny>> {
+        Self::answer(
+            slf,
+            Self::made("holder", serde_json::json!({ "task": task }))?,
+        )
     }
 
     /// Whether work under `fence` may be accepted now: a `Verification`
     /// (truthy only when current), or a `Refusal` for an unknown task.
-    fn verify(&self, py: Python<'_>, task: &str, fence: u64) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        match self.call(py, move |a| async move { a.verify(&t, fence).await })? {
-            Ok(v) => convert::verification(py, &v),
-            Err(r) => convert::refusal(py, &r, None),
-        }
+    fn verify(slf: &Bound<'_, Self>, task: &str, fence: u64) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"task": task, "fence": fence});
+        Self::answer(slf, Self::made("verify", given)?)
     }
 
     // ---- the registry ----
@@ -488,17 +525,17 @@ impl Authority {
     /// events and keep a tombstone; at most `max` of them. How many.
     #[pyo3(signature = (finished_before, operator, max = None))]
     fn prune(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         finished_before: &Bound<'_, PyAny>,
         operator: &str,
         max: Option<usize>,
-    ) -> PyResult<u64> {
-        let ms = duration(Kind::Retention, "finished_before", Some(finished_before))?.unwrap_or(0);
-        let by = self::operator(operator)?;
-        self.call(py, move |a| async move {
-            a.prune(by, ms, max.unwrap_or(usize::MAX)).await
-        })
+    ) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({
+            "finished_before": millis("finished_before", Some(finished_before))?,
+            "operator": operator,
+            "max": max,
+        });
+        Self::answer(slf, Self::made("prune", given)?)
     }
 
     // ---- reads ----
@@ -506,118 +543,97 @@ impl Authority {
     /// Concurrency key `key` as read now: a dict with its `limit` (or
     /// None), live `holders` (each `{"task", "fence"}`) and `parked`
     /// tasks waiting for a slot, oldest first.
-    fn key_status(&self, py: Python<'_>, key: &str) -> PyResult<Py<PyAny>> {
-        let key = id("key", key)?;
-        self.run_item(py, Call::KeyShow { key })
+    fn key_status(slf: &Bound<'_, Self>, key: &str) -> PyResult<Py<PyAny>> {
+        Self::answer(slf, Self::made("key", serde_json::json!({ "key": key }))?)
     }
 
     /// Queue `queue`'s policy: a dict `{"queue", "retry"}`, `retry` a dict
     /// (`max_attempts`, `backoff_ms`, `factor`, `max_backoff_ms`) or None.
-    fn queue_policy(&self, py: Python<'_>, queue: &str) -> PyResult<Py<PyAny>> {
-        let queue = id("queue", queue)?;
-        self.run_item(py, Call::QueueShow { queue })
+    fn queue_policy(slf: &Bound<'_, Self>, queue: &str) -> PyResult<Py<PyAny>> {
+        Self::answer(
+            slf,
+            Self::made("queue", serde_json::json!({ "queue": queue }))?,
+        )
     }
 
     /// Every concurrency key's status, as `key_status` gives each.
-    fn keys(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let all = self.call(py, move |a| async move { a.keys().await })?;
-        convert::json_of(py, &all)
+    fn keys(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Self::answer(slf, Self::made("keys", serde_json::json!({}))?)
     }
 
     /// The task as it is now (a `Record`), or `None` if unknown.
-    fn get(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        match self.call(py, move |a| async move { a.get(&t).await })? {
-            Some(r) => Ok(Py::new(py, convert::Record::new(py, &r, false)?)?.into_any()),
-            None => Ok(py.None()),
+    fn get(slf: &Bound<'_, Self>, task: &str) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let out = slf
+            .get()
+            .run(py, Self::made("show", serde_json::json!({ "task": task }))?)?;
+        match out.answer {
+            Answer::Records(r) if r.len() == 1 => {
+                Ok(Py::new(py, convert::Record::new(py, &r[0], false)?)?.into_any())
+            }
+            _ => Ok(py.None()),
         }
     }
 
     /// The release gate as a dict (`passed` only for SUCCEEDED), or a
     /// `Refusal` for an unknown task.
-    fn gate(&self, py: Python<'_>, task: &str) -> PyResult<Py<PyAny>> {
-        let t = id("task", task)?;
-        match self.call(py, move |a| async move { a.gate(&t).await })? {
-            Ok(g) => convert::json_of(py, &g),
-            Err(r) => convert::refusal(py, &r, None),
-        }
+    fn gate(slf: &Bound<'_, Self>, task: &str) -> PyResult<Py<PyAny>> {
+        Self::answer(
+            slf,
+            Self::made("gate", serde_json::json!({ "task": task }))?,
+        )
     }
 
     /// Tasks (as `Record`s) by derived state, in task-id order: a `Page`.
+    /// `READY` or `BLOCKED`: the work graph's claimable tasks in that
+    /// state, as dicts (as `graph()` shows each), as `baton task list
+    /// --state READY` lists them.
     #[pyo3(signature = (state = None, *, after = None, limit = 100))]
     fn list(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         state: Option<&str>,
         after: Option<String>,
         limit: usize,
     ) -> PyResult<Py<PyAny>> {
-        let state = state
-            .map(|s| State::parse("state", s))
-            .transpose()
-            .map_err(errors::to_py)?;
-        let p = self.call(py, move |a| async move {
-            a.list(state, after.as_deref(), limit).await
-        })?;
-        let items = p
-            .items
-            .iter()
-            .map(|r| Ok(Py::new(py, convert::Record::new(py, r, false)?)?.into_any()))
-            .collect::<PyResult<Vec<_>>>()?;
-        convert::page(py, items, p.next)
+        let given = serde_json::json!({"state": state, "after": after, "limit": limit});
+        Self::paged(slf, Self::made("list", given)?)
     }
 
     /// Events (of `task`, or of the whole store in one order) as dicts: a `Page`.
     #[pyo3(signature = (task = None, *, after = None, limit = 100))]
     fn events(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         task: Option<&str>,
         after: Option<&Bound<'_, PyAny>>,
         limit: usize,
     ) -> PyResult<Py<PyAny>> {
-        let t = task.map(|t| id("task", t)).transpose()?;
-        let after = cursor(after)?;
-        let p = self.call(py, move |a| async move {
-            a.events(t.as_ref(), after.as_deref(), limit).await
-        })?;
-        let items = p
-            .items
-            .iter()
-            .map(|e| convert::json_of(py, e))
-            .collect::<PyResult<Vec<_>>>()?;
-        convert::page(py, items, p.next)
+        let given = serde_json::json!({"task": task, "after": cursor(after)?, "limit": limit});
+        Self::paged(slf, Self::made("feed", given)?)
     }
 
     /// Notifications not yet acknowledged, as dicts: a `Page`.
     #[pyo3(signature = (*, after = None, limit = 100))]
     fn pending(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         after: Option<&Bound<'_, PyAny>>,
         limit: usize,
     ) -> PyResult<Py<PyAny>> {
-        let after = cursor(after)?;
-        let out = self.run(py, Call::Pending { after, limit })?;
-        let items = out
-            .items
-            .iter()
-            .map(|n| convert::json(py, n))
-            .collect::<PyResult<Vec<_>>>()?;
-        convert::page(py, items, out.next)
+        let given = serde_json::json!({"after": cursor(after)?, "limit": limit});
+        Self::paged(slf, Self::made("pending", given)?)
     }
 
     /// Acknowledges notifications by intent id; returns how many were newly acknowledged.
-    fn ack(&self, py: Python<'_>, intent_ids: Vec<String>) -> PyResult<u64> {
-        self.call(py, move |a| async move { a.ack(&intent_ids).await })
+    fn ack(slf: &Bound<'_, Self>, intent_ids: Vec<String>) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({ "intent_ids": intent_ids });
+        Self::answer(slf, Self::made("ack", given)?)
     }
 
     /// Persists the derived change of every task whose lease or deadline
     /// passed; returns what changed (`dry_run`: what would), as dicts.
     #[pyo3(signature = (dry_run = false))]
-    fn sweep(&self, py: Python<'_>, dry_run: bool) -> PyResult<Py<PyAny>> {
-        let out = self.run(py, Call::Sweep { dry_run })?;
-        convert::json(py, &serde_json::Value::Array(out.items))
+    fn sweep(slf: &Bound<'_, Self>, dry_run: bool) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({ "dry_run": dry_run });
+        Self::answer(slf, Self::made("sweep", given)?)
     }
 
     // ---- the work graph ----
@@ -650,7 +666,7 @@ impl Authority {
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let shape = Shape {
+        let place = Place {
             queue,
             priority,
             after,
@@ -661,7 +677,7 @@ impl Authority {
             backoff_max,
             key,
         };
-        let mut given = shape.given()?;
+        let mut given = place.given()?;
         given.insert("task".into(), serde_json::json!(task));
         let start = convert::start("not_before", not_before)?;
         given.insert("not_before".into(), serde_json::json!(start));
@@ -692,7 +708,7 @@ impl Authority {
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
-        let shape = Shape {
+        let place = Place {
             queue,
             priority,
             after,
@@ -703,7 +719,7 @@ impl Authority {
             backoff_max,
             key,
         };
-        let mut given = shape.given()?;
+        let mut given = place.given()?;
         given.insert("name".into(), serde_json::json!(name));
         given.insert("every".into(), serde_json::json!(millis("every", every)?));
         given.insert("cron".into(), serde_json::json!(cron));
@@ -711,25 +727,15 @@ impl Authority {
     }
 
     /// Every schedule's record (`schedule:NAME`), as `Record`s.
-    fn schedules(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let records = self.call(py, move |a| async move { a.schedules().await })?;
-        let mut out = Vec::with_capacity(records.len());
-        for r in &records {
-            out.push(Py::new(py, convert::Record::new(py, r, false)?)?);
-        }
-        Ok(out.into_pyobject(py)?.into_any().unbind())
+    fn schedules(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Self::answer(slf, Self::made("schedules", serde_json::json!({}))?)
     }
 
     /// One tick of a scheduler: each live schedule's task for the current
     /// period, made once however many schedulers tick. The tasks this tick
     /// made, as `(task, Record)` pairs.
-    fn tick_schedules(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let made = self.call(py, move |a| async move { a.tick_schedules().await })?;
-        let mut out = Vec::with_capacity(made.len());
-        for (t, r) in &made {
-            out.push((t.as_str().to_owned(), convert::reply(py, r, false)?));
-        }
-        Ok(out.into_pyobject(py)?.into_any().unbind())
+    fn tick_schedules(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Self::answer(slf, Self::made("tick", serde_json::json!({}))?)
     }
 
     /// Adds many nodes in one commit where the store allows: `graph` is
@@ -737,18 +743,9 @@ impl Authority {
     /// Returns `{"added": n, "repeated": m}`, or the `Refusal` of the first
     /// node refused (its `task` set); a cycle or unknown dependency raises
     /// `InvalidInput` and adds nothing.
-    fn add_graph(&self, py: Python<'_>, graph: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let nodes = baton_core::workgraph::parse_graph(&json_text("graph", graph)?)
-            .map_err(errors::to_py)?;
-        match self.call(py, move |a| async move { a.add_graph(nodes).await })? {
-            Ok(added) => {
-                let d = PyDict::new(py);
-                d.set_item("added", added.added)?;
-                d.set_item("repeated", added.repeated)?;
-                Ok(d.into_any().unbind())
-            }
-            Err((task, r)) => convert::refusal(py, &r, Some(task.to_string())),
-        }
+    fn add_graph(slf: &Bound<'_, Self>, graph: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({ "graph": json_text("graph", graph)? });
+        Self::answer(slf, Self::made("add_graph", given)?)
     }
 
     /// Grants `owner` the ready bare task of `queues` (all when empty) with
@@ -766,42 +763,40 @@ impl Authority {
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
     ) -> PyResult<Py<PyAny>> {
-        let taker = Taker::Owner {
-            owner: id("owner", owner)?,
-            ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
-            lock_delay_ms: duration(Kind::LockDelay, "lock_delay", lock_delay)?,
-        };
-        let queues = queue_list(queues)?;
-        let wait = duration(Kind::Wait, "wait", wait)?;
-        let bound = Some(slf.clone().into_any().unbind());
-        slf.get()
-            .take_next(slf.py(), taker, queues, (wait, keep_waiting), bound)
+        let given = serde_json::json!({
+            "owner": owner,
+            "queues": queue_list(queues)?,
+            "ttl": millis("ttl", ttl)?,
+            "lock_delay": millis("lock_delay", lock_delay)?,
+            "wait": millis("wait", wait)?,
+            "keep_waiting": keep_waiting,
+        });
+        Self::answer(slf, Self::made("next", given)?)
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
     #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None, keep_waiting = false))]
     fn task_next(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         executor: &str,
         queues: Option<&Bound<'_, PyAny>>,
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
     ) -> PyResult<Py<PyAny>> {
-        let taker = Taker::Executor {
-            executor: id("executor", executor)?,
-            ttl_ms: duration(Kind::Ttl, "ttl", ttl)?,
-        };
-        let queues = queue_list(queues)?;
-        let wait = duration(Kind::Wait, "wait", wait)?;
-        self.take_next(py, taker, queues, (wait, keep_waiting), None)
+        let given = serde_json::json!({
+            "executor": executor,
+            "queues": queue_list(queues)?,
+            "ttl": millis("ttl", ttl)?,
+            "wait": millis("wait", wait)?,
+            "keep_waiting": keep_waiting,
+        });
+        Self::answer(slf, Self::made("task_next", given)?)
     }
 
     /// Every task with a place in the work graph, as dicts.
-    fn graph(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let out = self.run(py, Call::Graph)?;
-        convert::json(py, &serde_json::Value::Array(out.items))
+    fn graph(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        Self::answer(slf, Self::made("graph", serde_json::json!({}))?)
     }
 
     // ---- a kept lease ----

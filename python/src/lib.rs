@@ -15,7 +15,6 @@ mod errors;
 mod lease;
 mod runtime;
 mod shape;
-mod take_next;
 
 pub(crate) use runtime::{ProcessBound, runtime};
 

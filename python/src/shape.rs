@@ -1,17 +1,11 @@
-//! Python arguments shaped into the Rust API's: ids, queues, evidence,
-//! errors, cursors, retry policies, and the keyword arguments a method
-//! takes.
+//! Python's arguments shaped as core reads them (`baton_core::given`):
+//! queues, evidence, errors, cursors, and a graph node's place.
 
-use crate::convert::{id, millis, to_json};
+use crate::convert::{millis, to_json};
 use crate::errors;
-use baton_core::{Actor, Id};
 use pyo3::prelude::*;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-
-pub(crate) fn operator(name: &str) -> PyResult<Actor> {
-    Ok(Actor::Operator(id("operator", name)?))
-}
 
 /// `queues` as given: one queue's name, or a list (or tuple) of them;
 /// anything else is bad input naming the field.
@@ -51,10 +45,6 @@ pub(crate) fn queue_list(queues: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Stri
         .collect()
 }
 
-pub(crate) fn queue_ids(queues: Vec<String>) -> PyResult<Vec<Id>> {
-    queues.iter().map(|q| id("queue", q)).collect()
-}
-
 pub(crate) fn evidence(v: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<String, String>> {
     match v.filter(|v| !v.is_none()) {
         None => Ok(BTreeMap::new()),
@@ -91,7 +81,7 @@ pub(crate) fn cursor(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
 
 /// How a task added to the work graph waits and runs, as `add` and
 /// `schedule` take it.
-pub(crate) struct Shape<'a, 'py> {
+pub(crate) struct Place<'a, 'py> {
     pub(crate) queue: Option<&'a str>,
     pub(crate) priority: i64,
     pub(crate) after: Option<Vec<String>>,
@@ -103,7 +93,7 @@ pub(crate) struct Shape<'a, 'py> {
     pub(crate) key: Option<&'a str>,
 }
 
-impl Shape<'_, '_> {
+impl Place<'_, '_> {
     /// The shape as core's inputs of a node's place (`baton_core::given`),
     /// its durations read as Python gives them (seconds, or text).
     pub(crate) fn given(self) -> PyResult<Map<String, Value>> {

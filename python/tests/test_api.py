@@ -170,6 +170,10 @@ def test_the_work_graph(auth):
         auth.add_graph([{"task": "x", "after": ["y"]}, {"task": "y", "after": ["x"]}])
     nodes = {n["task"] for n in auth.graph()}
     assert {"fetch", "build", "a", "b"} <= nodes
+    # The graph's states list as the CLI lists them (core's Call, one rule).
+    assert [n["task"] for n in auth.list("READY").items] == ["a"]
+    assert [n["task"] for n in auth.list("blocked").items] == []
+    assert {r.task for r in auth.list("SUCCEEDED").items} == {"fetch", "build"}
 
 
 def test_declared_tasks_come_from_next_too(auth):
