@@ -16,11 +16,12 @@
 //!   decision read (the record's and the holder key's revisions), in a
 //!   bounded read-decide-compare loop: a concurrent change makes it retry or
 //!   refuse, never overwrite.
-//! * **Leases are granted fresh, never shortened.** Every grant's lease
-//!   is granted through the cluster's log (a keep-alive a deposed leader
-//!   answered would be lost at the next election); a lease a grant left
-//!   holding nothing is revoked after the answer, and [`finish_revokes`]
-//!   waits for those revokes.
+//! * **Leases are reused, never shortened.** A lease a grant left holding
+//!   nothing is kept a few seconds for the store's next grant of the same
+//!   length and refreshed to its whole TTL before use, the refresh proven
+//!   by a linearizable read answered in the keep-alive's term (a keep-alive
+//!   a deposed leader answered is lost at the next election); dropping the store
+//!   revokes what it kept, and [`finish_revokes`] waits for those revokes.
 //! * **Lease TTLs are whole seconds** with a minimum (2 s with etcd's default
 //!   election timeout): a TTL is rounded up, and the grant reports the
 //!   effective expiry.

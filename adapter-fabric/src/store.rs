@@ -88,6 +88,8 @@ pub struct FabricStore {
     /// saving a read; anything changed since fails the guard, and it reads
     /// and decides again. Never the ground for an answer that writes nothing.
     recent: std::sync::Arc<std::sync::Mutex<HashMap<String, Found>>>,
+    /// Leases this store granted that hold nothing now, for its next grants.
+    pool: std::sync::Arc<LeasePool>,
 }
 
 impl fmt::Debug for FabricStore {
@@ -218,6 +220,12 @@ impl FabricStore {
                 )));
             }
         };
+        let pool = std::sync::Arc::new(LeasePool {
+            client: client.clone(),
+            timeout: opts.timeout,
+            probe: Keys::new(&opts.prefix).task(""),
+            state: Default::default(),
+        });
         let store = FabricStore {
             client,
             suspect: std::sync::Arc::new(members.iter().map(|_| AtomicU64::new(0)).collect()),
@@ -229,6 +237,7 @@ impl FabricStore {
             commits: Default::default(),
             lost: Default::default(),
             recent: Default::default(),
+            pool,
         };
         store.refuse_earlier_layout().await?;
         store.index_earlier_records().await?;

@@ -27,8 +27,9 @@ impl FabricStore {
         let mut unanswered: Vec<(String, Decision, Vec<i64>)> = Vec::new();
         let start = self.next_turn();
         let mut recalled = self.recall(&task);
-        // A claim's lease is granted beside the first read, not after the
-        // decision; if the decision does not take it, it is revoked.
+        // A claim's lease is granted (or a kept one refreshed) beside the
+        // first read, not after the decision; if the decision does not
+        // take it, it goes back to the pool.
         let mut ahead: Option<Ahead> = None;
         for attempt in 0..self.opts.max_attempts as u64 {
             let cached = recalled.is_some();
@@ -158,10 +159,14 @@ impl FabricStore {
                     continue;
                 }
                 Ok(Err(e)) if names_a_lost_lease(&e) => {
-                    // A lease it named ran out before it arrived (a claim's,
-                    // granted beside a read that took longer than its TTL):
-                    // etcd applied nothing. Decide again, on new leases.
+                    // A lease it named ran out before it arrived (one kept
+                    // for reuse, refreshed just before it lapsed): etcd
+                    // applied nothing. Decide again, on new leases: none of
+                    // these is kept (which one lapsed, the error does not say).
                     self.forget(&task);
+                    for id in &made {
+                        self.pool.lost(*id);
+                    }
                     self.revoke_later(made);
                     if tokio::time::Instant::now() >= deadline {
                         return Err(self.map_err("write", e));
