@@ -40,10 +40,11 @@ pub(super) fn names_a_lost_lease(e: &etcd_client::Error) -> bool {
 /// What an etcd error proves about a request, from its gRPC status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Cause {
-    /// It never reached a leader: no connection (a transport failure under
-    /// gRPC), or a member with no leader. Nothing was applied.
+    /// It never reached a leader: no connection could be made, or a member
+    /// with no leader refused it. Nothing was applied.
     NeverSent,
-    /// It may have been applied (a timeout, a lost reply, anything else).
+    /// It may have been applied (a timeout, a lost reply, a connection that
+    /// broke after the request went out, anything else).
     Unknown,
 }
 
@@ -51,8 +52,7 @@ pub(super) fn cause_of(e: &etcd_client::Error) -> Cause {
     match e {
         etcd_client::Error::TransportError(_) => Cause::NeverSent,
         etcd_client::Error::GRpcStatus(s) if i32::from(s.code()) == GRPC_UNAVAILABLE => {
-            let transport = std::error::Error::source(s).is_some();
-            if transport || s.message() == ETCD_NO_LEADER {
+            if s.message() == ETCD_NO_LEADER || never_connected(s) {
                 Cause::NeverSent
             } else {
                 Cause::Unknown
@@ -62,13 +62,40 @@ pub(super) fn cause_of(e: &etcd_client::Error) -> Cause {
     }
 }
 
+/// Whether a transport failure under gRPC is one of connecting (refused,
+/// unreachable): the request never went out. A connection that broke
+/// after it did (a member killed after it committed, before it answered)
+/// proves nothing, and a write's leases must not be let go on it.
+fn never_connected(s: &tonic::Status) -> bool {
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::AddrNotAvailable
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+            )
+        {
+            return true;
+        }
+        let text = c.to_string();
+        if text.contains("tcp connect error") || text.contains("error trying to connect") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// An etcd error as one short cause a person can act on; the whole gRPC
 /// and transport chain stays in the error's source.
 pub(super) fn describe(e: &etcd_client::Error) -> String {
     match e {
         etcd_client::Error::TransportError(_) => "cannot connect".to_owned(),
         etcd_client::Error::GRpcStatus(s) => {
-            if cause_of(e) == Cause::NeverSent && std::error::Error::source(s).is_some() {
+            if cause_of(e) == Cause::NeverSent && never_connected(s) {
                 "cannot connect (connection refused or unreachable: is etcd running at that address?)"
                     .to_owned()
             } else if s.message().is_empty() {
@@ -215,5 +242,37 @@ impl FabricStore {
 
     pub(super) fn attempt_timeout(&self) -> Duration {
         (self.opts.timeout / 3).max(Duration::from_millis(100))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable(cause: std::io::ErrorKind) -> etcd_client::Error {
+        let mut s = tonic::Status::unavailable("transport error");
+        s.set_source(std::sync::Arc::new(std::io::Error::new(
+            cause,
+            "under gRPC",
+        )));
+        etcd_client::Error::GRpcStatus(s)
+    }
+
+    #[test]
+    fn only_a_connection_never_made_proves_a_write_was_not_applied() {
+        use std::io::ErrorKind as K;
+        assert_eq!(
+            cause_of(&unavailable(K::ConnectionRefused)),
+            Cause::NeverSent
+        );
+        // A member killed after it committed, before it answered: the
+        // connection broke after the request went out.
+        assert_eq!(cause_of(&unavailable(K::ConnectionReset)), Cause::Unknown);
+        assert_eq!(cause_of(&unavailable(K::BrokenPipe)), Cause::Unknown);
+        let no_leader = tonic::Status::unavailable(ETCD_NO_LEADER);
+        assert_eq!(
+            cause_of(&etcd_client::Error::GRpcStatus(no_leader)),
+            Cause::NeverSent
+        );
     }
 }
