@@ -12,13 +12,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use baton_core::access;
-use baton_core::authority::{refusal_json, reply_json};
+use baton_core::authority::refusal_json;
 use baton_core::call::{Call, Status};
 use baton_core::catalogue;
 use baton_core::graph::Taker;
 use baton_core::workgraph::GraphState;
 use baton_core::{
-    Authority, Error, Id, Preconditions, Refusal, Reply, Request, State as TaskState, TaskId,
+    Authority, Error, Id, Preconditions, Refusal, Request, State as TaskState, TaskId,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -76,13 +76,6 @@ fn refused(r: &Refusal) -> Handled {
         StatusCode::CONFLICT
     };
     with_status(status, refusal_json(r))
-}
-
-fn answer(r: Reply, as_grant: bool) -> Handled {
-    match &r {
-        Reply::Refused(refusal) => refused(refusal),
-        _ => with_status(StatusCode::OK, reply_json(&r, as_grant)),
-    }
 }
 
 /// Refuses a field of `given` that `request` did not take: every key given
@@ -501,7 +494,17 @@ async fn schedule(AsCaller(a): AsCaller, Path(name): Path<String>, body: Bytes) 
         cron: b.cron,
         template,
     };
-    answer(a.set_schedule(&name, schedule).await?, false)
+    let task = baton_core::workgraph::schedule_id(&name)?;
+    run(&a, write_of(task, Request::Schedule { schedule })).await
+}
+
+/// A write of core's catalogue: `request` on `task`, with no preconditions.
+fn write_of(task: TaskId, request: Request) -> Call {
+    Call::Write {
+        task,
+        request,
+        pre: Preconditions::none(),
+    }
 }
 
 async fn schedules(AsCaller(a): AsCaller) -> Handled {
@@ -517,7 +520,9 @@ async fn set_limit(AsCaller(a): AsCaller, Path(key): Path<String>, body: Bytes) 
     let b: LimitBody = parse_strict(&body)?;
     let key = baton_core::Id::parse("key", &key)?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
-    answer(a.set_limit(&key, b.limit, by).await?, false)
+    let task = baton_core::graph::key_record_id(&key)?;
+    let limit = b.limit;
+    run(&a, write_of(task, Request::Limit { by, limit })).await
 }
 
 async fn key_status(AsCaller(a): AsCaller, Path(key): Path<String>) -> Handled {
@@ -537,7 +542,9 @@ async fn set_queue_policy(
     let b: QueuePolicyBody = parse_strict(&body)?;
     let queue = baton_core::Id::parse("queue", &queue)?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
-    answer(a.set_queue_policy(&queue, b.retry, by).await?, false)
+    let task = baton_core::graph::queue_record_id(&queue)?;
+    let retry = b.retry;
+    run(&a, write_of(task, Request::QueuePolicy { by, retry })).await
 }
 
 async fn queue_policy(AsCaller(a): AsCaller, Path(queue): Path<String>) -> Handled {
