@@ -11,6 +11,7 @@
 //! * [`catalogue`]: every operation the front ends offer, with its inputs and their rules;
 //!   `call` (feature `keeper`): an operation as a value, run on an authority;
 //!   `given`: a Call made from what a person gave it.
+//! * [`fencing`]: the rule a guard in the user's storage applies, and signed fence tokens.
 //! * `conformance` (feature): the suite every backend must pass.
 
 pub mod access;
@@ -28,6 +29,7 @@ pub mod decide;
 pub mod engine;
 pub mod error;
 pub mod fault;
+pub mod fencing;
 // Makes a Call, which runs with `keeper`.
 #[cfg(feature = "keeper")]
 pub mod given;

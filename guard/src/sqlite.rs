@@ -1,0 +1,88 @@
+//! The SQLite guard: a table of resource -> highest fence in the user's
+//! database, and [`admit`], which the user calls inside the transaction
+//! that writes (begun `IMMEDIATE`, so no other writer slips between the
+//! check and the write). A refusal leaves the transaction for the caller
+//! to roll back.
+
+use crate::{GuardError, Presented};
+use baton_core::fencing::{self, Admitted, FenceKeys};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The guard's table.
+pub const TABLE: &str = "baton_guard_fences";
+
+/// The statement that creates the guard's table (idempotent).
+pub const INSTALL_SQL: &str = "CREATE TABLE IF NOT EXISTS baton_guard_fences (
+    resource TEXT PRIMARY KEY NOT NULL,
+    fence INTEGER NOT NULL CHECK (fence >= 1),
+    admitted_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+)";
+
+/// Creates the guard's table in `conn`'s database.
+pub fn install(conn: &Connection) -> Result<(), GuardError> {
+    conn.execute_batch(INSTALL_SQL).map_err(unavailable)
+}
+
+fn unavailable(e: rusqlite::Error) -> GuardError {
+    if let rusqlite::Error::SqliteFailure(_, Some(m)) = &e
+        && m.contains("no such table")
+    {
+        return GuardError::NotInstalled(format!(
+            "no table {TABLE} in this database (`baton guard install PATH`, or baton_guard::sqlite::install)"
+        ));
+    }
+    GuardError::Unavailable(format!("sqlite: {e}"))
+}
+
+/// Admits `presented` for `resource` in the transaction open on `conn`, or
+/// refuses it. With `keys`, only a signed token is admitted. Called outside
+/// a transaction it refuses: the admission and the write must commit together.
+pub fn admit(
+    conn: &Connection,
+    resource: &str,
+    presented: &Presented,
+    keys: Option<&FenceKeys>,
+) -> Result<Admitted, GuardError> {
+    fencing::check_resource(resource)?;
+    let fence = presented.fence(keys)?;
+    if conn.is_autocommit() {
+        return Err(fencing::Refused::Invalid {
+            field: "transaction",
+            rule: "admit inside the transaction that writes (BEGIN IMMEDIATE), so both commit or neither".into(),
+        }
+        .into());
+    }
+    let highest: Option<i64> = conn
+        .query_row(
+            "SELECT fence FROM baton_guard_fences WHERE resource = ?1",
+            params![resource],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    let admitted = fencing::admit(resource, highest.map(|h| h.max(0) as u64), fence)?;
+    if !matches!(admitted, Admitted::Equal) {
+        conn.execute(
+            "INSERT INTO baton_guard_fences (resource, fence) VALUES (?1, ?2)
+             ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence,
+                 admitted_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+            // check_fence bounds a fence by i64::MAX.
+            params![resource, fence as i64],
+        )
+        .map_err(unavailable)?;
+    }
+    Ok(admitted)
+}
+
+/// The highest fence admitted for `resource`, if any.
+pub fn highest(conn: &Connection, resource: &str) -> Result<Option<u64>, GuardError> {
+    let h: Option<i64> = conn
+        .query_row(
+            "SELECT fence FROM baton_guard_fences WHERE resource = ?1",
+            params![resource],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(unavailable)?;
+    Ok(h.map(|h| h.max(0) as u64))
+}

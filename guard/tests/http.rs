@@ -1,0 +1,182 @@
+//! The tower layer: requests admitted by their fence before the service
+//! sees them; a stale, unsigned, forged or missing fence answered without
+//! reaching it; marks in a SQLite file outliving the layer.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+use baton_guard::FenceKeys;
+use baton_guard::http::{FENCE_HEADER, FenceLayer, Marks, RESOURCE_HEADER};
+use http::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+fn service(
+    layer: FenceLayer,
+    seen: Seen,
+) -> impl tower::Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
++ Clone {
+    ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(move |r: Request<String>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(r.into_body());
+                Ok::<_, Infallible>(Response::new("written".to_string()))
+            }
+        }))
+}
+
+fn req(fence: Option<&str>, resource: Option<&str>, body: &str) -> Request<String> {
+    let mut b = Request::post("/write");
+    if let Some(f) = fence {
+        b = b.header(FENCE_HEADER, f);
+    }
+    if let Some(r) = resource {
+        b = b.header(RESOURCE_HEADER, r);
+    }
+    b.body(body.to_string()).unwrap()
+}
+
+async fn send(
+    s: &(impl tower::Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone),
+    r: Request<String>,
+) -> (StatusCode, String) {
+    let resp = s.clone().oneshot(r).await.unwrap();
+    (resp.status(), resp.into_body())
+}
+
+#[tokio::test]
+async fn stale_missing_and_bad_fences_never_reach_the_service() {
+    let seen = Seen::default();
+    let s = service(FenceLayer::new(Arc::new(Marks::memory())), seen.clone());
+    assert_eq!(
+        send(&s, req(Some("4"), Some("acct"), "a4")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&s, req(Some("4"), Some("acct"), "a4 again")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&s, req(Some("6"), Some("acct"), "b6")).await.0,
+        StatusCode::OK
+    );
+    let (st, body) = send(&s, req(Some("4"), Some("acct"), "zombie")).await;
+    assert_eq!(st, StatusCode::CONFLICT);
+    assert!(body.contains("stale_fence"), "{body}");
+    // Another resource has its own mark.
+    assert_eq!(
+        send(&s, req(Some("1"), Some("other"), "o1")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&s, req(None, Some("acct"), "nofence")).await.0,
+        StatusCode::PRECONDITION_REQUIRED
+    );
+    assert_eq!(
+        send(&s, req(Some("4"), None, "noresource")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&s, req(Some("x"), Some("acct"), "junk")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        send(&s, req(Some("0"), Some("acct"), "zero")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(*seen.lock().unwrap(), vec!["a4", "a4 again", "b6", "o1"]);
+}
+
+#[tokio::test]
+async fn with_keys_unsigned_and_forged_fences_are_forbidden() {
+    let keys = FenceKeys::parse("http-key-0123456789abcdef0123456789abcdef").unwrap();
+    let other = FenceKeys::parse("forger-key-0123456789abcdef0123456789abcd").unwrap();
+    let seen = Seen::default();
+    let layer = FenceLayer::new(Arc::new(Marks::memory())).with_keys(keys.clone());
+    let s = service(layer, seen.clone());
+    let (st, body) = send(&s, req(Some("5"), Some("r"), "bare")).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    assert!(body.contains("unsigned_fence"), "{body}");
+    let (st, body) = send(
+        &s,
+        req(Some(&other.sign("t", 1 << 50)), Some("r"), "forged"),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    assert!(body.contains("forged_fence"), "{body}");
+    assert_eq!(
+        send(&s, req(Some(&keys.sign("t", 5)), Some("r"), "signed"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    // The forged huge fence did not raise the mark: fence 6 still passes.
+    assert_eq!(
+        send(&s, req(Some(&keys.sign("t", 6)), Some("r"), "next"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(*seen.lock().unwrap(), vec!["signed", "next"]);
+}
+
+#[tokio::test]
+async fn an_earlier_attempts_request_admitted_first_finishes_before_a_later_one_begins() {
+    // The inner service is slow; a later fence arriving while an earlier
+    // one is inside waits for it, so writes land in fence order.
+    let order = Seen::default();
+    let o = order.clone();
+    let layer = FenceLayer::new(Arc::new(Marks::memory()));
+    let s = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(move |r: Request<String>| {
+            let o = o.clone();
+            async move {
+                let body = r.into_body();
+                o.lock().unwrap().push(format!("begin {body}"));
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                o.lock().unwrap().push(format!("end {body}"));
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }));
+    let early = tokio::spawn(s.clone().oneshot(req(Some("1"), Some("r"), "1")));
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let late = tokio::spawn(s.clone().oneshot(req(Some("2"), Some("r"), "2")));
+    assert_eq!(early.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(late.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec!["begin 1", "end 1", "begin 2", "end 2"]
+    );
+}
+
+#[tokio::test]
+async fn marks_in_a_file_outlive_the_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.db");
+    let seen = Seen::default();
+    let s = service(
+        FenceLayer::new(Arc::new(Marks::open(&path).unwrap())),
+        seen.clone(),
+    );
+    assert_eq!(
+        send(&s, req(Some("9"), Some("r"), "nine")).await.0,
+        StatusCode::OK
+    );
+    drop(s);
+    // A new process's layer over the same file remembers fence 9.
+    let s = service(
+        FenceLayer::new(Arc::new(Marks::open(&path).unwrap())),
+        seen.clone(),
+    );
+    assert_eq!(
+        send(&s, req(Some("8"), Some("r"), "eight")).await.0,
+        StatusCode::CONFLICT
+    );
+    // A marks file that cannot be opened fails closed.
+    assert!(Marks::open(&dir.path().join("no/such/dir/m.db")).is_err());
+    assert_eq!(*seen.lock().unwrap(), vec!["nine"]);
+}
