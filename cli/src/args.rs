@@ -389,6 +389,11 @@ pub enum Command {
         /// path, status, latency in ms, and the token's name (never the token).
         #[arg(long)]
         request_log: bool,
+        /// Sign every fence granted with this key file's first key (`baton
+        /// guard keygen`): grants carry `token`, which guards holding the
+        /// key require.
+        #[arg(long, env = "BATON_FENCE_KEY")]
+        fence_key: Option<PathBuf>,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     ///
@@ -404,12 +409,96 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Fence your own storage: a write made with an earlier attempt's fence
+    /// is refused where it lands (Postgres, SQLite, a file).
+    ///
+    /// Example: baton guard install postgres://app@db/app --key /etc/baton/fence.key
+    ///
+    /// Example: echo done | baton guard write out/report.txt --resource report
+    #[command(subcommand)]
+    #[serde(skip)]
+    Guard(GuardCommand),
     /// One worker of `bench --processes` (started by the harness).
     ///
     /// Example: baton bench-worker (started by `baton bench --processes`)
     #[command(hide = true)]
     #[serde(skip)]
     BenchWorker(BenchWorkerArgs),
+}
+
+/// Where a guarded write lands, and with which fence.
+#[derive(Debug, Args, Clone)]
+pub struct Fenced {
+    /// What is written, as every writer of it names it (`invoice:42`):
+    /// each resource keeps the highest fence admitted.
+    #[arg(long)]
+    pub resource: String,
+    /// The fence or signed token to present (default: BATON_FENCE_TOKEN,
+    /// else BATON_FENCE, as `baton run` sets them).
+    #[arg(long, allow_hyphen_values = true)]
+    pub fence: Option<String>,
+    /// Admit only fences signed with a key in this file (one key a line).
+    #[arg(long, env = "BATON_GUARD_KEY")]
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GuardCommand {
+    /// Print a new random key for a fence key file (64 hex digits).
+    ///
+    /// Example: baton guard keygen > /etc/baton/fence.key
+    Keygen,
+    /// Install the guard in a database: a Postgres URL (schema
+    /// `baton_guard`: a table and the functions `admit(resource, fence)`
+    /// and `admit_token(resource, token)`) or a SQLite file (table
+    /// `baton_guard_fences`). Idempotent; with --key, the file's keys
+    /// replace the installed ones and only signed fences are admitted.
+    ///
+    /// Example: baton guard install postgres://app@127.0.0.1/app --key fence.key
+    ///
+    /// Example: baton guard install sqlite:app.db
+    Install {
+        /// postgres://... or sqlite:PATH (a bare path is a SQLite file).
+        target: String,
+        /// Keys to install (Postgres; a SQLite guard's keys are its caller's).
+        #[arg(long)]
+        key: Option<PathBuf>,
+    },
+    /// Replace a file with standard input if the fence is admitted: written
+    /// beside, synced, and renamed under the resource's lock only if no
+    /// later fence was admitted; a refused write leaves the file as it was
+    /// (exit 1, stale_fence).
+    ///
+    /// Example: render | baton guard write out/report.html --resource report
+    Write {
+        /// The file to replace.
+        path: PathBuf,
+        #[command(flatten)]
+        fenced: Fenced,
+        /// Where the resource's marks live (default `.baton-guard` beside
+        /// the file); every writer of a resource must use the same.
+        #[arg(long)]
+        marks: Option<PathBuf>,
+    },
+    /// Run SQL from standard input in one transaction after admitting the
+    /// fence: the whole transaction rolls back on a stale fence.
+    ///
+    /// Example: echo "UPDATE t SET n = n + 1" | baton guard sql sqlite:app.db --resource t
+    Sql {
+        /// postgres://... or sqlite:PATH.
+        target: String,
+        #[command(flatten)]
+        fenced: Fenced,
+    },
+    /// The highest fence admitted for a resource (null if none).
+    ///
+    /// Example: baton guard show sqlite:app.db --resource t
+    Show {
+        /// postgres://..., sqlite:PATH, or a marks directory (a file guard's).
+        target: String,
+        #[arg(long)]
+        resource: String,
+    },
 }
 
 #[derive(Debug, Subcommand, Serialize)]

@@ -13,6 +13,7 @@
 
 pub mod args;
 pub use baton_supervisor::exit;
+mod guard;
 mod output;
 mod parse;
 mod plan;
@@ -318,7 +319,8 @@ where
         | Command::Serve { .. }
         | Command::Bench(_)
         | Command::BenchWorker(_)
-        | Command::Completions { .. } => Ok(()),
+        | Command::Completions { .. }
+        | Command::Guard(_) => Ok(()),
         // Declaring reads a manifest (a file or standard input): not an argument rule.
         Command::Task(TaskCommand::Declare { .. }) => Ok(()),
         Command::Run { .. } | Command::Task(TaskCommand::Run { .. }) => run_spec(&cli).map(|_| ()),
@@ -347,6 +349,7 @@ struct ServeLimits<'a> {
     read_timeout: &'a str,
     max_wait: &'a str,
     request_log: bool,
+    fence_key: Option<&'a std::path::Path>,
 }
 
 #[cfg(not(feature = "serve"))]
@@ -411,6 +414,10 @@ async fn serve(
     opts.max_connections = limits.max_connections;
     opts.read_timeout = read_timeout;
     opts.max_wait = std::time::Duration::from_millis(max_wait);
+    opts.fence_keys = limits
+        .fence_key
+        .map(baton_open::read_fence_keys)
+        .transpose()?;
     opts.check()?;
     let opened = baton_open::open_url(&url).await?;
     opts.meter = opened.meter;
@@ -450,6 +457,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             read_timeout,
             max_wait,
             request_log,
+            fence_key,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
             let limits = ServeLimits {
@@ -459,9 +467,11 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
                 read_timeout,
                 max_wait,
                 request_log: *request_log,
+                fence_key: fence_key.as_deref(),
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }
+        Command::Guard(g) => return guard::run(g).await,
         Command::Bench(b) => {
             let human = cli.format == Some(Format::Human);
             return baton_harness::run(given, b, human).await.map(Out::from);

@@ -195,6 +195,7 @@ fn every_example_of_an_operation_is_made_by_core() {
                 | Command::Bench(_)
                 | Command::BenchWorker(_)
                 | Command::Completions { .. }
+                | Command::Guard(_)
         ) {
             continue;
         }

@@ -137,6 +137,8 @@ pub struct Authority<S> {
     pub(crate) permits: Option<Arc<dyn crate::access::Permits>>,
     /// What the store tells of its work (benchmarks, metrics).
     meter: Option<Arc<dyn crate::store::Meter>>,
+    /// Signs the fences this authority grants (`BATON_FENCE_KEY`).
+    fence_keys: Option<Arc<crate::fencing::FenceKeys>>,
 }
 
 impl<S: fmt::Debug> fmt::Debug for Authority<S> {
@@ -155,7 +157,30 @@ impl<S: Store> Authority<S> {
             clock,
             permits: None,
             meter: None,
+            fence_keys: None,
         }
+    }
+
+    /// This authority signs the fences it grants with `keys`' first key:
+    /// guards holding the keys then admit only its tokens.
+    pub fn with_fence_keys(mut self, keys: Arc<crate::fencing::FenceKeys>) -> Self {
+        self.fence_keys = Some(keys);
+        self
+    }
+
+    /// The signed token for `task`'s attempt under `fence`: this
+    /// authority's own signature when it has keys, else the store's signer
+    /// (a server's), else none.
+    pub async fn fence_token(&self, task: &TaskId, fence: u64) -> Result<Option<String>> {
+        match &self.fence_keys {
+            Some(k) => Ok(Some(k.sign(task.as_str(), fence))),
+            None => self.store.fence_token(task, fence).await,
+        }
+    }
+
+    /// Whether this authority signs fences itself.
+    pub fn signs_fences(&self) -> bool {
+        self.fence_keys.is_some()
     }
 
     /// This authority asks `permits` before an operator's act that is not

@@ -255,6 +255,29 @@ impl Output {
         self
     }
 
+    /// A grant answered with its signed token (`token`), when the
+    /// authority or its store signs fences. A token the signer could not
+    /// give leaves the grant without one: a guard with keys then refuses
+    /// the holder's writes, which is the safe way to be wrong.
+    async fn signed<S: Store>(mut self, a: &Authority<S>) -> Output {
+        if self.shape != Shape::Grant {
+            return self;
+        }
+        let Answer::Reply(reply) = &self.answer else {
+            return self;
+        };
+        let Some(g) = reply.grant() else {
+            return self;
+        };
+        if let (Ok(Some(token)), Some(v)) = (
+            a.fence_token(&g.task, g.fence).await,
+            self.items.first_mut(),
+        ) {
+            v["token"] = json!(token);
+        }
+        self
+    }
+
     fn answering(mut self, answer: Answer) -> Output {
         self.answer = answer;
         self
@@ -293,7 +316,10 @@ impl Call {
                     _ => None,
                 };
                 let reply = a.submit(&task, request, pre).await?;
-                let mut out = Output::reply(&reply, as_grant).written(true);
+                let mut out = Output::reply(&reply, as_grant)
+                    .written(true)
+                    .signed(a)
+                    .await;
                 let ignored = evidence.map(|ev| reply.evidence_ignored(&ev));
                 if let Some(ignored) = ignored.filter(|i| !i.is_empty())
                     && let Some(v) = out.items.first_mut()
@@ -425,7 +451,7 @@ impl Call {
                 let reply = a
                     .next_as_asked(taker, &queues, wait_ms, keep_waiting)
                     .await?;
-                Output::reply(&reply, true).written(true)
+                Output::reply(&reply, true).written(true).signed(a).await
             }
             Call::Schedules => {
                 let records = a.schedules().await?;

@@ -103,6 +103,9 @@ impl<S: Store> Store for FaultStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+    async fn fence_token(&self, task: &TaskId, fence: u64) -> Result<Option<String>> {
+        self.inner.fence_token(task, fence).await
+    }
     async fn read(&self, task: &TaskId, now: Timestamp) -> Result<Option<Snapshot>> {
         self.inner.read(task, now).await
     }

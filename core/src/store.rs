@@ -338,6 +338,16 @@ pub trait Store: Send + Sync + Debug {
     /// Idempotent: an id already acknowledged, or unknown, is ignored.
     /// Touches outbox entries only, and only by intent id.
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64>;
+
+    /// A token the store's own signer gave for `task`'s attempt under
+    /// `fence` (a server with a fence key signs for its clients), if it
+    /// has one. Most stores have no signer.
+    ///
+    /// # Contract
+    /// Writes nothing; signs only the fence of the task's live lease.
+    async fn fence_token(&self, _task: &TaskId, _fence: u64) -> Result<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// Implements [`Store`] for a type by handing every call to the store it
@@ -427,6 +437,13 @@ macro_rules! forward_store {
                 now: $crate::Timestamp,
             ) -> $crate::Result<u64> {
                 <Self as AsRef<$target>>::as_ref(self).ack(intent_ids, now).await
+            }
+            async fn fence_token(
+                &self,
+                task: &$crate::TaskId,
+                fence: u64,
+            ) -> $crate::Result<Option<String>> {
+                <Self as AsRef<$target>>::as_ref(self).fence_token(task, fence).await
             }
         }
     };

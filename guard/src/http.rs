@@ -15,7 +15,9 @@
 //! * `503` when the marks cannot be read or written (nothing admitted).
 //!
 //! Marks are kept in memory, or in a SQLite file ([`Marks::open`]) so they
-//! outlive a restart and are shared by the processes that open the same file.
+//! outlive a restart; processes sharing the file hold its write
+//! transaction from the admission until their service answers, so their
+//! guarded requests run one at a time, in fence order.
 
 use crate::{GuardError, Presented};
 use baton_core::fencing::{self, Admitted, FenceKeys, Refused};
@@ -38,7 +40,16 @@ pub struct Marks {
     memory: Mutex<HashMap<String, u64>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     #[cfg(feature = "sqlite")]
-    file: Option<Mutex<rusqlite::Connection>>,
+    file: Option<std::path::PathBuf>,
+}
+
+/// What a request holds from its admission until the inner service has
+/// answered: the resource's lock, and with marks in a file, the file's
+/// write transaction (committed when the answer is in).
+struct Admission {
+    _lock: tokio::sync::OwnedMutexGuard<()>,
+    #[cfg(feature = "sqlite")]
+    open: Option<rusqlite::Connection>,
 }
 
 impl Marks {
@@ -47,16 +58,16 @@ impl Marks {
         Marks::default()
     }
 
-    /// Marks kept in a SQLite file (created with the guard's table).
+    /// Marks kept in a SQLite file (created with the guard's table), so
+    /// they outlive a restart. Each admission holds the file's write
+    /// transaction until the inner service answers, so processes sharing
+    /// the file run their guarded requests one at a time, in fence order.
     #[cfg(feature = "sqlite")]
     pub fn open(path: &std::path::Path) -> Result<Marks, GuardError> {
-        let conn = rusqlite::Connection::open(path)
-            .map_err(|e| GuardError::Unavailable(format!("opening {}: {e}", path.display())))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(|e| GuardError::Unavailable(format!("sqlite: {e}")))?;
+        let conn = crate::sqlite::open(path)?;
         crate::sqlite::install(&conn)?;
         Ok(Marks {
-            file: Some(Mutex::new(conn)),
+            file: Some(path.to_path_buf()),
             ..Marks::default()
         })
     }
@@ -67,6 +78,7 @@ impl Marks {
     }
 
     /// Admits `presented` for `resource` (core's rule), raising the mark.
+    /// In a file, the transaction is committed before this returns.
     pub fn admit(
         &self,
         resource: &str,
@@ -74,14 +86,9 @@ impl Marks {
         keys: Option<&FenceKeys>,
     ) -> Result<Admitted, GuardError> {
         #[cfg(feature = "sqlite")]
-        if let Some(file) = &self.file {
-            let mut conn = file.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| GuardError::Unavailable(format!("sqlite: {e}")))?;
-            let admitted = crate::sqlite::admit(&tx, resource, presented, keys)?;
-            tx.commit()
-                .map_err(|e| GuardError::Unavailable(format!("sqlite: {e}")))?;
+        if let Some(path) = &self.file {
+            let (conn, admitted) = begin_in_file(path, resource, presented, keys)?;
+            commit(conn)?;
             return Ok(admitted);
         }
         let fence = presented.fence(keys)?;
@@ -90,6 +97,69 @@ impl Marks {
         memory.insert(resource.to_string(), fence);
         Ok(admitted)
     }
+
+    async fn enter(
+        self: Arc<Self>,
+        resource: String,
+        presented: Presented,
+        keys: Option<Arc<FenceKeys>>,
+    ) -> Result<Admission, GuardError> {
+        let lock = self.lock_for(&resource).lock_owned().await;
+        #[cfg(feature = "sqlite")]
+        if let Some(path) = self.file.clone() {
+            let conn = tokio::task::spawn_blocking(move || {
+                begin_in_file(&path, &resource, &presented, keys.as_deref()).map(|(c, _)| c)
+            })
+            .await
+            .map_err(|e| GuardError::Unavailable(format!("the marks' thread: {e}")))??;
+            return Ok(Admission {
+                _lock: lock,
+                open: Some(conn),
+            });
+        }
+        self.admit(&resource, &presented, keys.as_deref())?;
+        Ok(Admission {
+            _lock: lock,
+            #[cfg(feature = "sqlite")]
+            open: None,
+        })
+    }
+}
+
+impl Admission {
+    /// Commits the file's transaction (the mark), if there is one.
+    async fn finish(self) -> Result<(), GuardError> {
+        #[cfg(feature = "sqlite")]
+        if let Some(conn) = self.open {
+            return tokio::task::spawn_blocking(move || commit(conn))
+                .await
+                .map_err(|e| GuardError::Unavailable(format!("the marks' thread: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens the marks file, begins its write transaction and admits; the
+/// connection is returned with the transaction open.
+#[cfg(feature = "sqlite")]
+fn begin_in_file(
+    path: &std::path::Path,
+    resource: &str,
+    presented: &Presented,
+    keys: Option<&FenceKeys>,
+) -> Result<(rusqlite::Connection, Admitted), GuardError> {
+    let conn = crate::sqlite::open(path)?;
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| GuardError::Unavailable(format!("sqlite: {e}")))?;
+    // A refusal drops the connection, which rolls the transaction back.
+    let admitted = crate::sqlite::admit(&conn, resource, presented, keys)?;
+    Ok((conn, admitted))
+}
+
+#[cfg(feature = "sqlite")]
+fn commit(conn: rusqlite::Connection) -> Result<(), GuardError> {
+    conn.execute_batch("COMMIT")
+        .map_err(|e| GuardError::Unavailable(format!("sqlite: {e}")))
 }
 
 type Derive = Arc<dyn Fn(&http::request::Parts) -> Option<String> + Send + Sync>;
@@ -197,7 +267,7 @@ where
         + 'static,
     S::Future: Send,
     ReqBody: Send + 'static,
-    ResBody: From<String>,
+    ResBody: From<String> + Send,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -235,15 +305,22 @@ where
                 Ok(r) => r,
                 Err(e) => return Ok(refusal_response(&e)),
             };
-            let lock = layer.marks.lock_for(&resource);
-            let _held = lock.lock_owned().await;
-            if let Err(e) = layer
-                .marks
-                .admit(&resource, &presented, layer.keys.as_deref())
+            let admission = match Arc::clone(&layer.marks)
+                .enter(resource, presented, layer.keys.clone())
+                .await
             {
-                return Ok(refusal_response(&e));
+                Ok(a) => a,
+                Err(e) => return Ok(refusal_response(&e)),
+            };
+            let answer = inner.call(Request::from_parts(parts, body)).await?;
+            // The write is done; a mark that cannot be kept now is the
+            // service's answer still (its write landed), logged by status.
+            if let Err(e) = admission.finish().await {
+                let mut failed = refusal_response(&e);
+                *failed.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                return Ok(failed);
             }
-            inner.call(Request::from_parts(parts, body)).await
+            Ok(answer)
         })
     }
 }

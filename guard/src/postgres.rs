@@ -165,6 +165,50 @@ fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Connects to the database at `url` (no TLS: a loopback or private
+/// network), its connection driven on the current tokio runtime.
+pub async fn connect(url: &str) -> Result<tokio_postgres::Client, GuardError> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| {
+            GuardError::Unavailable(format!("connecting to Postgres: {}", describe(&e)))
+        })?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Runs `sql` (one or more statements) in one transaction after admitting
+/// `presented` for `resource`: on a refusal nothing of it is applied.
+pub async fn run_guarded(
+    client: &mut tokio_postgres::Client,
+    resource: &str,
+    presented: &Presented,
+    sql: &str,
+) -> Result<u64, GuardError> {
+    let tx = client.transaction().await.map_err(unavailable)?;
+    let mark = admit(&tx, resource, presented).await?;
+    tx.batch_execute(sql)
+        .await
+        .map_err(|e| GuardError::Unavailable(format!("your SQL failed: {}", describe(&e))))?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(mark)
+}
+
+/// The highest fence admitted for `resource`, if any.
+pub async fn highest(
+    client: &impl GenericClient,
+    resource: &str,
+) -> Result<Option<u64>, GuardError> {
+    let row = client
+        .query_opt(
+            "SELECT fence FROM baton_guard.fences WHERE resource = $1",
+            &[&resource],
+        )
+        .await
+        .map_err(unavailable)?;
+    Ok(row.map(|r| r.get::<_, i64>(0).max(0) as u64))
+}
+
 /// Installs (or upgrades) the guard in the database `client` is connected
 /// to, in one transaction. With `keys`, they replace the installed ones (a
 /// rotation: install the new file, old keys kept in it until every holder

@@ -74,6 +74,35 @@ pub fn admit(
     Ok(admitted)
 }
 
+/// Opens the database at `path` for a guarded write (waiting up to 10 s
+/// for another writer's lock).
+pub fn open(path: &std::path::Path) -> Result<Connection, GuardError> {
+    let conn = Connection::open(path)
+        .map_err(|e| GuardError::Unavailable(format!("opening {}: {e}", path.display())))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(unavailable)?;
+    Ok(conn)
+}
+
+/// Runs `sql` in one `IMMEDIATE` transaction after admitting `presented`
+/// for `resource`: on a refusal nothing of it is applied.
+pub fn run_guarded(
+    conn: &mut Connection,
+    resource: &str,
+    presented: &Presented,
+    keys: Option<&FenceKeys>,
+    sql: &str,
+) -> Result<Admitted, GuardError> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(unavailable)?;
+    let admitted = admit(&tx, resource, presented, keys)?;
+    tx.execute_batch(sql)
+        .map_err(|e| GuardError::Unavailable(format!("your SQL failed: {e}")))?;
+    tx.commit().map_err(unavailable)?;
+    Ok(admitted)
+}
+
 /// The highest fence admitted for `resource`, if any.
 pub fn highest(conn: &Connection, resource: &str) -> Result<Option<u64>, GuardError> {
     let h: Option<i64> = conn

@@ -180,3 +180,42 @@ async fn marks_in_a_file_outlive_the_layer() {
     assert!(Marks::open(&dir.path().join("no/such/dir/m.db")).is_err());
     assert_eq!(*seen.lock().unwrap(), vec!["nine"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layers_sharing_a_marks_file_write_in_fence_order() {
+    // Two services as two processes would have them: each its own Marks
+    // over one file. The earlier fence, admitted first and slow inside,
+    // finishes before the later one's service begins.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.db");
+    let order = Seen::default();
+    let make = |order: Seen| {
+        let layer = FenceLayer::new(Arc::new(Marks::open(&path).unwrap()));
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(move |r: Request<String>| {
+                let o = order.clone();
+                async move {
+                    let body = r.into_body();
+                    o.lock().unwrap().push(format!("begin {body}"));
+                    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                    o.lock().unwrap().push(format!("end {body}"));
+                    Ok::<_, Infallible>(Response::new(String::new()))
+                }
+            }))
+    };
+    let a = make(order.clone());
+    let b = make(order.clone());
+    let early = tokio::spawn(a.oneshot(req(Some("1"), Some("r"), "1")));
+    tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    let late = tokio::spawn(b.clone().oneshot(req(Some("2"), Some("r"), "2")));
+    assert_eq!(early.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(late.await.unwrap().unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec!["begin 1", "end 1", "begin 2", "end 2"]
+    );
+    // And the earlier fence, arriving again after the later, is refused.
+    let (st, _) = send(&b, req(Some("1"), Some("r"), "zombie")).await;
+    assert_eq!(st, StatusCode::CONFLICT);
+}

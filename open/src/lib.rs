@@ -25,8 +25,9 @@ mod url;
 
 pub use baton_core::*;
 pub use url::{
-    DEFAULT_STORE, DynAuthority, Opened, StoreUrl, authority_for, authority_with_token, open_url,
-    store_for, token, use_token,
+    DEFAULT_STORE, DynAuthority, FENCE_KEY_ENV, Opened, StoreUrl, authority_for,
+    authority_with_token, fence_keys_from_env, open_url, read_fence_keys, store_for, token,
+    use_token,
 };
 
 /// Lets the work stores do after answering finish (at most 3 s): on etcd,

@@ -1,6 +1,7 @@
 //! Store URLs and `authority_for`: the one place that knows URL schemes.
 
 use baton_core::access::Permits;
+use baton_core::fencing::FenceKeys;
 use baton_core::store::Meter;
 use baton_core::{Authority, Error, MemoryStore, Store, SystemClock};
 use std::sync::Arc;
@@ -225,7 +226,37 @@ pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
 /// Like [`authority_for`], with the token an `http://` store sends
 /// (`None`: [`use_token`]'s, else `BATON_TOKEN`). Other stores ignore it.
 pub async fn authority_with_token(url: &str, token: Option<String>) -> Result<DynAuthority, Error> {
-    Ok(open(url, token).await?.authority())
+    let a = open(url, token).await?.authority();
+    Ok(match fence_keys_from_env()? {
+        Some(keys) => a.with_fence_keys(keys),
+        None => a,
+    })
+}
+
+/// The variable naming the key file an authority signs fences with.
+pub const FENCE_KEY_ENV: &str = "BATON_FENCE_KEY";
+
+/// Reads the fence key file at `path` ([`baton_core::fencing::FenceKeys::parse`]);
+/// the error names the file and the rule.
+pub fn read_fence_keys(path: &std::path::Path) -> Result<Arc<FenceKeys>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid(
+            "fence key",
+            format!("cannot read the key file {}: {e}", path.display()),
+        )
+    })?;
+    FenceKeys::parse(&text)
+        .map(Arc::new)
+        .map_err(|e| Error::invalid("fence key", format!("{} ({})", e, path.display())))
+}
+
+/// The keys `BATON_FENCE_KEY` names, if it is set: an authority opened
+/// with them signs every fence it grants.
+pub fn fence_keys_from_env() -> Result<Option<Arc<FenceKeys>>, Error> {
+    match std::env::var_os(FENCE_KEY_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => read_fence_keys(std::path::Path::new(&path)).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Builds the store a URL names.

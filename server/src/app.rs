@@ -62,6 +62,8 @@ pub(crate) struct App {
     pub max_blocking: usize,
     /// The longest one blocking query waits (`ServeOptions::max_wait`).
     pub max_wait: std::time::Duration,
+    /// Signs the fences of live leases for their holders (`--fence-key`).
+    pub fence_keys: Option<Arc<baton_core::fencing::FenceKeys>>,
 }
 
 /// One blocking query's place under its token's cap, given back on drop.

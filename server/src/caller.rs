@@ -175,6 +175,29 @@ impl Store for CallerStore {
         self.counted(r)
     }
 
+    /// Signs `fence` only while it is the fence of `task`'s live lease
+    /// (judged at the server's time), and only for a caller that may act
+    /// as its holder: a worker cannot get a token for another's attempt,
+    /// or for a fence not yet granted.
+    async fn fence_token(&self, task: &TaskId, fence: u64) -> Result<Option<String>> {
+        let Some(keys) = &self.app.fence_keys else {
+            return Ok(None);
+        };
+        let snap = self.counted(self.app.store.read(task, self.app.now()).await)?;
+        let Some(snap) = snap else {
+            return Ok(None);
+        };
+        let Some(lease) = snap.record.lease.as_ref() else {
+            return Ok(None);
+        };
+        let live = baton_core::live_lease(&snap.record, snap.judged.lease_holds);
+        let holder_asks = self
+            .caller
+            .as_ref()
+            .is_none_or(|c| c.may_act_as(&lease.owner));
+        Ok((live && lease.fence == fence && holder_asks).then(|| keys.sign(task.as_str(), fence)))
+    }
+
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         access::require_operator(self.caller.as_ref(), "an outbox acknowledgement")?;
         baton_core::model::validate_intent_ids(intent_ids)?;

@@ -10,7 +10,9 @@ use baton_core::decide::Decision;
 use baton_core::graph::NextQuery;
 use baton_core::store::{ClockKind, ListQuery};
 use baton_core::{Operation, Store, Timestamp, access};
-use baton_store_http::wire::{self, AckBody, EventsBody, PendingBody, ReadBody, WatchBody};
+use baton_store_http::wire::{
+    self, AckBody, EventsBody, FenceTokenBody, PendingBody, ReadBody, WatchBody,
+};
 
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
@@ -26,6 +28,12 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(wire::ACK, post(ack))
         .route(wire::PERMIT, post(permit))
         .route(wire::COUNTS, post(counts))
+        .route(wire::FENCE_TOKEN, post(fence_token))
+}
+
+async fn fence_token(asked: AsCaller, body: Bytes) -> Handled {
+    let b: FenceTokenBody = parse(&body)?;
+    json(&asked.store().fence_token(&b.task, b.fence).await?)
 }
 
 async fn capabilities(asked: AsCaller) -> Handled {

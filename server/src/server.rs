@@ -75,6 +75,9 @@ pub struct ServeOptions {
     /// What the store tells of its work: the size of each group commit
     /// becomes the `/metrics` batch histogram.
     pub meter: Option<Arc<dyn baton_core::store::Meter>>,
+    /// Sign every fence granted through the server (`--fence-key`): the
+    /// task API's grants carry `token`, and `http://` clients ask for it.
+    pub fence_keys: Option<Arc<baton_core::fencing::FenceKeys>>,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -117,6 +120,7 @@ impl ServeOptions {
             max_connections: MAX_CONNECTIONS,
             max_wait: MAX_WAIT,
             meter: None,
+            fence_keys: None,
         }
     }
 }
@@ -311,6 +315,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         blocking: Mutex::new(std::collections::HashMap::new()),
         max_blocking: (opts.max_connections / 4).max(1),
         max_wait: opts.max_wait,
+        fence_keys: opts.fence_keys,
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));

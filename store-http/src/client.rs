@@ -359,6 +359,14 @@ impl Store for HttpStore {
         self.caps
     }
 
+    async fn fence_token(&self, task: &TaskId, fence: u64) -> Result<Option<String>> {
+        let body = wire::FenceTokenBody {
+            task: task.clone(),
+            fence,
+        };
+        self.post(wire::FENCE_TOKEN, &body, false).await
+    }
+
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
         self.post(wire::READ, &ReadBody { task: task.clone() }, false)
             .await

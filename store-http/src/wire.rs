@@ -21,11 +21,23 @@ pub const PENDING: &str = "/v1/store/pending";
 pub const ACK: &str = "/v1/store/ack";
 pub const PERMIT: &str = "/v1/store/permit";
 pub const COUNTS: &str = "/v1/store/counts";
+/// The signed token of a live lease's fence, for its holder.
+pub const FENCE_TOKEN: &str = "/v1/store/fence_token";
 
 /// The longest wait a `watch_ready` may ask for, in milliseconds.
 pub const MAX_WATCH_MS: u64 = 60_000;
 
+/// The body of [`FENCE_TOKEN`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceTokenBody {
+    pub task: TaskId,
+    pub fence: u64,
+}
+
+/// The body of [`READ`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReadBody {
     pub task: TaskId,
 }

@@ -266,6 +266,14 @@ pub async fn supervised<S: Store + 'static>(
         Holder::Declared { run, .. } => Some(run.clone()),
         Holder::Bare { .. } => None,
     };
+    // The attempt's signed fence, for guards in the child's own storage
+    // (none when nothing signs; a signer that cannot answer leaves the
+    // child without one, and a guard with keys refuses its writes).
+    let token = auth
+        .fence_token(&grant.task, grant.fence)
+        .await
+        .ok()
+        .flatten();
     // What the child leaves behind comes to the wrapper, and a guardian
     // kills the child's group if the wrapper dies (see `tree`).
     crate::tree::become_subreaper();
@@ -279,7 +287,7 @@ pub async fn supervised<S: Store + 'static>(
     if let Some(reason) = too_late() {
         return give_back(auth, spec, &grant, LOST, reason, opened_at, started).await;
     }
-    let mut child = match spawn(spec, &grant) {
+    let mut child = match spawn(spec, &grant, token.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             // Nothing ran: give the task back rather than fail it.
@@ -638,11 +646,22 @@ fn jitter(ms: u64) -> u64 {
 }
 
 /// Starts the command in its own process group with the lease in its
-/// environment. Called from the future `block_on` runs, so on the main
+/// environment (and its signed fence, `BATON_FENCE_TOKEN`, when there is one). Called from the future `block_on` runs, so on the main
 /// thread: the parent-death signal fires when the thread that forked the
 /// child ends, and the main thread ends only with the wrapper.
-fn spawn(spec: &Spec, grant: &Grant) -> std::io::Result<tokio::process::Child> {
+fn spawn(
+    spec: &Spec,
+    grant: &Grant,
+    token: Option<&str>,
+) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.command[0]);
+    // The signing key stays with the authority: a child that could read
+    // where it is could sign any fence.
+    cmd.env_remove(baton_open::FENCE_KEY_ENV);
+    match token {
+        Some(t) => cmd.env("BATON_FENCE_TOKEN", t),
+        None => cmd.env_remove("BATON_FENCE_TOKEN"),
+    };
     cmd.args(&spec.command[1..])
         .env("BATON_STORE", &spec.store)
         .env("BATON_TASK", grant.task.as_str())
