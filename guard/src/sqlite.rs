@@ -18,6 +18,14 @@ pub const INSTALL_SQL: &str = "CREATE TABLE IF NOT EXISTS baton_guard_fences (
     admitted_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 )";
 
+/// Reads a resource's mark (`?1`: the resource).
+pub const SELECT_SQL: &str = "SELECT fence FROM baton_guard_fences WHERE resource = ?1";
+
+/// Raises a resource's mark (`?1`: the resource, `?2`: the fence admitted).
+pub const UPSERT_SQL: &str = "INSERT INTO baton_guard_fences (resource, fence) VALUES (?1, ?2)
+     ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence,
+         admitted_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
 /// Creates the guard's table in `conn`'s database.
 pub fn install(conn: &Connection) -> Result<(), GuardError> {
     conn.execute_batch(INSTALL_SQL).map_err(unavailable)
@@ -52,24 +60,11 @@ pub fn admit(
         }
         .into());
     }
-    let highest: Option<i64> = conn
-        .query_row(
-            "SELECT fence FROM baton_guard_fences WHERE resource = ?1",
-            params![resource],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(unavailable)?;
-    let admitted = fencing::admit(resource, highest.map(|h| h.max(0) as u64), fence)?;
+    let admitted = fencing::admit(resource, highest(conn, resource)?, fence)?;
     if !matches!(admitted, Admitted::Equal) {
-        conn.execute(
-            "INSERT INTO baton_guard_fences (resource, fence) VALUES (?1, ?2)
-             ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence,
-                 admitted_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-            // check_fence bounds a fence by i64::MAX.
-            params![resource, fence as i64],
-        )
-        .map_err(unavailable)?;
+        // check_fence bounds a fence by i64::MAX.
+        conn.execute(UPSERT_SQL, params![resource, fence as i64])
+            .map_err(unavailable)?;
     }
     Ok(admitted)
 }
@@ -106,11 +101,7 @@ pub fn run_guarded(
 /// The highest fence admitted for `resource`, if any.
 pub fn highest(conn: &Connection, resource: &str) -> Result<Option<u64>, GuardError> {
     let h: Option<i64> = conn
-        .query_row(
-            "SELECT fence FROM baton_guard_fences WHERE resource = ?1",
-            params![resource],
-            |r| r.get(0),
-        )
+        .query_row(SELECT_SQL, params![resource], |r| r.get(0))
         .optional()
         .map_err(unavailable)?;
     Ok(h.map(|h| h.max(0) as u64))

@@ -4,6 +4,7 @@ SQLite, sled, etcd, Postgres or a baton server; `baton.aio` for asyncio."""
 from .baton import *  # noqa: F401,F403 (the native module's public names)
 from .baton import __version__ as __version__
 from . import aio as aio
+from . import guard as guard
 
 __all__ = [
     "Authority",
@@ -11,6 +12,7 @@ __all__ = [
     "DEFAULT_STORE",
     "Error",
     "Grant",
+    "GuardRefused",
     "Holder",
     "Indeterminate",
     "InvalidInput",
@@ -28,4 +30,5 @@ __all__ = [
     "operations",
     "__version__",
     "aio",
+    "guard",
 ]

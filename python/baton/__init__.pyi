@@ -13,7 +13,7 @@ import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
+from typing import Any, ContextManager, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
 
 __all__ = [
     "Authority",
@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_STORE",
     "Error",
     "Grant",
+    "GuardRefused",
     "Holder",
     "Indeterminate",
     "InvalidInput",
@@ -38,12 +39,14 @@ __all__ = [
     "operations",
     "__version__",
     "aio",
+    "guard",
 ]
 
 __version__: str
 DEFAULT_STORE: str
 
 from . import aio as aio
+from . import guard as guard
 
 # Seconds (a number or a timedelta), or a duration as the CLI writes one ("30s", "1m30s").
 _Seconds = Union[int, float, datetime.timedelta, str]
@@ -123,6 +126,15 @@ class Refused(Error):
 
     refusal: "Refusal"
 
+class GuardRefused(Error):
+    """A guard in your storage refused the write: `code` is stale_fence (a
+    later attempt already wrote `resource`), unsigned_fence or forged_fence."""
+
+    code: str
+    resource: Optional[str]
+    fence: Optional[int]
+    highest: Optional[int]
+
 @final
 class Grant:
     """A grant: who may run the task, until when, under which fence. Frozen."""
@@ -148,6 +160,11 @@ class Grant:
     @property
     def idempotent(self) -> bool:
         """True when this answered a repeat of a request already applied."""
+    @property
+    def token(self) -> Optional[str]:
+        """The fence signed by the authority, when it signs fences."""
+    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> ContextManager[int]:
+        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this grant's fence."""
     def to_dict(self) -> dict[str, Any]:
         """The grant as the CLI prints it."""
     def complete(self) -> Union[Record, Refusal]:
@@ -288,6 +305,11 @@ class Lease:
     @property
     def fence(self) -> int:
         """The grant's fence: send it with everything written under this lease."""
+    @property
+    def token(self) -> Optional[str]:
+        """The fence signed by the authority, when it signs fences."""
+    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> ContextManager[int]:
+        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this lease's fence."""
     @property
     def grant(self) -> Grant:
         """The grant as last renewed."""

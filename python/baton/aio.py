@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional, Type
 
 from . import baton as _native
 
-__all__ = ["Authority", "Lease", "authority_for"]
+__all__ = ["Authority", "Lease", "authority_for", "guard"]
 
 # Threads are made as calls need them and idle ones are reused; the bound
 # is far past what one process awaits at once.
@@ -81,6 +81,17 @@ def _release_grant(authority: _native.Authority, answer: Any) -> None:
             authority.release(answer.task, answer.owner, answer.fence)
         except _native.Error:
             pass  # the store gone: the lease runs out on its own
+
+
+def guard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> Any:
+    """`baton.guard.guard` for a psycopg `AsyncConnection`: `async with
+    baton.aio.guard(conn, "invoice:42", grant): ...` admits the fence (a
+    Grant's or Lease's token when signed) in a transaction on `conn`,
+    commits on a clean exit, and raises `baton.GuardRefused` before the
+    block when a later attempt already wrote."""
+    from .guard import aguard
+
+    return aguard(conn, resource, fence, key=key)
 
 
 async def authority_for(url: str, *, token: Optional[str] = None) -> "Authority":

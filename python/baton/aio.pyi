@@ -3,7 +3,7 @@
 import builtins
 import datetime
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union, final
+from typing import Any, AsyncContextManager, Dict, List, Mapping, Optional, Sequence, Union, final
 
 from . import (
     Authority as _SyncAuthority,
@@ -19,7 +19,10 @@ from . import (
     _State,
 )
 
-__all__ = ["Authority", "Lease", "authority_for"]
+__all__ = ["Authority", "Lease", "authority_for", "guard"]
+
+def guard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> AsyncContextManager[int]:
+    """`baton.guard.guard` for a psycopg AsyncConnection, under `async with`."""
 
 async def authority_for(url: str, *, token: Optional[str] = None) -> "Authority":
     """Opens the store at `url` (as `baton.authority_for`) off the event loop."""

@@ -150,7 +150,12 @@ impl Authority {
         match out.answer {
             Answer::Reply(r) => {
                 let auth = bind.then(|| slf.clone().into_any().unbind());
-                convert::reply_from(py, &r, out.shape == Shape::Grant, auth)
+                let token = out
+                    .items
+                    .first()
+                    .and_then(|v| v["token"].as_str())
+                    .map(str::to_owned);
+                convert::reply_from(py, &r, out.shape == Shape::Grant, auth, token)
             }
             Answer::Refused(r, task) => convert::refusal(py, &r, task.map(|t| t.to_string())),
             Answer::Cascade(first, cascaded) => {

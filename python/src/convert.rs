@@ -209,6 +209,11 @@ pub struct Grant {
     /// True when this answered a repeat of a request already applied.
     #[pyo3(get)]
     pub idempotent: bool,
+    /// The fence signed by the authority (`bf1...`) when it signs fences
+    /// (`BATON_FENCE_KEY`, a server's `--fence-key`): what guards with
+    /// the key admit. `None` otherwise.
+    #[pyo3(get)]
+    pub token: Option<String>,
     grant: CoreGrant,
     /// The authority whose claim, recover, renew or next made it: the one
     /// its own `complete`, `fail`, `release` and `renew` report to (held
@@ -230,6 +235,7 @@ impl Grant {
             state: g.state.as_str().to_owned(),
             revision: g.revision,
             idempotent,
+            token: None,
             grant: g.clone(),
         })
     }
@@ -279,11 +285,40 @@ impl Grant {
             .call_method1(py, "renew", (&self.task, &self.owner, self.fence, ttl))
     }
 
+    /// A guard on `conn` (a `sqlite3` or psycopg connection) for writing
+    /// `resource` under this grant's fence (its signed `token` when it has
+    /// one): `with grant.guard(conn, "invoice:42"): ...` admits the fence
+    /// in a transaction, commits on a clean exit, and raises
+    /// `GuardRefused` when a later attempt already wrote (see `baton.guard`).
+    #[pyo3(signature = (conn, resource, key = None))]
+    fn guard(
+        &self,
+        py: Python<'_>,
+        conn: Py<PyAny>,
+        resource: String,
+        key: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let presented: Py<PyAny> = match &self.token {
+            Some(t) => t.clone().into_pyobject(py)?.into_any().unbind(),
+            None => self.fence.into_pyobject(py)?.into_any().unbind(),
+        };
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("key", key)?;
+        Ok(py
+            .import("baton.guard")?
+            .getattr("guard")?
+            .call((conn, resource, presented), Some(&kwargs))?
+            .unbind())
+    }
+
     /// The grant as the CLI prints it (times as RFC 3339 strings).
     fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let mut v =
             serde_json::to_value(&self.grant).map_err(|e| errors::unavailable(e.to_string()))?;
         v["idempotent"] = Value::Bool(self.idempotent);
+        if let Some(t) = &self.token {
+            v["token"] = Value::String(t.clone());
+        }
         json(py, &v)
     }
 
@@ -598,7 +633,7 @@ pub(crate) fn page(
 /// A reply as the value Python gets: a `Grant` for a request that grants
 /// (when the record holds one), else a `Record`; a `Refusal` for a no.
 pub(crate) fn reply(py: Python<'_>, r: &Reply, as_grant: bool) -> PyResult<Py<PyAny>> {
-    reply_from(py, r, as_grant, None)
+    reply_from(py, r, as_grant, None, None)
 }
 
 /// [`reply`], a grant bound to `auth` (the authority its own reports go to).
@@ -607,6 +642,7 @@ pub(crate) fn reply_from(
     r: &Reply,
     as_grant: bool,
     auth: Option<Py<PyAny>>,
+    token: Option<String>,
 ) -> PyResult<Py<PyAny>> {
     match r {
         Reply::Refused(refusal) => Ok(Py::new(py, Refusal::new(py, refusal, None)?)?.into_any()),
@@ -616,6 +652,7 @@ pub(crate) fn reply_from(
                 (true, Some(g), _) => {
                     let mut grant = Grant::new(py, &g, idem)?;
                     grant.auth = auth;
+                    grant.token = token;
                     Ok(Py::new(py, grant)?.into_any())
                 }
                 (_, _, Some(rec)) => Ok(Py::new(py, Record::new(py, rec, idem)?)?.into_any()),

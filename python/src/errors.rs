@@ -65,6 +65,36 @@ create_exception!(
      of a `with` block); `refusal` is the Refusal."
 );
 
+create_exception!(
+    baton,
+    GuardRefused,
+    Error,
+    "A guard in your storage refused the write: `code` is stale_fence (a later attempt \
+     already wrote `resource`; stop, do not retry), unsigned_fence or forged_fence; \
+     `fence` is what was presented and `highest` the mark. Nothing was written."
+);
+
+/// `GuardRefused` for a guard's refusal.
+pub(crate) fn guard_refused(py: Python<'_>, r: &baton_core::fencing::Refused) -> PyErr {
+    use baton_core::fencing::Refused;
+    let err = GuardRefused::new_err(r.to_string());
+    let v = err.value(py);
+    let _ = v.setattr("code", r.code());
+    let (resource, fence, highest) = match r {
+        Refused::Stale {
+            resource,
+            fence,
+            highest,
+        } => (Some(resource.clone()), Some(*fence), Some(*highest)),
+        Refused::Unsigned(f) => (None, Some(*f), None),
+        _ => (None, None, None),
+    };
+    let _ = v.setattr("resource", resource);
+    let _ = v.setattr("fence", fence);
+    let _ = v.setattr("highest", highest);
+    err
+}
+
 /// The exception for one of core's errors, with `kind`, `field` and `context` set.
 pub(crate) fn to_py(e: CoreError) -> PyErr {
     let err = match e.kind {
@@ -121,5 +151,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NotPermitted", py.get_type::<NotPermitted>())?;
     m.add("UsedAfterFork", py.get_type::<UsedAfterFork>())?;
     m.add("Refused", py.get_type::<Refused>())?;
+    m.add("GuardRefused", py.get_type::<GuardRefused>())?;
     Ok(())
 }

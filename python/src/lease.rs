@@ -330,6 +330,41 @@ impl Lease {
         Ok(self.grant()?.fence)
     }
 
+    /// The fence signed by the authority when it signs fences
+    /// (`BATON_FENCE_KEY`, a server's `--fence-key`), else `None`: what
+    /// guards holding the key admit.
+    #[getter]
+    fn token(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let g = self.grant()?;
+        runtime::call(py, self.authority()?, move |a| async move {
+            a.fence_token(&g.task, g.fence).await
+        })
+    }
+
+    /// A guard on `conn` (a `sqlite3` or psycopg connection) for writing
+    /// `resource` under this lease's fence (its token when signed): see
+    /// `baton.guard`.
+    #[pyo3(signature = (conn, resource, key = None))]
+    fn guard(
+        &self,
+        py: Python<'_>,
+        conn: Py<PyAny>,
+        resource: String,
+        key: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let presented: Py<PyAny> = match self.token(py)? {
+            Some(t) => t.into_pyobject(py)?.into_any().unbind(),
+            None => self.fence()?.into_pyobject(py)?.into_any().unbind(),
+        };
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("key", key)?;
+        Ok(py
+            .import("baton.guard")?
+            .getattr("guard")?
+            .call((conn, resource, presented), Some(&kwargs))?
+            .unbind())
+    }
+
     /// The grant as last renewed.
     #[getter(grant)]
     fn grant_now(&self, py: Python<'_>) -> PyResult<convert::Grant> {

@@ -12,6 +12,7 @@
 mod authority;
 mod convert;
 mod errors;
+mod guard;
 mod lease;
 mod runtime;
 mod shape;
@@ -58,6 +59,9 @@ fn operations(py: Python<'_>) -> PyResult<Py<PyAny>> {
 fn baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(authority::authority_for, m)?)?;
     m.add_function(wrap_pyfunction!(operations, m)?)?;
+    m.add_function(wrap_pyfunction!(guard::_fence_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(guard::_fence_of, m)?)?;
+    m.add_function(wrap_pyfunction!(guard::_sqlite_guard_sql, m)?)?;
     m.add_class::<authority::Authority>()?;
     m.add_class::<lease::Lease>()?;
     convert::register(m)?;
