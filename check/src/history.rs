@@ -41,12 +41,24 @@ pub enum Req {
     Verify {
         fence: u64,
     },
+    /// A write to the client's own storage through a guard, under `fence`
+    /// (the task's grant's, or an older one's: a zombie's). Checked by the
+    /// guard's model (`writes`), not the task's.
+    Write {
+        resource: String,
+        fence: u64,
+    },
 }
 
 impl Req {
     /// Reads change nothing: one whose answer never came is left out.
     pub fn is_read(&self) -> bool {
         matches!(self, Req::Holder | Req::Verify { .. })
+    }
+
+    /// A guarded write to the client's storage (not an operation on a task).
+    pub fn is_write_downstream(&self) -> bool {
+        matches!(self, Req::Write { .. })
     }
 }
 
@@ -98,6 +110,8 @@ pub enum Observed {
         state: State,
         current_fence: Option<u64>,
     },
+    /// A guard admitted a write; `mark` is the resource's mark after it.
+    Admitted { mark: u64 },
     /// The store could not answer and applied nothing.
     Unavailable { message: String },
     /// The request may or may not have been applied (indeterminate, a

@@ -13,6 +13,9 @@
 //! - [`model`]: the rules of SPEC §4 for a bare task, in real time within
 //!   a stated clock-skew bound.
 //! - [`checker`]: the check itself and its [`checker::Report`].
+//! - [`writes`]: guarded writes to the clients' own storage, checked
+//!   against the guard's model (a write admitted with a fence lower than
+//!   one already admitted is a violation).
 //! - [`broken`]: stores broken on purpose; their histories must fail.
 
 pub mod broken;
@@ -20,11 +23,12 @@ pub mod checker;
 pub mod history;
 pub mod model;
 pub mod record;
+pub mod writes;
 
 pub use checker::{Report, check};
 pub use history::{Line, Observed, Op, Req, Writer, ops, read_file};
 pub use model::Limits;
-pub use record::{Plan, record_threads, run_client};
+pub use record::{Plan, install_guard, record_threads, run_client};
 
 /// Reads and pairs every history file in `files` and checks them as one history.
 pub fn check_files(files: &[std::path::PathBuf], limits: Limits) -> Result<Report, String> {

@@ -163,7 +163,10 @@ impl Step {
                 holder: holder.as_deref().map(owner_of),
             }),
             Some(
-                Observed::Unavailable { .. } | Observed::Error { .. } | Observed::Unknown { .. },
+                Observed::Unavailable { .. }
+                | Observed::Error { .. }
+                | Observed::Unknown { .. }
+                | Observed::Admitted { .. },
             ) => {
                 return None;
             }
@@ -365,6 +368,8 @@ impl Step {
             Req::OperatorCancel => self.operator_cancel(s, n, lo),
             Req::Holder => self.read(s, n, lo, None),
             Req::Verify { fence } => self.read(s, n, lo, Some(*fence)),
+            // Checked by the guard's model; the task's record is untouched.
+            Req::Write { .. } => Some(n),
         }
     }
 

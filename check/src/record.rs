@@ -31,6 +31,15 @@ pub struct Plan {
     pub ttl_ms: (u64, u64),
     /// An answer that takes longer than this is recorded as unknown.
     pub timeout_ms: u64,
+    /// A SQLite database with the guard installed, shared by every client:
+    /// clients also write to it under their fences (and, as zombies, under
+    /// lapsed and old ones), each write admitted or refused by the guard.
+    #[serde(default)]
+    pub guard: Option<PathBuf>,
+    /// The guard broken on purpose: every write lands unchecked (and is
+    /// recorded as admitted). Its histories must fail.
+    #[serde(default)]
+    pub guard_broken: bool,
 }
 
 impl Plan {
@@ -48,6 +57,8 @@ impl Plan {
             seed: u64::from(client) * 7919 + start_us,
             ttl_ms: (200, 700),
             timeout_ms: 15_000,
+            guard: None,
+            guard_broken: false,
         }
     }
 }
@@ -69,6 +80,7 @@ pub async fn run_client<S: Store>(
         held: HashMap::new(),
         fences: HashMap::new(),
         n: 0,
+        guard: None,
     };
     while now_us() < plan.until_us {
         c.step(auth, out).await?;
@@ -88,6 +100,8 @@ struct Client<'a> {
     /// Fences seen per task (its own old ones, others' from refusals).
     fences: HashMap<String, Vec<u64>>,
     n: u64,
+    /// The guard's database, once opened.
+    guard: Option<rusqlite::Connection>,
 }
 
 impl Client<'_> {
@@ -126,6 +140,12 @@ impl Client<'_> {
                     ttl_ms,
                     lock_delay_ms: 0,
                 },
+                85..92 if p.guard.is_some() => self.write(fence),
+                92..95 if p.guard.is_some() => {
+                    // A zombie: its lease lapses, then it writes anyway.
+                    tokio::time::sleep(Duration::from_millis(held_ttl + 20)).await;
+                    self.write(fence)
+                }
                 _ => {
                     // Let the lease lapse, then write under it anyway.
                     tokio::time::sleep(Duration::from_millis(held_ttl + 20)).await;
@@ -147,6 +167,11 @@ impl Client<'_> {
                 },
                 80..83 if self.rng.u32(0..8) == 0 => Req::OperatorCancel,
                 80..83 => Req::Holder,
+                83..90 if p.guard.is_some() => match old {
+                    // A write under an old grant's fence.
+                    Some(f) => self.write(f),
+                    None => Req::Holder,
+                },
                 _ => match old {
                     Some(f) => self.stale(f, ttl_ms),
                     None => Req::Holder,
@@ -154,6 +179,72 @@ impl Client<'_> {
             },
         };
         self.call(auth, out, &task, req).await
+    }
+
+    /// A guarded write to one of two resources every task shares (fences
+    /// are store-wide, so one mark per resource holds across tasks).
+    fn write(&mut self, fence: u64) -> Req {
+        Req::Write {
+            resource: format!("{}-r{}", self.plan.prefix, self.rng.u32(0..2)),
+            fence,
+        }
+    }
+
+    /// Writes through the SQLite guard: the admission and the write (a row
+    /// per admitted write) in one `IMMEDIATE` transaction.
+    fn guarded_write(&mut self, resource: &str, fence: u64) -> Observed {
+        use baton_guard::{GuardError, Presented, Refused};
+        let Some(path) = self.plan.guard.as_deref() else {
+            return Observed::Error {
+                kind: "invalid".into(),
+                message: "a guarded write with no guard".into(),
+            };
+        };
+        if self.guard.is_none() {
+            match baton_guard::sqlite::open(path) {
+                Ok(c) => self.guard = Some(c),
+                Err(e) => {
+                    return Observed::Unavailable {
+                        message: e.to_string(),
+                    };
+                }
+            }
+        }
+        let Some(conn) = self.guard.as_mut() else {
+            return Observed::Unavailable {
+                message: "no guard connection".into(),
+            };
+        };
+        let client = self.plan.client;
+        let broken = self.plan.guard_broken;
+        let wrote = (|| -> Result<u64, GuardError> {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| GuardError::Unavailable(e.to_string()))?;
+            if !broken {
+                baton_guard::sqlite::admit(&tx, resource, &Presented::Fence(fence), None)?;
+            }
+            tx.execute(
+                "INSERT INTO guarded_writes (resource, fence, client) VALUES (?1, ?2, ?3)",
+                rusqlite::params![resource, fence as i64, client],
+            )
+            .map_err(|e| GuardError::Unavailable(e.to_string()))?;
+            tx.commit()
+                .map_err(|e| GuardError::Unavailable(e.to_string()))?;
+            Ok(fence)
+        })();
+        match wrote {
+            Ok(mark) => Observed::Admitted { mark },
+            Err(GuardError::Refused(Refused::Stale { fence, highest, .. })) => Observed::Refused {
+                reason: "stale_fence".into(),
+                current_fence: Some(highest),
+                holder: None,
+                fence: Some(fence),
+            },
+            Err(e) => Observed::Unavailable {
+                message: e.to_string(),
+            },
+        }
     }
 
     /// A write under a fence that is (or soon will be) not this client's
@@ -184,16 +275,20 @@ impl Client<'_> {
             owner: self.plan.owner.clone(),
             req: req.clone(),
         })?;
-        let answer = match tokio::time::timeout(
-            Duration::from_millis(self.plan.timeout_ms),
-            self.ask(auth, task, &req),
-        )
-        .await
-        {
-            Ok(a) => a,
-            Err(_) => Observed::Unknown {
-                message: format!("no answer within {} ms", self.plan.timeout_ms),
-            },
+        let answer = if let Req::Write { resource, fence } = &req {
+            self.guarded_write(resource, *fence)
+        } else {
+            match tokio::time::timeout(
+                Duration::from_millis(self.plan.timeout_ms),
+                self.ask(auth, task, &req),
+            )
+            .await
+            {
+                Ok(a) => a,
+                Err(_) => Observed::Unknown {
+                    message: format!("no answer within {} ms", self.plan.timeout_ms),
+                },
+            }
         };
         out.put(&Line::Return {
             client,
@@ -212,6 +307,12 @@ impl Client<'_> {
         };
         let o = &self.owner;
         let write = match req {
+            Req::Write { .. } => {
+                return Observed::Error {
+                    kind: "invalid".into(),
+                    message: "a guarded write is not asked of the store".into(),
+                };
+            }
             Req::Claim {
                 ttl_ms,
                 lock_delay_ms: 0,
@@ -272,6 +373,10 @@ impl Client<'_> {
 
     /// What the answer teaches the client about its grants and others'.
     fn learn(&mut self, task: &str, req: &Req, answer: &Observed) {
+        if req.is_write_downstream() {
+            // The guard's answer is about the resource, not the task.
+            return;
+        }
         let mut learned = Vec::new();
         match (req, answer) {
             (
@@ -326,12 +431,25 @@ impl Client<'_> {
             | Req::Fail { fence }
             | Req::Cancel { fence } => Some(*fence),
             Req::Claim { .. } | Req::OperatorCancel => None,
-            Req::Holder | Req::Verify { .. } => return,
+            Req::Holder | Req::Verify { .. } | Req::Write { .. } => return,
         };
         if fence.is_none() || self.held.get(task).map(|h| h.0) == fence {
             self.held.remove(task);
         }
     }
+}
+
+/// Makes `path` a guard database for [`Plan::guard`]: the guard's table
+/// and a row per admitted write.
+pub fn install_guard(path: &Path) -> Result<(), String> {
+    let conn = baton_guard::sqlite::open(path).map_err(|e| e.to_string())?;
+    baton_guard::sqlite::install(&conn).map_err(|e| e.to_string())?;
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL;
+         CREATE TABLE IF NOT EXISTS guarded_writes (
+             seq INTEGER PRIMARY KEY AUTOINCREMENT, resource TEXT, fence INTEGER, client INTEGER)",
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// Records `plans` as threads of this process sharing `store` (each

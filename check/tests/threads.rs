@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use baton_check::broken::{Breakage, Broken};
-use baton_check::{Limits, Plan, Report, check_files, record_threads};
+use baton_check::{Limits, Plan, Report, check_files, install_guard, record_threads};
 use baton_core::{MemoryStore, Store};
 use std::sync::Arc;
 
@@ -28,8 +28,24 @@ fn secs(short: f64) -> f64 {
 }
 
 fn record(store: Arc<dyn Store>, clients: u32, secs: f64) -> Report {
+    record_guarded(store, clients, secs, false)
+}
+
+/// Clients that also write through a SQLite guard (every one of them to
+/// the same two resources, zombies among them): `broken` skips the guard.
+fn record_guarded(store: Arc<dyn Store>, clients: u32, secs: f64, broken: bool) -> Report {
     let dir = tempfile::tempdir().unwrap();
-    let plans: Vec<Plan> = (0..clients).map(|c| Plan::new(c, "t", secs)).collect();
+    let guard = tempfile::tempdir().unwrap();
+    let db = guard.path().join("guard.db");
+    install_guard(&db).unwrap();
+    let plans: Vec<Plan> = (0..clients)
+        .map(|c| {
+            let mut p = Plan::new(c, "t", secs);
+            p.guard = Some(db.clone());
+            p.guard_broken = broken;
+            p
+        })
+        .collect();
     let files = record_threads(store.clone(), &plans, dir.path()).unwrap();
     let report = check_files(&files, limits(&*store)).unwrap();
     println!("{report}");
@@ -40,6 +56,7 @@ fn record(store: Arc<dyn Store>, clients: u32, secs: f64) -> Report {
 /// the model knows, and ends of every kind.
 fn assert_exercised(r: &Report) {
     assert!(r.grants >= 20, "too few grants to mean anything: {r}");
+    assert!(r.writes >= 10, "too few guarded writes: {r}");
     for reason in [
         "held",
         "stale_fence",
@@ -84,4 +101,16 @@ fn a_store_that_accepts_a_stale_renew_is_caught() {
     let store = Broken::new(MemoryStore::new(), Breakage::AcceptsStaleRenew);
     let r = record(Arc::new(store), 6, 3.0);
     assert!(!r.ok(), "a stale renew went unnoticed: {r}");
+}
+
+#[test]
+fn a_guard_that_admits_every_fence_is_caught() {
+    // The same clients, zombies writing under lapsed and old fences, with
+    // the guard skipped: a lower fence lands after a higher one.
+    let r = record_guarded(Arc::new(MemoryStore::new()), 6, 4.0, true);
+    assert!(!r.ok(), "a zombie's write went unnoticed: {r}");
+    assert!(
+        r.violations.iter().any(|v| v.contains("guarded writes")),
+        "{r}"
+    );
 }

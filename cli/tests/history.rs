@@ -4,8 +4,10 @@
 //! store-wide): SQLite with writers SIGKILLed mid-commit and clients whose
 //! clocks are skewed, Postgres restarted the way a crash does, etcd with
 //! its leader killed, and `baton serve` frozen with SIGSTOP and SIGKILLed.
-//! The in-process stores (memory, sled) and the stores broken on purpose
-//! are checked in `check/tests/`.
+//! Every client also writes through a SQLite guard under its fences
+//! (zombies included), checked against the guard's model. The in-process
+//! stores (memory, sled) and the stores (and guard) broken on purpose are
+//! checked in `check/tests/`.
 //!
 //! Each run records for a few seconds here; the long run is
 //! `BATON_HISTORY_SECS=300 cargo test -p baton-cli --all-features --test history -- --test-threads=1`.
@@ -72,6 +74,8 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
 
 struct Recording {
     dir: tempfile::TempDir,
+    /// The SQLite guard every client also writes through (zombies too).
+    _guard: tempfile::TempDir,
     url: String,
     base: Plan,
     clients: Vec<(u32, Child)>,
@@ -92,8 +96,13 @@ impl Recording {
         base.ttl_ms = (shortest, shortest + 500);
         let longest = Limits::from(caps).effective_ttl_ms(base.ttl_ms.1);
         base.generation_ms = (2 * longest).max(1500);
+        let guard = tempfile::tempdir().unwrap();
+        let db = guard.path().join("guard.db");
+        baton_check::install_guard(&db).unwrap();
+        base.guard = Some(db);
         let mut r = Recording {
             dir: tempfile::tempdir().unwrap(),
+            _guard: guard,
             url: url.to_owned(),
             base,
             clients: Vec::new(),
@@ -229,6 +238,7 @@ fn in_call(path: &std::path::Path) -> bool {
 /// The run exercised what it is meant to.
 fn assert_exercised(r: &Report) {
     assert!(r.grants >= 20, "too few grants to mean anything: {r}");
+    assert!(r.writes > 0, "no guarded writes: {r}");
     for reason in ["held", "stale_fence", "done", "holder", "verified"] {
         assert!(
             r.answers.get(reason).copied().unwrap_or(0) > 0,
@@ -469,4 +479,8 @@ fn sqlite_clients_skewed_past_the_bound_are_caught() {
     };
     let r = rec.finish(limits);
     assert!(!r.ok(), "leases granted a second early went unnoticed: {r}");
+    assert!(
+        r.violations.iter().any(|v| !v.contains("guarded writes")),
+        "caught for the guard, not the leases: {r}"
+    );
 }
