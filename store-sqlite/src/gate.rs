@@ -24,7 +24,14 @@
 //! The gate only orders baton's writers; SQLite's own lock still decides
 //! who writes, so a process without the gate (another program, a file
 //! reached under another name) is still safe, only slower. A wait is
-//! bounded by the busy timeout, like a wait on SQLite's lock.
+//! bounded by the busy timeout, like a wait on SQLite's lock, and by
+//! `PATIENCE`: no writer keeps the gate that long (a burst is a few
+//! milliseconds), so a gate held past it is held by a process that stopped
+//! (SIGSTOP, a debugger, a paused VM) while keeping it after a commit. It
+//! holds no SQLite lock then, so the waiter goes on without the gate (and
+//! so does every later write of this process, without waiting, until the
+//! gate is free again) rather than failing `Unavailable` for as long as
+//! the stopped process stays stopped.
 
 use std::fs::File;
 use std::path::Path;
@@ -41,6 +48,8 @@ const BURST: Duration = Duration::from_millis(4);
 /// After a burst the process queues behind whoever waited (it does not
 /// take the gate at once) for this long.
 const YIELD: Duration = Duration::from_millis(1);
+/// The longest a writer waits for the gate before it goes on without it.
+const PATIENCE: Duration = Duration::from_millis(250);
 
 /// Where a wait for the gate stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +106,20 @@ enum Hold {
 struct Shared {
     file: File,
     hold: Mutex<Hold>,
+    /// A wait outlasted `PATIENCE` and the helper is still blocked on the
+    /// gate for it: writers go on without the gate until it comes free.
+    stuck: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn stuck(&self) -> bool {
+        self.stuck.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_stuck(&self, stuck: bool) {
+        self.stuck
+            .store(stuck, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl Shared {
@@ -162,6 +185,7 @@ impl Gate {
         let shared = Arc::new(Shared {
             file,
             hold: Mutex::new(Hold::Free),
+            stuck: std::sync::atomic::AtomicBool::new(false),
         });
         let (tx, rx) = channel::<Ask>();
         let on_helper = shared.clone();
@@ -264,6 +288,9 @@ impl Gate {
         if let Some(held) = self.try_enter() {
             return Ok(held);
         }
+        if self.shared.stuck() {
+            return Ok(Held::of(None));
+        }
         match self.wait(false, timeout)? {
             Turn::Granted => Ok(self.begin()),
             _ => Ok(Held::of(None)),
@@ -275,11 +302,15 @@ impl Gate {
     /// in a fresh read snapshot. (If the lock call fails this returns at
     /// once, and the caller queues for the gate as usual.)
     pub(crate) fn wait_for_writer(&self, timeout: Duration) -> Result<(), Elapsed> {
+        if self.shared.stuck() {
+            return Ok(());
+        }
         self.wait(true, timeout).map(|_| ())
     }
 
     /// Hands a wait to the helper thread and waits for its turn, at most
-    /// `timeout`: `Granted`, or `Failed` (the lock call failed).
+    /// `timeout`: `Granted`, or `Failed` (the lock call failed, or the gate
+    /// was held past `PATIENCE`: go on without it).
     fn wait(&self, shared: bool, timeout: Duration) -> Result<Turn, Elapsed> {
         let ticket = Arc::new(Ticket {
             shared,
@@ -289,7 +320,9 @@ impl Gate {
         if !self.ask(Ask::Wait(ticket.clone())) {
             return Ok(Turn::Failed);
         }
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let patience = start + PATIENCE;
         let mut turn = ticket.turn.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             match *turn {
@@ -297,13 +330,19 @@ impl Gate {
                 Turn::Waiting | Turn::Abandoned => {}
             }
             let now = Instant::now();
+            if now >= patience && patience < deadline {
+                // Held past any writer's burst: its holder stopped.
+                *turn = Turn::Abandoned;
+                self.shared.set_stuck(true);
+                return Ok(Turn::Failed);
+            }
             if now >= deadline {
                 *turn = Turn::Abandoned;
                 return Err(Elapsed);
             }
             turn = ticket
                 .changed
-                .wait_timeout(turn, deadline - now)
+                .wait_timeout(turn, deadline.min(patience.max(now)) - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -356,6 +395,8 @@ fn block_for(shared: &Shared, ticket: &Ticket) {
     } else {
         file.lock()
     };
+    // Free again (or unusable): writers wait for it as usual.
+    shared.set_stuck(false);
     let mut turn = ticket.turn.lock().unwrap_or_else(PoisonError::into_inner);
     match (locked.is_ok(), *turn) {
         (true, Turn::Waiting) => *turn = Turn::Granted,
@@ -477,5 +518,32 @@ mod tests {
         let _held = a.try_enter().expect("free");
         assert!(b.enter(Duration::from_millis(100)).is_err());
         assert!(b.wait_for_writer(Duration::from_millis(100)).is_err());
+    }
+
+    #[test]
+    fn a_gate_held_past_patience_is_gone_around_until_it_is_free() {
+        // `a` took the gate and stopped (it never leaves): `b` waits
+        // `PATIENCE`, not its whole timeout, goes on without the gate, and
+        // its later writes do not wait at all until the gate is free.
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = two(&dir);
+        let held = a.try_enter().expect("free");
+        let t = Instant::now();
+        let without = b.enter(Duration::from_secs(10)).expect("no Unavailable");
+        let waited = t.elapsed();
+        assert!(without.gate.is_none(), "went on without the gate");
+        assert!(
+            waited >= PATIENCE && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        drop(without);
+        let t = Instant::now();
+        assert!(b.enter(Duration::from_secs(10)).unwrap().gate.is_none());
+        assert!(b.wait_for_writer(Duration::from_secs(10)).is_ok());
+        assert!(t.elapsed() < PATIENCE, "later writes go around at once");
+        // A timeout shorter than the patience still ends as before.
+        drop(held); // `a` resumes and leaves the gate
+        assert!(within(Duration::from_secs(2), || !b.shared.stuck()));
+        assert!(within(Duration::from_secs(2), || b.try_enter().is_some()));
     }
 }

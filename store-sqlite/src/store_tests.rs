@@ -96,3 +96,38 @@ fn a_fence_minted_without_an_event_is_counted_in_the_fence_row() {
     assert_eq!(row, 3, "the fence row holds the count");
     grant(&mut conn, &[("d", 4), ("e", 5)]);
 }
+
+/// A process stopped while it keeps the write gate after a commit (a
+/// holder paused past its lease, say) holds no SQLite lock: the others
+/// write without the gate after a short wait, not `Unavailable` after the
+/// busy timeout for as long as it stays stopped.
+#[test]
+fn a_stopped_process_keeping_the_gate_stops_no_other_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    // The gate as another process holds it: an exclusive flock of its own.
+    let mut name = path.as_os_str().to_owned();
+    name.push("-gate");
+    let gate = std::fs::OpenOptions::new().write(true).open(&name).unwrap();
+    gate.lock().unwrap();
+    let auth = baton_core::Authority::new(store, std::sync::Arc::new(baton_core::SystemClock));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    for i in 0..5 {
+        let t = Id::parse("task", &format!("t{i}")).unwrap();
+        let reply = rt
+            .block_on(auth.claim(&t, &Id::parse("owner", "w").unwrap(), None))
+            .expect("the store answers");
+        assert!(reply.grant().is_some(), "{reply:?}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(gate);
+}
