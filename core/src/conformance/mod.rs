@@ -268,7 +268,8 @@ macro_rules! conformance_tests {
             a_cron_schedule_enqueues_one_task_per_named_time,
             a_failing_schedule_stops_no_other_and_says_why,
             records_that_hold_settings_take_no_task_request,
-            counts_kept_with_commits_equal_a_recount
+            counts_kept_with_commits_equal_a_recount,
+            a_guard_refuses_the_attempt_a_later_grant_replaced
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

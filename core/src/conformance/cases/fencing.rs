@@ -218,3 +218,41 @@ pub fn holder_reclaim_makes_old_fence_stale<H: Harness>(ctx: &mut Ctx<H>) {
             .is_refused()
     );
 }
+
+/// What a guard in the user's storage relies on: a later attempt's fence
+/// is above every fence granted before it, on this task or any other, so
+/// one mark per resource refuses the zombie's write even when different
+/// tasks write the same resource ([`crate::fencing::admit`]).
+pub fn a_guard_refuses_the_attempt_a_later_grant_replaced<H: Harness>(ctx: &mut Ctx<H>) {
+    use crate::fencing::{Admitted, Refused, admit};
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let t = id("guarded");
+    let zombie = fence(&ctx.block_on(a.claim(&t, &id("w1"), Some(ttl))).unwrap());
+    ctx.expire(ttl);
+    let later = fence(&ctx.block_on(a.claim(&t, &id("w2"), None)).unwrap());
+    // Another task writes the same resource, granted after both.
+    let other = fence(
+        &ctx.block_on(a.claim(&id("other-writer"), &id("w3"), None))
+            .unwrap(),
+    );
+    let mut mark = None;
+    for (f, want) in [
+        (later, Ok(Admitted::First)),
+        (later, Ok(Admitted::Equal)),
+        (other, Ok(Admitted::Raised { from: later })),
+    ] {
+        assert_eq!(admit("shared", mark, f), want, "fence {f}");
+        mark = Some(f);
+    }
+    match admit("shared", mark, zombie) {
+        Err(Refused::Stale { fence, highest, .. }) => assert_eq!((fence, highest), (zombie, other)),
+        other => panic!("the zombie's fence {zombie} was not refused: {other:?}"),
+    }
+    // Its report is refused too: the word and the deed.
+    assert!(
+        ctx.block_on(a.complete(&t, &id("w1"), zombie))
+            .unwrap()
+            .is_refused()
+    );
+}
