@@ -219,3 +219,43 @@ async fn two_layers_sharing_a_marks_file_write_in_fence_order() {
     let (st, _) = send(&b, req(Some("1"), Some("r"), "zombie")).await;
     assert_eq!(st, StatusCode::CONFLICT);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_racing_writers_reach_the_service_in_fence_order() {
+    let order = Seen::default();
+    let s = service(FenceLayer::new(Arc::new(Marks::memory())), order.clone());
+    let writers: Vec<_> = (0..8u64)
+        .map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(w);
+                let mut fences: Vec<u64> = (0..20).map(|i| 1 + i * 8 + w).collect();
+                rng.shuffle(&mut fences);
+                let mut refused = 0;
+                for f in fences {
+                    let (st, _) =
+                        send(&s, req(Some(&f.to_string()), Some("hot"), &f.to_string())).await;
+                    match st {
+                        StatusCode::OK => {}
+                        StatusCode::CONFLICT => refused += 1,
+                        other => panic!("{other}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for w in writers {
+        refused += w.await.unwrap();
+    }
+    let seen: Vec<u64> = order
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b.parse().unwrap())
+        .collect();
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert_eq!(seen.len() + refused, 160);
+    assert!(refused > 0);
+}
