@@ -162,34 +162,45 @@ fn answer_kind(a: &Observed) -> &'static str {
 /// Whether some order of `steps` consistent with their real-time order is
 /// allowed by the model.
 pub fn linearizable(steps: &[Step]) -> bool {
-    if steps.is_empty() {
+    search::<TaskSpec>(steps, |s| (s.invoked, s.returned))
+}
+
+/// Whether some order of `ops` consistent with their real-time order
+/// (`span`: when each was invoked and returned) is allowed by `S`.
+pub(crate) fn search<S>(ops: &[S::Operation], span: impl Fn(&S::Operation) -> (u64, u64)) -> bool
+where
+    S: todc_utils::Specification,
+    S::Operation: Clone,
+{
+    if ops.is_empty() {
         return true;
     }
-    // Each step is its own process: the checker pairs a process's calls
-    // and returns in order, and a step whose answer never came returns at
-    // the end of time. At one instant a call is placed before a return
+    // Each operation is its own process: the checker pairs a process's
+    // calls and returns in order, and one whose answer never came returns
+    // at the end of time. At one instant a call is placed before a return
     // (the two overlap), which allows more orders, never fewer.
-    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(steps.len() * 2);
-    for (i, s) in steps.iter().enumerate() {
-        events.push((s.invoked, 0, i));
-        events.push((s.returned, 1, i));
+    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(ops.len() * 2);
+    for (i, o) in ops.iter().enumerate() {
+        let (invoked, returned) = span(o);
+        events.push((invoked, 0, i));
+        events.push((returned, 1, i));
     }
     events.sort_unstable();
     let actions = events
         .into_iter()
         .map(|(_, kind, i)| {
-            let step = steps[i].clone();
+            let o = ops[i].clone();
             (
                 i,
                 if kind == 0 {
-                    Action::Call(step)
+                    Action::Call(o)
                 } else {
-                    Action::Response(step)
+                    Action::Response(o)
                 },
             )
         })
         .collect();
-    WGLChecker::<TaskSpec>::is_linearizable(History::from_actions(actions))
+    WGLChecker::<S>::is_linearizable(History::from_actions(actions))
 }
 
 fn describe(steps: &[Step]) -> String {

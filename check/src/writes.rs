@@ -9,7 +9,7 @@
 
 use crate::history::{Observed, Op, Req};
 use std::collections::BTreeMap;
-use todc_utils::{Action, History, Specification, WGLChecker};
+use todc_utils::Specification;
 
 /// One guarded write as the model sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -121,27 +121,7 @@ pub fn check_writes(ops: &[Op]) -> (usize, Vec<String>) {
 }
 
 fn linearizable(steps: &[WriteStep]) -> bool {
-    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(steps.len() * 2);
-    for (i, s) in steps.iter().enumerate() {
-        events.push((s.invoked, 0, i));
-        events.push((s.returned, 1, i));
-    }
-    events.sort_unstable();
-    let actions = events
-        .into_iter()
-        .map(|(_, kind, i)| {
-            let s = steps[i].clone();
-            (
-                i,
-                if kind == 0 {
-                    Action::Call(s)
-                } else {
-                    Action::Response(s)
-                },
-            )
-        })
-        .collect();
-    WGLChecker::<GuardSpec>::is_linearizable(History::from_actions(actions))
+    crate::checker::search::<GuardSpec>(steps, |s| (s.invoked, s.returned))
 }
 
 #[cfg(test)]

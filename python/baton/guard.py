@@ -182,16 +182,23 @@ def _pg_error(e: Exception, resource: str, fence: Fence) -> Exception:
 
 
 @contextlib.contextmanager
+def _mapped(resource: str, fence: Fence) -> Iterator[None]:
+    """The guard's SQLSTATEs as baton's exceptions; anything else as it was."""
+    try:
+        yield
+    except Exception as e:
+        mapped = _pg_error(e, resource, fence)
+        if mapped is e:
+            raise
+        raise mapped from None
+
+
+@contextlib.contextmanager
 def _pg_guard(conn: Any, resource: str, fence: Fence, key: Any) -> Iterator[int]:
     sql, args = _pg_statement(resource, fence, key)
     with conn.transaction():
-        try:
+        with _mapped(resource, fence):
             admitted = conn.execute(sql, args).fetchone()[0]
-        except Exception as e:
-            mapped = _pg_error(e, resource, fence)
-            if mapped is e:
-                raise
-            raise mapped from None
         yield admitted
 
 
@@ -219,14 +226,9 @@ async def aguard(conn: Any, resource: str, fence: Fence, *, key: Any = None) -> 
     fence = _presented(fence)
     sql, args = _pg_statement(resource, fence, key)
     async with conn.transaction():
-        try:
+        with _mapped(resource, fence):
             cur = await conn.execute(sql, args)
             admitted = (await cur.fetchone())[0]
-        except Exception as e:
-            mapped = _pg_error(e, resource, fence)
-            if mapped is e:
-                raise
-            raise mapped from None
         yield admitted
 
 

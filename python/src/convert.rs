@@ -298,17 +298,7 @@ impl Grant {
         resource: String,
         key: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let presented: Py<PyAny> = match &self.token {
-            Some(t) => t.clone().into_pyobject(py)?.into_any().unbind(),
-            None => self.fence.into_pyobject(py)?.into_any().unbind(),
-        };
-        let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("key", key)?;
-        Ok(py
-            .import("baton.guard")?
-            .getattr("guard")?
-            .call((conn, resource, presented), Some(&kwargs))?
-            .unbind())
+        crate::guard::guard_of(py, conn, resource, self.token.clone(), self.fence, key)
     }
 
     /// The grant as the CLI prints it (times as RFC 3339 strings).

@@ -83,3 +83,26 @@ pub(crate) fn _sqlite_guard_sql() -> (&'static str, &'static str, &'static str) 
     use baton_guard::sqlite;
     (sqlite::INSTALL_SQL, sqlite::SELECT_SQL, sqlite::UPSERT_SQL)
 }
+
+/// `baton.guard.guard(conn, resource, presented, key=key)`: what
+/// `Grant.guard` and `Lease.guard` return.
+pub(crate) fn guard_of(
+    py: Python<'_>,
+    conn: Py<PyAny>,
+    resource: String,
+    token: Option<String>,
+    fence: u64,
+    key: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let presented: Py<PyAny> = match token {
+        Some(t) => t.into_pyobject(py)?.into_any().unbind(),
+        None => fence.into_pyobject(py)?.into_any().unbind(),
+    };
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("key", key)?;
+    Ok(py
+        .import("baton.guard")?
+        .getattr("guard")?
+        .call((conn, resource, presented), Some(&kwargs))?
+        .unbind())
+}

@@ -352,17 +352,8 @@ impl Lease {
         resource: String,
         key: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let presented: Py<PyAny> = match self.token(py)? {
-            Some(t) => t.into_pyobject(py)?.into_any().unbind(),
-            None => self.fence()?.into_pyobject(py)?.into_any().unbind(),
-        };
-        let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("key", key)?;
-        Ok(py
-            .import("baton.guard")?
-            .getattr("guard")?
-            .call((conn, resource, presented), Some(&kwargs))?
-            .unbind())
+        let token = self.token(py)?;
+        crate::guard::guard_of(py, conn, resource, token, self.fence()?, key)
     }
 
     /// The grant as last renewed.
