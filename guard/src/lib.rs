@@ -9,7 +9,7 @@
 //!   user's transaction calls before it writes; a lower fence raises
 //!   SQLSTATE `BG001` and the whole transaction rolls back.
 //! * [`sqlite`]: the same as a table and a helper for the user's connection.
-//! * [`file`]: a fenced replace (written beside, synced, renamed only if
+//! * [`mod@file`]: a fenced replace (written beside, synced, renamed only if
 //!   the fence is admitted under a lock).
 //! * [`http`]: a tower layer admitting the fence a request carries.
 //!
