@@ -414,7 +414,7 @@ pub enum Command {
     ///
     /// Example: baton guard install postgres://app@db/app --key /etc/baton/fence.key
     ///
-    /// Example: echo done | baton guard write out/report.txt --resource report
+    /// Example: baton guard write out/report.txt --resource report
     #[command(subcommand)]
     #[serde(skip)]
     Guard(GuardCommand),
@@ -469,7 +469,7 @@ pub enum GuardCommand {
     /// later fence was admitted; a refused write leaves the file as it was
     /// (exit 1, stale_fence).
     ///
-    /// Example: render | baton guard write out/report.html --resource report
+    /// Example: baton guard write out/report.html --resource report
     Write {
         /// The file to replace.
         path: PathBuf,
@@ -483,7 +483,7 @@ pub enum GuardCommand {
     /// Run SQL from standard input in one transaction after admitting the
     /// fence: the whole transaction rolls back on a stale fence.
     ///
-    /// Example: echo "UPDATE t SET n = n + 1" | baton guard sql sqlite:app.db --resource t
+    /// Example: baton guard sql sqlite:app.db --resource t
     Sql {
         /// postgres://... or sqlite:PATH.
         target: String,
@@ -496,6 +496,7 @@ pub enum GuardCommand {
     Show {
         /// postgres://..., sqlite:PATH, or a marks directory (a file guard's).
         target: String,
+        /// The resource whose mark to show.
         #[arg(long)]
         resource: String,
     },

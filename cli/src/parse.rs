@@ -17,7 +17,9 @@ pub(crate) fn parse_lock_delay(value: Option<&str>) -> Result<Option<u64>, Error
 }
 
 /// Parses a TTL: a number with a unit (`750ms`, `30s`, `5m`, `2h`), 1 ms
-/// to 7 days (the catalogue's rule, as every front end reads it).
+/// to 7 days (the catalogue's rule, as every front end reads it). `serve`'s
+/// durations; the client-only build has none.
+#[cfg_attr(not(feature = "serve"), allow(dead_code))]
 pub fn parse_ttl(value: Option<&str>) -> Result<Option<u64>, Error> {
     value
         .map(|v| catalogue::duration_ms(Kind::Ttl, "ttl", v))
