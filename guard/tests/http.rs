@@ -259,3 +259,118 @@ async fn eight_racing_writers_reach_the_service_in_fence_order() {
     assert_eq!(seen.len() + refused, 160);
     assert!(refused > 0);
 }
+
+/// The zombie of the test below, as a process of its own: says it is
+/// ready, waits on stdin (it is paused there with SIGSTOP), then sends its
+/// write with its fence and prints the status it got.
+#[test]
+#[ignore = "run by a_paused_client_is_refused_by_the_layer, as a child process"]
+fn zombie_client() {
+    use std::io::{BufRead, Read, Write};
+    let (Ok(addr), Ok(fence)) = (std::env::var("ZOMBIE_ADDR"), std::env::var("ZOMBIE_FENCE"))
+    else {
+        return;
+    };
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "POST /write HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{FENCE_HEADER}: {fence}\r\n{RESOURCE_HEADER}: acct\r\nContent-Length: 6\r\n\r\nzombie"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    println!(
+        "status {}",
+        answer.split_whitespace().nth(1).unwrap_or("none")
+    );
+}
+
+#[test]
+fn a_paused_client_is_refused_by_the_layer() {
+    use baton_core::{Authority, Id, MemoryStore, SystemClock};
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let seen = Seen::default();
+    let kept = seen.clone();
+    let addr = rt.block_on(async move {
+        let app = axum::Router::new()
+            .route(
+                "/write",
+                axum::routing::post(move |body: String| {
+                    let kept = kept.clone();
+                    async move {
+                        kept.lock().unwrap().push(body);
+                        "written"
+                    }
+                }),
+            )
+            .layer(FenceLayer::new(Arc::new(Marks::memory())));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+        addr
+    });
+    let auth = Authority::new(MemoryStore::new(), Arc::new(SystemClock));
+    let task = Id::parse("task", "job").unwrap();
+    let first = rt
+        .block_on(auth.claim(&task, &Id::parse("owner", "w1").unwrap(), Some(200)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    let mut z = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "zombie_client",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
+        .env("ZOMBIE_ADDR", addr.to_string())
+        .env("ZOMBIE_FENCE", first.fence.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(z.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the zombie ended");
+    }
+    let pid = Pid::from_raw(i32::try_from(z.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    writeln!(z.stdin.as_mut().unwrap(), "go").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let second = rt
+        .block_on(auth.claim(&task, &Id::parse("owner", "w2").unwrap(), None))
+        .unwrap()
+        .grant()
+        .expect("the lease ran out");
+    let later = rt.block_on(async {
+        // Through the real server, as the zombie will.
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let req = format!(
+            "POST /write HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{FENCE_HEADER}: {}\r\n{RESOURCE_HEADER}: acct\r\nContent-Length: 5\r\n\r\nlater",
+            second.fence
+        );
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).await.unwrap();
+        answer
+    });
+    assert!(later.starts_with("HTTP/1.1 200"), "{later}");
+    kill(pid, Signal::SIGCONT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(z.wait().unwrap().success());
+    assert!(rest.contains("status 409"), "{rest}");
+    assert_eq!(*seen.lock().unwrap(), vec!["later"]);
+}
