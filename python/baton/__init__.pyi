@@ -13,7 +13,7 @@ import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, ContextManager, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
 
 __all__ = [
     "Authority",
@@ -163,8 +163,9 @@ class Grant:
     @property
     def token(self) -> Optional[str]:
         """The fence signed by the authority, when it signs fences."""
-    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> ContextManager[int]:
-        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this grant's fence."""
+    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> Any:
+        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this grant's fence:
+        a context manager, an async one on a psycopg AsyncConnection."""
     def to_dict(self) -> dict[str, Any]:
         """The grant as the CLI prints it."""
     def complete(self) -> Union[Record, Refusal]:
@@ -308,8 +309,9 @@ class Lease:
     @property
     def token(self) -> Optional[str]:
         """The fence signed by the authority, when it signs fences."""
-    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> ContextManager[int]:
-        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this lease's fence."""
+    def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> Any:
+        """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this lease's fence:
+        a context manager, an async one on a psycopg AsyncConnection."""
     @property
     def grant(self) -> Grant:
         """The grant as last renewed."""

@@ -209,10 +209,14 @@ def guard(conn: Any, resource: str, fence: Fence, *, key: Any = None) -> Any:
     already wrote (``stale_fence``), or the fence is unsigned or forged
     where signed fences are required; ``Unavailable`` when the guard is
     not installed; ``InvalidInput`` for bad input. Nothing is written then.
-    ``fence`` may be a ``Grant`` or ``Lease`` (its token when signed)."""
+    ``fence`` may be a ``Grant`` or ``Lease`` (its token when signed). On a
+    psycopg ``AsyncConnection`` it is an async context manager
+    (``async with grant.guard(aconn, "invoice:42"): ...``)."""
     fence = _presented(fence)
     if isinstance(conn, sqlite3.Connection):
         return _sqlite_guard(conn, resource, fence, key)
+    if _is_psycopg(conn) and type(conn).__name__.startswith("Async"):
+        return aguard(conn, resource, fence, key=key)
     if _is_psycopg(conn) and hasattr(conn, "transaction"):
         return _pg_guard(conn, resource, fence, key)
     raise _native.InvalidInput(

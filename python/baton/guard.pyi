@@ -1,7 +1,7 @@
 """Stubs of `baton.guard`: fences carried into your own storage."""
 
 import sqlite3
-from typing import Any, AsyncContextManager, Callable, ContextManager, Dict, Optional, Union
+from typing import Any, AsyncContextManager, Callable, Dict, Optional, Union
 
 __all__ = ["ASGIMiddleware", "WSGIMiddleware", "from_env", "guard", "install"]
 
@@ -13,8 +13,9 @@ def from_env() -> Fence:
 def install(conn: sqlite3.Connection) -> None:
     """Creates the SQLite guard's table in `conn`'s database."""
 
-def guard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> ContextManager[int]:
-    """The block runs in one transaction on `conn` after `fence` is admitted for `resource`."""
+def guard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> Any:
+    """The block runs in one transaction on `conn` after `fence` is admitted for `resource`
+    (a context manager; an async one on a psycopg AsyncConnection)."""
 
 def aguard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> AsyncContextManager[int]:
     """`guard` for a psycopg AsyncConnection."""

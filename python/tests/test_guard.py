@@ -245,6 +245,12 @@ def test_postgres_async(pg, sqlite_url):
             with pytest.raises(baton.GuardRefused):
                 async with baton.aio.guard(conn, "acct:1", first):
                     await conn.execute("UPDATE acct SET who = 'zombie' WHERE id = 1")
+            # The grant's own guard, on an async connection, is async too.
+            async with second.guard(conn, "acct:1"):
+                await conn.execute("UPDATE acct SET n = n + 1 WHERE id = 1")
+            with pytest.raises(baton.GuardRefused):
+                async with first.guard(conn, "acct:1"):
+                    await conn.execute("UPDATE acct SET who = 'zombie' WHERE id = 1")
             cur = await conn.execute("SELECT who FROM acct")
             assert (await cur.fetchone()) == ("async",)
 
@@ -262,7 +268,8 @@ def test_postgres_not_installed_is_named(postgres_url):
 
 def wsgi_app(seen):
     def app(environ, start_response):
-        seen.append(environ["wsgi.input"].read().decode())
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        seen.append(environ["wsgi.input"].read(length).decode())
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"written"]
 
@@ -272,7 +279,7 @@ def wsgi_app(seen):
 def call_wsgi(app, fence=None, resource="acct", body=""):
     import io
 
-    environ = {"REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(body.encode())}
+    environ = {"REQUEST_METHOD": "POST", "wsgi.input": io.BytesIO(body.encode()), "CONTENT_LENGTH": str(len(body))}
     if fence is not None:
         environ["HTTP_BATON_FENCE"] = str(fence)
     if resource is not None:
@@ -348,3 +355,56 @@ def test_asgi_middleware_signed(tmp_path):
 
     asyncio.run(main())
     assert seen == ["signed"]
+
+
+HTTP_ZOMBIE = textwrap.dedent(
+    """
+    import sys, urllib.request, urllib.error
+    url, fence = sys.argv[1], sys.argv[2]
+    print("ready", flush=True)
+    sys.stdin.readline()  # paused here (SIGSTOP), past its lease
+    req = urllib.request.Request(url, data=b"zombie", method="POST",
+                                 headers={"Baton-Fence": fence, "Baton-Resource": "acct"})
+    try:
+        urllib.request.urlopen(req).read()
+        print("wrote")
+    except urllib.error.HTTPError as e:
+        print(e.code)
+    """
+)
+
+
+def test_a_paused_client_is_refused_by_the_wsgi_middleware(tmp_path, sqlite_url):
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    seen = []
+    app = baton.guard.WSGIMiddleware(wsgi_app(seen), marks=tmp_path / "marks.db")
+    server = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/write"
+    try:
+        a = baton.authority_for(sqlite_url)
+        first = a.claim("http-job", "w1", ttl=0.3)
+        z = subprocess.Popen([sys.executable, "-c", HTTP_ZOMBIE, url, str(first.fence)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert z.stdout.readline().strip() == "ready"
+        os.kill(z.pid, signal.SIGSTOP)
+        z.stdin.write("go\n")
+        z.stdin.flush()
+        time.sleep(0.5)
+        second = a.claim("http-job", "w2", ttl=30)
+        import urllib.request
+
+        req = urllib.request.Request(url, data=b"w2", method="POST",
+                                     headers={"Baton-Fence": str(second.fence), "Baton-Resource": "acct"})
+        assert urllib.request.urlopen(req).status == 200
+        os.kill(z.pid, signal.SIGCONT)
+        out, _ = z.communicate(timeout=30)
+        assert out.strip() == "409"
+        assert seen == ["w2"]
+    finally:
+        server.shutdown()
