@@ -7,7 +7,6 @@ use crate::history::{Observed, Op, Req};
 use crate::model::{Limits, Step, TaskSpec};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use todc_utils::{Action, History, WGLChecker};
 
 /// What a check found.
 #[derive(Debug, Default, Clone)]
@@ -162,45 +161,7 @@ fn answer_kind(a: &Observed) -> &'static str {
 /// Whether some order of `steps` consistent with their real-time order is
 /// allowed by the model.
 pub fn linearizable(steps: &[Step]) -> bool {
-    search::<TaskSpec>(steps, |s| (s.invoked, s.returned))
-}
-
-/// Whether some order of `ops` consistent with their real-time order
-/// (`span`: when each was invoked and returned) is allowed by `S`.
-pub(crate) fn search<S>(ops: &[S::Operation], span: impl Fn(&S::Operation) -> (u64, u64)) -> bool
-where
-    S: todc_utils::Specification,
-    S::Operation: Clone,
-{
-    if ops.is_empty() {
-        return true;
-    }
-    // Each operation is its own process: the checker pairs a process's
-    // calls and returns in order, and one whose answer never came returns
-    // at the end of time. At one instant a call is placed before a return
-    // (the two overlap), which allows more orders, never fewer.
-    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(ops.len() * 2);
-    for (i, o) in ops.iter().enumerate() {
-        let (invoked, returned) = span(o);
-        events.push((invoked, 0, i));
-        events.push((returned, 1, i));
-    }
-    events.sort_unstable();
-    let actions = events
-        .into_iter()
-        .map(|(_, kind, i)| {
-            let o = ops[i].clone();
-            (
-                i,
-                if kind == 0 {
-                    Action::Call(o)
-                } else {
-                    Action::Response(o)
-                },
-            )
-        })
-        .collect();
-    WGLChecker::<S>::is_linearizable(History::from_actions(actions))
+    crate::search::search::<TaskSpec>(steps, |s| (s.invoked, s.returned))
 }
 
 fn describe(steps: &[Step]) -> String {

@@ -13,6 +13,7 @@
 //! - [`model`]: the rules of SPEC §4 for a bare task, in real time within
 //!   a stated clock-skew bound.
 //! - [`checker`]: the check itself and its [`checker::Report`].
+//! - [`search`]: the linearizability search both models run.
 //! - [`writes`]: guarded writes to the clients' own storage, checked
 //!   against the guard's model (a write admitted with a fence lower than
 //!   one already admitted is a violation).
@@ -23,6 +24,7 @@ pub mod checker;
 pub mod history;
 pub mod model;
 pub mod record;
+pub mod search;
 pub mod writes;
 
 pub use checker::{Report, check};

@@ -121,7 +121,7 @@ pub fn check_writes(ops: &[Op]) -> (usize, Vec<String>) {
 }
 
 fn linearizable(steps: &[WriteStep]) -> bool {
-    crate::checker::search::<GuardSpec>(steps, |s| (s.invoked, s.returned))
+    crate::search::search::<GuardSpec>(steps, |s| (s.invoked, s.returned))
 }
 
 #[cfg(test)]
