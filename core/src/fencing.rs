@@ -418,4 +418,38 @@ mod tests {
         assert!(e.to_string().contains("32"), "{e}");
         assert_eq!(format!("{:?}", keys(K1)), "FenceKeys(1 keys)");
     }
+
+    proptest::proptest! {
+        /// Whatever a hostile writer sends, reading it never panics, and
+        /// only the key's own signature verifies.
+        #[test]
+        fn hostile_values_are_refused_never_a_panic(text in ".{0,200}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..120)) {
+            let k = keys(K1);
+            let _ = Presented::parse(&text);
+            let _ = k.verify(&text);
+            let dotted = format!("bf1.{}", String::from_utf8_lossy(&bytes));
+            proptest::prop_assert!(k.verify(&dotted).is_err());
+            let _ = admit(&text, None, 1);
+        }
+
+        /// Over any sequence of fences, the mark never falls, a lower fence
+        /// is always refused, and an admitted one is never below the mark.
+        #[test]
+        fn the_mark_only_rises(fences in proptest::collection::vec(1u64..50, 1..60)) {
+            let mut mark: Option<u64> = None;
+            for f in fences {
+                match admit("r", mark, f) {
+                    Ok(_) => {
+                        proptest::prop_assert!(mark.is_none_or(|m| f >= m));
+                        mark = Some(f);
+                    }
+                    Err(Refused::Stale { highest, .. }) => {
+                        proptest::prop_assert_eq!(Some(highest), mark);
+                        proptest::prop_assert!(f < highest);
+                    }
+                    Err(e) => proptest::prop_assert!(false, "{e}"),
+                }
+            }
+        }
+    }
 }
