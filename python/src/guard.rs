@@ -9,6 +9,13 @@ use std::path::PathBuf;
 
 /// What a writer presents: an int fence or a str (a token, or a fence as text).
 fn read_presented(value: &Bound<'_, PyAny>) -> PyResult<Presented> {
+    // `True` is an int to Python, never a fence.
+    if value.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(errors::invalid(
+            "fence",
+            "an int fence or a str token, not a bool",
+        ));
+    }
     if let Ok(n) = value.extract::<i64>() {
         let n = u64::try_from(n).map_err(|_| {
             errors::invalid("fence", format!("a whole number from 1 to {}", i64::MAX))

@@ -75,8 +75,8 @@ def test_bad_input_and_a_missing_guard_are_named(tmp_path):
     with pytest.raises(baton.Unavailable, match="guard_not_installed"):
         add(conn, 1, "x")
     conn = db(tmp_path)
-    for fence in (0, -1, "12x", None):
-        with pytest.raises(baton.InvalidInput, match="fence"):
+    for fence in (0, -1, "12x", None, True, 2**70, "bf1.1.x"):
+        with pytest.raises(baton.InvalidInput, match="fence|token"):
             add(conn, fence, "bad")
     with pytest.raises(baton.InvalidInput, match="resource"):
         with baton.guard.guard(conn, "", 1):
