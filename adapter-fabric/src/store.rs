@@ -400,6 +400,7 @@ impl Store for FabricStore {
             multi_process: true,
             min_ttl_ms: self.opts.min_ttl_secs * 1000,
             ttl_granularity_ms: 1000,
+            signs_fences: false,
         }
     }
 

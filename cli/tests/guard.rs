@@ -448,3 +448,35 @@ fn a_local_authority_signs_with_its_key_file_and_keeps_it_from_the_child() {
     assert_eq!(where_key, "none");
     assert_eq!(keys.verify(token).unwrap().task, "d");
 }
+
+#[test]
+fn a_client_asks_a_server_for_tokens_only_when_it_signs() {
+    // Without --fence-key the server says it signs nothing, and its
+    // clients' grants cost no request for a token; with one, they ask.
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "fence.key");
+    for (signs, args) in [
+        (false, vec!["--request-log"]),
+        (
+            true,
+            vec!["--request-log", "--fence-key", key.to_str().unwrap()],
+        ),
+    ] {
+        let store = format!(
+            "sqlite:{}",
+            dir.path().join(format!("s-{signs}.db")).display()
+        );
+        let s = Server::start_with(&store, &args);
+        let out = cmd(&["--store", &s.url(), "claim", "t", "--owner", "w"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{:?}", json_of(&out));
+        assert_eq!(json_of(&out).get("token").is_some(), signs);
+        // The request log's line for the claim's token request comes
+        // before the server answers the next request; wait for one.
+        let _ = cmd(&["--store", &s.url(), "holder", "t"]).output().unwrap();
+        let log = s.log.lock().unwrap().join("\n");
+        assert!(log.contains("/v1/store/apply"), "{log}");
+        assert_eq!(log.contains("/v1/store/fence_token"), signs, "{log}");
+    }
+}

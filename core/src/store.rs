@@ -205,6 +205,10 @@ pub struct Capabilities {
     /// Lease TTLs are whole multiples of this many milliseconds (1 for
     /// millisecond leases; 1000 for etcd's whole seconds).
     pub ttl_granularity_ms: u64,
+    /// The store signs its callers' fences ([`Store::fence_token`]): a
+    /// server with a fence key. A caller asks it for tokens only then.
+    #[serde(default)]
+    pub signs_fences: bool,
 }
 
 impl Capabilities {
@@ -217,6 +221,7 @@ impl Capabilities {
             multi_process,
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
+            signs_fences: false,
         }
     }
 

@@ -214,6 +214,11 @@ impl AsCaller {
     pub(crate) fn store(&self) -> &CallerStore {
         self.0.store()
     }
+
+    /// Whether the server signs fences (`--fence-key`).
+    pub(crate) fn signs_fences(&self) -> bool {
+        self.0.store().app.fence_keys.is_some()
+    }
 }
 
 impl FromRequestParts<Shared> for AsCaller {

@@ -624,6 +624,7 @@ impl Store for PostgresStore {
             multi_process: true,
             min_ttl_ms: self.inner.min_ttl_ms,
             ttl_granularity_ms: 1,
+            signs_fences: false,
         }
     }
 
