@@ -154,9 +154,10 @@ def _pg_statement(resource: str, fence: Fence, key: Any) -> Tuple[str, Tuple[Any
         raise _native.InvalidInput(
             "invalid key: a Postgres guard verifies with the keys installed in the database (`baton guard install --key`)"
         )
-    if isinstance(fence, str) and fence.strip().startswith("bf1"):
-        return "SELECT baton_guard.admit_token(%s, %s)", (resource, fence.strip())
-    return "SELECT baton_guard.admit(%s, %s)", (resource, _native._fence_of(fence))
+    number, token = _native._fence_or_token(fence)
+    if token is not None:
+        return "SELECT baton_guard.admit_token(%s, %s)", (resource, token)
+    return "SELECT baton_guard.admit(%s, %s)", (resource, number)
 
 
 def _pg_error(e: Exception, resource: str, fence: Fence) -> Exception:

@@ -62,6 +62,19 @@ pub(crate) fn _fence_of(presented: &Bound<'_, PyAny>, key: Option<PathBuf>) -> P
         .map_err(|e| to_py(presented.py(), e))
 }
 
+/// What `presented` is, as core reads it: `(fence, None)` for a bare
+/// fence, `(None, token)` for a token (not yet verified: a Postgres guard
+/// verifies it in the database).
+#[pyfunction]
+pub(crate) fn _fence_or_token(
+    presented: &Bound<'_, PyAny>,
+) -> PyResult<(Option<u64>, Option<String>)> {
+    Ok(match read_presented(presented)? {
+        Presented::Fence(n) => (Some(n), None),
+        Presented::Token(t) => (None, Some(t)),
+    })
+}
+
 /// The guard's rule for `resource` whose mark is `highest`: the fence to
 /// store and whether the mark moves, or `GuardRefused`.
 #[pyfunction]

@@ -61,6 +61,7 @@ fn baton(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(operations, m)?)?;
     m.add_function(wrap_pyfunction!(guard::_fence_admit, m)?)?;
     m.add_function(wrap_pyfunction!(guard::_fence_of, m)?)?;
+    m.add_function(wrap_pyfunction!(guard::_fence_or_token, m)?)?;
     m.add_function(wrap_pyfunction!(guard::_sqlite_guard_sql, m)?)?;
     m.add_class::<authority::Authority>()?;
     m.add_class::<lease::Lease>()?;

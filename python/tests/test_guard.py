@@ -408,3 +408,19 @@ def test_a_paused_client_is_refused_by_the_wsgi_middleware(tmp_path, sqlite_url)
         assert seen == ["w2"]
     finally:
         server.shutdown()
+
+
+def test_postgres_takes_a_grants_token(pg, tmp_path, monkeypatch):
+    key = tmp_path / "fence.key"
+    key.write_text(KEY)
+    monkeypatch.setenv("BATON_FENCE_KEY", str(key))
+    g = baton.authority_for(f"sqlite:{tmp_path / 's.db'}").claim("tok", "w", ttl=30)
+    assert g.token
+    with psycopg.connect(pg) as conn:
+        # No keys installed in this database: the token's fence is admitted.
+        with g.guard(conn, "acct:tok") as admitted:
+            assert admitted == g.fence
+        with pytest.raises(baton.InvalidInput):
+            with baton.guard.guard(conn, "acct:tok", "bf1.1.x"):
+                pass
+        assert conn.execute("SELECT fence FROM baton_guard.fences WHERE resource = 'acct:tok'").fetchone() == (g.fence,)
