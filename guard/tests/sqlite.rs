@@ -149,3 +149,38 @@ fn eight_racing_threads_land_in_fence_order() {
     assert_eq!(landed.len() + refused, 200);
     assert!(refused > 0);
 }
+
+#[test]
+fn a_database_another_writer_holds_admits_nothing_and_says_so() {
+    // Another connection (another process) holds the write lock past the
+    // guarded writer's busy timeout: Unavailable, nothing admitted, the
+    // user's SQL never run.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let setup = open(&path);
+    setup
+        .execute_batch("CREATE TABLE t (n INTEGER); INSERT INTO t VALUES (0)")
+        .unwrap();
+    sqlite::install(&setup).unwrap();
+    let holder = open(&path);
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut writer = Connection::open(&path).unwrap();
+    writer
+        .busy_timeout(std::time::Duration::from_millis(200))
+        .unwrap();
+    let e = sqlite::run_guarded(
+        &mut writer,
+        "t",
+        &Presented::Fence(3),
+        None,
+        "UPDATE t SET n = n + 1",
+    )
+    .unwrap_err();
+    assert!(matches!(e, GuardError::Unavailable(_)), "{e}");
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(sqlite::highest(&setup, "t").unwrap(), None);
+    let n: i64 = setup
+        .query_row("SELECT n FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 0);
+}
