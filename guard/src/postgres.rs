@@ -52,7 +52,11 @@ CREATE TABLE IF NOT EXISTS baton_guard.keys (
     position int PRIMARY KEY,
     secret bytea NOT NULL
 );
+-- Any role may call the admit functions (they are the guard); no role but
+-- the installer's may read the keys or write the marks directly.
+GRANT USAGE ON SCHEMA baton_guard TO PUBLIC;
 REVOKE ALL ON baton_guard.keys FROM PUBLIC;
+REVOKE ALL ON baton_guard.fences FROM PUBLIC;
 
 -- Admits fence n for resource r (no key check): the mark rises to n, stays
 -- for an equal n, and a lower n raises BG001 with the mark as DETAIL.

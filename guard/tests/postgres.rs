@@ -338,3 +338,49 @@ fn a_database_that_is_down_admits_nothing() {
         assert_eq!(n, 0, "nothing was admitted");
     });
 }
+
+#[test]
+fn another_role_may_admit_but_not_read_the_keys_or_move_a_mark() {
+    // The application's role is not the installer's: it calls the guard,
+    // and cannot read the keys to forge, nor write a mark past the rule.
+    let Some(pg) = PgCluster::start_or_skip() else {
+        return;
+    };
+    pg.sql("CREATE ROLE app LOGIN");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut owner = connect(&url(&pg, "postgres")).await;
+        let keys = FenceKeys::parse(KEY).unwrap();
+        postgres::install(&mut owner, Some(&keys)).await.unwrap();
+        let app_url = format!("postgres://app@127.0.0.1:{}/postgres", pg.port);
+        let app = connect(&app_url).await;
+        let mark = admit(&app, "r", &Presented::Token(keys.sign("t", 4)))
+            .await
+            .unwrap();
+        assert_eq!(mark, 4);
+        for sql in [
+            "SELECT secret FROM baton_guard.keys",
+            "UPDATE baton_guard.fences SET fence = 9223372036854775807",
+            "DELETE FROM baton_guard.fences",
+            "INSERT INTO baton_guard.keys VALUES (9, 'mine')",
+            "SELECT baton_guard.mark('r', 999999)",
+        ] {
+            let e = app.batch_execute(sql).await.unwrap_err();
+            assert_eq!(
+                e.code().unwrap().code(),
+                "42501",
+                "{sql}: {:?}",
+                e.as_db_error().map(|d| d.message())
+            );
+        }
+        let e = admit(&app, "r", &Presented::Fence(100)).await.unwrap_err();
+        assert!(
+            matches!(e, GuardError::Refused(Refused::Unsigned(100))),
+            "{e}"
+        );
+        assert_eq!(
+            pg.sql("SELECT fence FROM baton_guard.fences WHERE resource = 'r'"),
+            "4"
+        );
+    });
+}
