@@ -28,6 +28,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+/// Idle per-resource locks are dropped once the map holds this many.
+const LOCKS_KEPT: usize = 1024;
+
 /// The header carrying the fence or signed token.
 pub const FENCE_HEADER: &str = "baton-fence";
 /// The header naming the resource written.
@@ -74,7 +77,19 @@ impl Marks {
 
     fn lock_for(&self, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Many resources seen once leave no locks behind: an entry only the
+        // map holds has no request waiting on it or inside it (a clone is
+        // taken under this mutex), so it can go.
+        if locks.len() >= LOCKS_KEPT {
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
         Arc::clone(locks.entry(resource.to_string()).or_default())
+    }
+
+    /// How many resources' locks the map holds before it drops idle ones.
+    #[cfg(test)]
+    fn locks_held(&self) -> usize {
+        self.locks.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Admits `presented` for `resource` (core's rule), raising the mark.
@@ -104,6 +119,9 @@ impl Marks {
         presented: Presented,
         keys: Option<Arc<FenceKeys>>,
     ) -> Result<Admission, GuardError> {
+        // An unsigned, forged or malformed fence is refused before it
+        // takes a lock or leaves anything behind.
+        presented.fence(keys.as_deref())?;
         let lock = self.lock_for(&resource).lock_owned().await;
         #[cfg(feature = "sqlite")]
         if let Some(path) = self.file.clone() {
@@ -322,5 +340,41 @@ where
             }
             Ok(answer)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn resources_seen_once_leave_no_locks_and_refused_ones_none_at_all() {
+        let marks = Arc::new(Marks::memory());
+        let keys = Arc::new(FenceKeys::parse("lock-test-key-0123456789abcdef0123456789").unwrap());
+        for i in 0..5000u64 {
+            let a = Arc::clone(&marks)
+                .enter(
+                    format!("r{i}"),
+                    Presented::Token(keys.sign("t", i + 1)),
+                    Some(keys.clone()),
+                )
+                .await
+                .unwrap();
+            a.finish().await.unwrap();
+        }
+        assert!(marks.locks_held() <= LOCKS_KEPT, "{}", marks.locks_held());
+        let before = marks.locks_held();
+        for i in 0..100u64 {
+            let refused = Arc::clone(&marks)
+                .enter(
+                    format!("bad{i}"),
+                    Presented::Fence(i + 1),
+                    Some(keys.clone()),
+                )
+                .await;
+            assert!(refused.is_err());
+        }
+        assert_eq!(marks.locks_held(), before, "a refused fence took a lock");
     }
 }

@@ -259,14 +259,10 @@ class _Marks:
         self.key = key
         self.memory: Dict[str, int] = {}
         self.guard = threading.Lock()
-        self.locks: Dict[str, threading.Lock] = {}
+        self.locks = _Locks(threading.Lock)
         if self.path is not None:
             with contextlib.closing(sqlite3.connect(self.path)) as c:
                 install(c)
-
-    def lock_for(self, resource: str) -> threading.Lock:
-        with self.guard:
-            return self.locks.setdefault(resource, threading.Lock())
 
     def enter(self, resource: str, fence: str) -> Optional[sqlite3.Connection]:
         """Admits; with a file, returns its connection, transaction open."""
@@ -304,6 +300,34 @@ def _answer(e: BaseException) -> Tuple[str, bytes]:
     return _STATUS[code], body
 
 
+class _Locks:
+    """A lock per resource, made by ``make``; a resource's entry goes once
+    the map is large and no request holds or awaits it, so resources seen
+    once leave nothing behind."""
+
+    KEPT = 1024
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+        self.guard = threading.Lock()
+        self.entries: Dict[str, list] = {}
+
+    def take(self, resource: str) -> list:
+        """The resource's ``[lock, users]``, counted as used until ``give``."""
+        with self.guard:
+            entry = self.entries.get(resource)
+            if entry is None:
+                if len(self.entries) >= self.KEPT:
+                    self.entries = {k: e for k, e in self.entries.items() if e[1] > 0}
+                entry = self.entries[resource] = [self.make(), 0]
+            entry[1] += 1
+            return entry
+
+    def give(self, entry: list) -> None:
+        with self.guard:
+            entry[1] -= 1
+
+
 def _read(fence: Optional[str], resource: Optional[str]) -> Tuple[str, str]:
     if not fence:
         raise _native.InvalidInput("invalid fence: required: send the attempt's fence or token in Baton-Fence")
@@ -328,27 +352,36 @@ class WSGIMiddleware:
         try:
             named = self.resource(environ) if self.resource else environ.get("HTTP_BATON_RESOURCE")
             resource, fence = _read(environ.get("HTTP_BATON_FENCE"), named)
+            # Unsigned, forged or malformed: refused before it takes a lock.
+            _native._fence_of(fence, self.marks.key)
         except BaseException as e:  # a bad request is an answer, never a crash
             return self._refuse(e, start_response)
-        lock = self.marks.lock_for(resource)
+        entry = self.marks.locks.take(resource)
+        lock = entry[0]
         lock.acquire()
+
+        def let_go() -> None:
+            lock.release()
+            self.marks.locks.give(entry)
+
         try:
             conn = self.marks.enter(resource, fence)
         except Exception as e:
-            lock.release()
+            let_go()
             return self._refuse(e, start_response)
         try:
             result = self.app(environ, start_response)
         except BaseException:
             if conn is not None:
                 conn.close()  # rolled back: the mark stays where it was
-            lock.release()
+            let_go()
             raise
+
         def release() -> None:
             try:
                 self.marks.finish(conn)
             finally:
-                lock.release()
+                let_go()
 
         return _Held(result, release)
 
@@ -389,7 +422,7 @@ class ASGIMiddleware:
         self.app = app
         self.marks = _Marks(marks, key)
         self.resource = resource
-        self.locks: Dict[str, asyncio.Lock] = {}
+        self.locks = _Locks(asyncio.Lock)
 
     async def __call__(self, scope: Dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope.get("type") != "http":
@@ -399,23 +432,28 @@ class ASGIMiddleware:
         try:
             named = self.resource(scope) if self.resource else headers.get("baton-resource")
             resource, fence = _read(headers.get("baton-fence"), named)
+            # Unsigned, forged or malformed: refused before it takes a lock.
+            _native._fence_of(fence, self.marks.key)
         except Exception as e:
             await self._refuse(e, send)
             return
-        lock = self.locks.setdefault(resource, asyncio.Lock())
-        async with lock:
-            try:
-                conn = await asyncio.to_thread(self.marks.enter, resource, fence)
-            except Exception as e:
-                await self._refuse(e, send)
-                return
-            try:
-                await self.app(scope, receive, send)
-            except BaseException:
-                if conn is not None:
-                    conn.close()
-                raise
-            await asyncio.to_thread(self.marks.finish, conn)
+        entry = self.locks.take(resource)
+        try:
+            async with entry[0]:
+                try:
+                    conn = await asyncio.to_thread(self.marks.enter, resource, fence)
+                except Exception as e:
+                    await self._refuse(e, send)
+                    return
+                try:
+                    await self.app(scope, receive, send)
+                except BaseException:
+                    if conn is not None:
+                        conn.close()
+                    raise
+                await asyncio.to_thread(self.marks.finish, conn)
+        finally:
+            self.locks.give(entry)
 
     @staticmethod
     async def _refuse(e: BaseException, send: Callable[..., Any]) -> None:

@@ -424,3 +424,18 @@ def test_postgres_takes_a_grants_token(pg, tmp_path, monkeypatch):
             with baton.guard.guard(conn, "acct:tok", "bf1.1.x"):
                 pass
         assert conn.execute("SELECT fence FROM baton_guard.fences WHERE resource = 'acct:tok'").fetchone() == (g.fence,)
+
+
+def test_resources_seen_once_leave_no_locks_and_refused_ones_none(tmp_path):
+    key = tmp_path / "fence.key"
+    key.write_text(KEY)
+    seen = []
+    app = baton.guard.WSGIMiddleware(wsgi_app(seen), key=key)
+    for i in range(100):
+        status, _ = call_wsgi(app, i + 1, resource=f"bad{i}", body="bare")
+        assert status.startswith("403")
+    assert len(app.marks.locks.entries) == 0, "a refused fence took a lock"
+    plain = baton.guard.WSGIMiddleware(wsgi_app(seen))
+    for i in range(3000):
+        assert call_wsgi(plain, 1, resource=f"r{i}", body="x")[0].startswith("200")
+    assert len(plain.marks.locks.entries) <= 1024
