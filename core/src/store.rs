@@ -350,6 +350,7 @@ pub trait Store: Send + Sync + Debug {
     ///
     /// # Contract
     /// Writes nothing; signs only the fence of the task's live lease.
+    /// Asked only of a store whose capabilities say `signs_fences`.
     async fn fence_token(&self, _task: &TaskId, _fence: u64) -> Result<Option<String>> {
         Ok(None)
     }

@@ -75,7 +75,10 @@ impl CallerStore {
 #[async_trait]
 impl Store for CallerStore {
     fn capabilities(&self) -> Capabilities {
-        self.app.store.capabilities()
+        let mut caps = self.app.store.capabilities();
+        // The server signs its callers' fences when it was given a key.
+        caps.signs_fences = self.app.fence_keys.is_some();
+        caps
     }
 
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
@@ -213,11 +216,6 @@ pub(crate) struct AsCaller(pub Authority<CallerStore>);
 impl AsCaller {
     pub(crate) fn store(&self) -> &CallerStore {
         self.0.store()
-    }
-
-    /// Whether the server signs fences (`--fence-key`).
-    pub(crate) fn signs_fences(&self) -> bool {
-        self.0.store().app.fence_keys.is_some()
     }
 }
 

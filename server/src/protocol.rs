@@ -45,8 +45,6 @@ async fn capabilities(asked: AsCaller) -> Handled {
     // a client it is shared by many processes, even where the store alone
     // (memory, sled) belongs to the server's process only.
     caps.multi_process = true;
-    // It signs its callers' fences when it was given a key.
-    caps.signs_fences = asked.signs_fences();
     json(&caps)
 }
 
