@@ -118,6 +118,11 @@ pub(super) fn wal_has_frames(wal: &Path) -> bool {
 /// Reads SQLite's documented wal-index header (two copies of 48 bytes, in
 /// native byte order) without a lock, so a copy torn by a concurrent commit
 /// is read again, and the check is skipped if it stays torn.
+///
+/// Unlocked, the check also sees SQLite's own last close between its two
+/// steps: the last connection deletes the log, then unlinks the index. So
+/// a mismatch is reported only when it holds for [`SETTLE`]: a close
+/// unlinks the index microseconds after the log, a deleted log stays.
 pub(super) fn check_log_matches_index(path: &Path) -> Result<()> {
     let main = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let with = |suffix: &str| {
@@ -126,41 +131,94 @@ pub(super) fn check_log_matches_index(path: &Path) -> Result<()> {
         PathBuf::from(s)
     };
     let (wal, shm) = (with("-wal"), with("-shm"));
-    for _ in 0..3 {
-        let Ok(index) = read_prefix(&shm, 96) else {
-            return Ok(());
-        };
-        if index.len() < 96 || index[..48] != index[48..96] {
-            continue;
+    let started = std::time::Instant::now();
+    loop {
+        match log_against_index(&wal, &shm) {
+            Sight::Consistent => return Ok(()),
+            Sight::Torn if started.elapsed() > SETTLE => return Ok(()),
+            Sight::Torn => {}
+            Sight::Short {
+                frames,
+                needed,
+                have,
+            } if started.elapsed() >= SETTLE => {
+                return Err(Error::unavailable(format!(
+                    "{}: its write-ahead log {} was deleted or truncated while the store was in use: the index {} lists {frames} frames ({needed} bytes) and the log has {have} bytes. Commits in those frames are only in processes still holding the old log: stop every process using the store (once none has it open, the index is stale and SQLite rebuilds it if it is removed)",
+                    path.display(),
+                    wal.display(),
+                    shm.display()
+                )));
+            }
+            Sight::Short { .. } => {}
         }
-        let initialised = index[12] == 1;
-        let page = u32::from(u16::from_ne_bytes([index[14], index[15]]));
-        let page = if page == 1 { 65_536 } else { page };
-        let frames = u32::from_ne_bytes([index[16], index[17], index[18], index[19]]);
-        if !initialised || frames == 0 {
-            return Ok(());
-        }
-        let needed = 32 + u64::from(frames) * (24 + u64::from(page));
-        let have = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        if have < needed {
-            return Err(Error::unavailable(format!(
-                "{}: its write-ahead log {} was deleted or truncated while the store was in use: the index {} lists {frames} frames ({needed} bytes) and the log has {have} bytes. Commits in those frames are only in processes still holding the old log: stop every process using the store (once none has it open, the index is stale and SQLite rebuilds it if it is removed)",
-                path.display(),
-                wal.display(),
-                shm.display()
-            )));
-        }
-        return Ok(());
+        std::thread::sleep(SETTLE / 8);
     }
-    Ok(())
 }
 
-pub(super) fn read_prefix(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = Vec::with_capacity(n);
-    std::fs::File::open(path)?
-        .take(n as u64)
-        .read_to_end(&mut buf)?;
+/// How long a log shorter than its index says must stay so, under an
+/// unchanged index, before the store is refused.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(80);
+
+enum Sight {
+    Consistent,
+    Torn,
+    Short { frames: u32, needed: u64, have: u64 },
+}
+
+fn log_against_index(wal: &Path, shm: &Path) -> Sight {
+    let Ok(index) = read_index_header(shm) else {
+        return Sight::Consistent;
+    };
+    if index.len() < 96 || index[..48] != index[48..96] {
+        return Sight::Torn;
+    }
+    let initialised = index[12] == 1;
+    let page = u32::from(u16::from_ne_bytes([index[14], index[15]]));
+    let page = if page == 1 { 65_536 } else { page };
+    let frames = u32::from_ne_bytes([index[16], index[17], index[18], index[19]]);
+    if !initialised || frames == 0 {
+        return Sight::Consistent;
+    }
+    let needed = 32 + u64::from(frames) * (24 + u64::from(page));
+    let have = std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0);
+    if have >= needed {
+        return Sight::Consistent;
+    }
+    Sight::Short {
+        frames,
+        needed,
+        have,
+    }
+}
+
+/// Reads the first 96 bytes of the shared-memory index at `shm` through a
+/// descriptor this process keeps open for good. SQLite's locks on the index
+/// are POSIX record locks, which the kernel drops for the whole process
+/// when any descriptor of the file is closed: reading it through a fresh
+/// descriptor and closing that, in a process that has the store open
+/// already, would release SQLite's own locks and let another process
+/// rebuild the index under it.
+fn read_index_header(shm: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    static KEPT: std::sync::Mutex<Vec<(u64, u64, std::fs::File)>> =
+        std::sync::Mutex::new(Vec::new());
+    let meta = std::fs::metadata(shm)?;
+    let id = (meta.dev(), meta.ino());
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let at = match kept.iter().position(|(d, i, _)| (*d, *i) == id) {
+        Some(at) => at,
+        None => {
+            let file = std::fs::File::open(shm)?;
+            let m = file.metadata()?;
+            // The name may have been replaced between the two looks: key
+            // the descriptor by what it opened.
+            kept.push((m.dev(), m.ino(), file));
+            kept.len() - 1
+        }
+    };
+    let mut buf = vec![0u8; 96];
+    let n = kept[at].2.read_at(&mut buf, 0)?;
+    buf.truncate(n);
     Ok(buf)
 }
 

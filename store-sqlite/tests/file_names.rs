@@ -435,3 +435,82 @@ fn a_crashed_store_copied_or_moved_to_another_filesystem_is_refused() {
     // The copy beside it is still refused: nothing was written at either name.
     assert_eq!(open(&copy).unwrap_err().kind, ErrorKind::Corrupt);
 }
+
+#[test]
+fn the_last_close_deleting_its_log_is_not_taken_for_a_deleted_log() {
+    // SQLite's last connection deletes the log, then unlinks the index; a
+    // process opening the store between the two sees an index listing
+    // frames and no log. That is a close, not a log deleted under running
+    // processes: the open waits for the index to go and goes on.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let rt = rt();
+    let a = open(&path).unwrap();
+    for i in 0..3 {
+        rt.block_on(a.claim(&id(&format!("t{i}")), &id("w"), None))
+            .unwrap();
+    }
+    let index = std::fs::read(sidecar(&path, "-shm")).unwrap();
+    drop(a);
+    assert!(
+        !sidecar(&path, "-wal").exists(),
+        "the last close deleted the log"
+    );
+    // The moment between the two steps, held open for a few milliseconds.
+    std::fs::write(sidecar(&path, "-shm"), &index).unwrap();
+    let shm = sidecar(&path, "-shm");
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::remove_file(shm).unwrap();
+    });
+    let b = open(&path).unwrap();
+    closer.join().unwrap();
+    assert!(rt.block_on(b.get(&id("t2"))).unwrap().is_some());
+    drop(b);
+    // An index that stays, listing frames no log holds, is refused.
+    std::fs::write(sidecar(&path, "-shm"), &index).unwrap();
+    let e = open(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("deleted or truncated"), "{e}");
+}
+
+/// Whether another process holds SQLite's "index in use" read lock on the
+/// index (byte 128 of the -shm file, taken by every process with it open).
+fn index_lock_held(shm: &Path) -> bool {
+    let probe = "import fcntl, os, sys\n\
+        fd = os.open(sys.argv[1], os.O_RDWR)\n\
+        try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\n    print('free')\n\
+        except OSError:\n    print('held')\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", probe, shm.to_str().unwrap()])
+        .output()
+        .expect("python3 runs the lock probe");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim() == "held"
+}
+
+#[test]
+fn opening_a_store_twice_in_one_process_keeps_sqlites_locks() {
+    // POSIX record locks belong to the process and go when any descriptor
+    // of the file is closed: the open's look at the index must not be that
+    // descriptor, or a second open drops the first's locks and the next
+    // process to come rebuilds the index under it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let rt = rt();
+    let a = open(&path).unwrap();
+    rt.block_on(a.claim(&id("x"), &id("w"), None)).unwrap();
+    let shm = sidecar(&path, "-shm");
+    assert!(index_lock_held(&shm), "SQLite holds the index open");
+    for _ in 0..3 {
+        let b = open(&path).unwrap();
+        assert!(index_lock_held(&shm), "a second open left the lock");
+        drop(b);
+        assert!(index_lock_held(&shm), "closing the second left the lock");
+    }
+    assert_eq!(fence_in_child(&path, "y"), 2);
+    assert!(matches!(
+        rt.block_on(a.holder(&id("y"))).unwrap(),
+        Ok(Some(_))
+    ));
+}
