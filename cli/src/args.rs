@@ -126,6 +126,43 @@ pub enum Command {
         #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
         fence: u64,
     },
+    /// Record a step's output under your fence (holder only). Every later
+    /// grant of the task carries the recorded steps (`checkpoints`), so
+    /// the next attempt skips them; the same step again is acknowledged,
+    /// another output for it refused (`checkpoint_conflict`), and a
+    /// superseded attempt's step refused (`stale_fence`). With --spawn,
+    /// the step adds tasks in the same commit (once, however often it is
+    /// sent); with --wait too, this task waits for them: release it, and
+    /// it is granted again once they have all succeeded.
+    ///
+    /// Example: baton checkpoint build-42 --owner worker-a --fence 1 --step fetch --output '{"rows": 10}'
+    ///
+    /// Example: baton checkpoint --step fan-out --output '{}' --spawn @children.json --wait
+    Checkpoint {
+        /// The task's id.
+        #[arg(env = "BATON_TASK")]
+        task: String,
+        /// Your worker id: who holds (or asks for) the lease.
+        #[arg(long, env = "BATON_OWNER")]
+        owner: String,
+        /// The fence your grant carried, as the claim printed it.
+        #[arg(long, allow_negative_numbers = true, env = "BATON_FENCE")]
+        fence: u64,
+        /// The step's name (an id).
+        #[arg(long)]
+        step: String,
+        /// The step's output: JSON text, or @FILE (@- reads standard
+        /// input); at most 64 KiB, a task's steps at most 256 KiB.
+        #[arg(long, allow_hyphen_values = true)]
+        output: String,
+        /// Tasks to add with the step, as a graph file gives them: @FILE
+        /// or JSON text.
+        #[arg(long)]
+        spawn: Option<String>,
+        /// Wait for the spawned tasks: this task depends on them.
+        #[arg(long, requires = "spawn")]
+        wait: bool,
+    },
     /// Mark a bare task failed (holder only).
     ///
     /// Example: baton fail build-42 --owner worker-a --fence 1 --error '{"exit": 2}'

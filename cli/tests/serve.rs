@@ -2496,3 +2496,91 @@ fn a_trickled_body_or_many_waits_hold_no_slots() {
     .unwrap();
     assert_eq!(st, 200, "{body}");
 }
+
+/// A step through the task API: recorded for the holder's token only,
+/// acknowledged when repeated, never overwritten, refused from a
+/// superseded attempt; its spawned tasks added in its commit; a value
+/// that names a file (`@...`) is a value, never a file the server reads.
+#[test]
+fn a_checkpoint_through_the_task_api_is_the_holders_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(&store, &["--tokens", &tokens, "--sweep-every", "off"]);
+    let (a, url) = (server.addr, server.url());
+    let (code, g) = baton(
+        &url,
+        Some(WORKER),
+        &["claim", "job", "--owner", "w", "--ttl", "2s"],
+    );
+    assert_eq!(code, 0, "{g}");
+    let f = g["fence"].as_u64().unwrap();
+    let step = |token: &str, body: String| {
+        http(a, "POST", "/v1/tasks/job/checkpoint", Some(token), &body).unwrap()
+    };
+    let body = format!(
+        r#"{{"owner": "w", "fence": {f}, "step": "fetch", "output": {{"rows": 3}}, "spawn": [{{"task": "kid", "queue": "etl"}}]}}"#
+    );
+    // Another worker's token may not act as the holder.
+    let (s, r) = step(WORKER2, body.clone());
+    assert_eq!(
+        (s, r["error"]["kind"].as_str()),
+        (403, Some("not_permitted")),
+        "{r}"
+    );
+    let (s, r) = step(WORKER, body.clone());
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(
+        r["checkpoints"][0]["output"],
+        serde_json::json!({"rows": 3}),
+        "{r}"
+    );
+    assert_eq!(
+        r["checkpoints"][0]["spawned"],
+        serde_json::json!(["kid"]),
+        "{r}"
+    );
+    let (s, r) = step(WORKER, body);
+    assert_eq!((s, r["idempotent"].as_bool()), (200, Some(true)), "{r}");
+    let (s, r) = http(a, "GET", "/v1/tasks/kid", Some(WORKER), "").unwrap();
+    assert_eq!((s, r["node"]["queue"].as_str()), (200, Some("etl")), "{r}");
+    let (s, r) = step(
+        WORKER,
+        format!(r#"{{"owner": "w", "fence": {f}, "step": "fetch", "output": {{"rows": 4}}}}"#),
+    );
+    assert_eq!(
+        (s, r["refused"].as_str(), r["step"].as_str()),
+        (409, Some("checkpoint_conflict"), Some("fetch")),
+        "{r}"
+    );
+    let (s, r) = step(
+        WORKER,
+        format!(r#"{{"owner": "w", "fence": {f}, "step": "read", "output": "@/etc/passwd"}}"#),
+    );
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["checkpoints"][1]["output"], "@/etc/passwd", "{r}");
+    let (s, r) = step(
+        WORKER,
+        format!(r#"{{"owner": "w", "fence": {f}, "step": "x", "output": 1, "colour": "red"}}"#),
+    );
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("colour")),
+        "{r}"
+    );
+    // The lease runs out and another attempt is granted: the first
+    // attempt's next step is refused, and the grant carries both steps.
+    std::thread::sleep(Duration::from_millis(2100));
+    let (code, g2) = baton(&url, Some(WORKER), &["claim", "job", "--owner", "w-2"]);
+    assert_eq!(code, 0, "{g2}");
+    assert_eq!(g2["checkpoints"].as_array().map(Vec::len), Some(2), "{g2}");
+    let (s, r) = step(
+        WORKER,
+        format!(r#"{{"owner": "w", "fence": {f}, "step": "late", "output": 1}}"#),
+    );
+    assert_eq!(
+        (s, r["refused"].as_str()),
+        (409, Some("stale_fence")),
+        "{r}"
+    );
+}

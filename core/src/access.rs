@@ -128,7 +128,8 @@ fn acting_as(request: &Request) -> Option<(&'static str, &Id)> {
         | Request::Release { owner, .. }
         | Request::Recover { owner, .. }
         | Request::Complete { owner, .. }
-        | Request::Fail { owner, .. } => Some(("owner", owner)),
+        | Request::Fail { owner, .. }
+        | Request::Checkpoint { owner, .. } => Some(("owner", owner)),
         Request::TaskClaim { executor, .. }
         | Request::Start { executor, .. }
         | Request::Heartbeat { executor, .. }
@@ -140,7 +141,27 @@ fn acting_as(request: &Request) -> Option<(&'static str, &Id)> {
             by: Actor::Worker(id),
             ..
         } => Some(("owner", id)),
-        _ => None,
+        // Named one by one, so that a new request must say whom it acts
+        // as: a wildcard here once let a worker's token act as any holder.
+        Request::Cancel { .. }
+        | Request::Register { .. }
+        | Request::Retry { .. }
+        | Request::Redispatch { .. }
+        | Request::Finalize { .. }
+        | Request::Settle
+        | Request::Add { .. }
+        | Request::Schedule { .. }
+        | Request::ScheduleTicked { .. }
+        | Request::Link { .. }
+        | Request::Wake
+        | Request::Limit { .. }
+        | Request::NoteRefusals { .. }
+        | Request::QueuePolicy { .. }
+        | Request::KeyHold { .. }
+        | Request::KeyDrop { .. }
+        | Request::KeyPark { .. }
+        | Request::Unpark
+        | Request::Prune { .. } => None,
     }
 }
 

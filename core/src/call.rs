@@ -77,6 +77,17 @@ pub enum Call {
     Ack { intent_ids: Vec<String> },
     /// Adds a graph, all of it or nothing.
     AddGraph { nodes: Vec<NewNode> },
+    /// The holder records a step (and adds the tasks it spawns, in the
+    /// same commit; with `wait`, the task waits for them).
+    Checkpoint {
+        task: TaskId,
+        owner: Id,
+        fence: u64,
+        step: Id,
+        output: Value,
+        spawn: Vec<NewNode>,
+        wait: bool,
+    },
     /// An operator's cancel of a task and every task below it.
     CancelCascade {
         task: TaskId,
@@ -444,6 +455,39 @@ impl Call {
                     out
                 }
             },
+            Call::Checkpoint {
+                task,
+                owner,
+                fence,
+                step,
+                output,
+                spawn,
+                wait,
+            } => {
+                let step = crate::workgraph::Step {
+                    owner,
+                    fence,
+                    step,
+                    output,
+                    spawn,
+                    wait,
+                };
+                match a.checkpoint(&task, step).await? {
+                    Ok(reply) => Output::reply(&reply, false).written(true),
+                    Err((child, r)) => {
+                        let mut out =
+                            Output::refused(&r).answering(Answer::Refused(r, Some(child.clone())));
+                        if let Some(v) = out.items.first_mut() {
+                            v["task"] = json!(child);
+                            v["message"] = json!(format!(
+                                "{child}: {}; nothing was added or recorded",
+                                v["message"].as_str().unwrap_or_default()
+                            ));
+                        }
+                        out
+                    }
+                }
+            }
             Call::Next {
                 taker,
                 queues,

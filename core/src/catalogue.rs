@@ -52,6 +52,10 @@ pub enum Kind {
     Node,
     /// Yes or no.
     Flag,
+    /// A step's output: any JSON value, at most 64 KiB.
+    Output,
+    /// The tasks a step adds: graph nodes.
+    Spawn,
     /// Who asks: `{"role": "operator", "id": NAME}` (or a worker, the
     /// holder, by its owner id), as the task API reads it.
     Actor,
@@ -88,6 +92,12 @@ impl Kind {
                 "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay, ending by year 9999), a retry policy, and a concurrency key"
             }
             Kind::Flag => "true or false",
+            Kind::Output => {
+                "a step's output: any JSON value of at most 64 KiB (a task's steps at most 256 KiB together); on the command line JSON text, or @FILE to read a file (@- standard input)"
+            }
+            Kind::Spawn => {
+                "the tasks a step adds, in its commit: graph nodes as a graph file gives them (on the command line @FILE, or JSON text)"
+            }
             Kind::Actor => "who asks: {\"role\": \"operator\" or \"worker\", \"id\": an id}",
             Kind::Period => "a duration from 1 s to a year",
             Kind::Cron => {
@@ -137,7 +147,8 @@ impl Kind {
             Kind::Queues | Kind::IntentIds => {
                 json!({"type": "array", "items": {"type": "string"}})
             }
-            Kind::Graph => json!({"type": "array", "items": {"type": "object"}}),
+            Kind::Graph | Kind::Spawn => json!({"type": "array", "items": {"type": "object"}}),
+            Kind::Output => json!({}),
             Kind::Node => json!({"type": "object", "properties": {
                 "queue": {"type": "string"},
                 "priority": {"type": "integer"},
@@ -308,6 +319,24 @@ pub const OPERATIONS: &[Op] = &[
         http: post("/v1/tasks/{task}/complete"),
         python: Some("complete"),
         inputs: &[TASK, OWNER, FENCE],
+    },
+    Op {
+        name: "checkpoint",
+        summary: "The holder records a step's output under its fence (and adds the tasks the step spawns, in the same commit); later grants carry it, so the next attempt skips the step",
+        write: true,
+        operator: false,
+        cli: Some("checkpoint"),
+        http: post("/v1/tasks/{task}/checkpoint"),
+        python: Some("checkpoint"),
+        inputs: &[
+            TASK,
+            OWNER,
+            FENCE,
+            input("step", "step", Kind::Id, true),
+            input("output", "output", Kind::Output, true),
+            input("spawn", "spawn", Kind::Spawn, false),
+            input("wait", "wait", Kind::Flag, false),
+        ],
     },
     Op {
         name: "fail",

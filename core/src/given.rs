@@ -237,6 +237,22 @@ impl<'a> Given<'a> {
         Ok(text)
     }
 
+    /// The text of the file `value` names as `@FILE` (`@-`: standard
+    /// input), read through the front end; `None` when it names none.
+    fn named_file(&mut self, name: &str, value: &str, limit: u64) -> Result<Option<String>> {
+        let Some(path) = value.strip_prefix('@') else {
+            return Ok(None);
+        };
+        let reader = self.reader.as_mut().ok_or_else(|| {
+            Error::invalid(
+                name,
+                "names a file (@FILE), which only the command line reads",
+            )
+        })?;
+        let file = (path != "-").then_some(path);
+        reader(name, file, limit).map(Some)
+    }
+
     /// The retry policy given by its four inputs, if any is.
     fn retry(&mut self) -> Result<Option<RetryPolicy>> {
         let attempts = match self.number("max_attempts")? {
@@ -502,6 +518,7 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
             keep_waiting: g.flag("keep_waiting")?,
         },
         "add" | "add_graph" => add(&mut g)?,
+        "checkpoint" => checkpoint(&mut g)?,
         "graph" => Call::Graph,
         "schedule" => {
             let name = g
@@ -719,6 +736,65 @@ fn add(g: &mut Given<'_>) -> Result<Call> {
     }
     let nodes = crate::workgraph::parse_graph(&text)?;
     Ok(Call::AddGraph { nodes })
+}
+
+/// A step's output and the tasks it adds: JSON text, or a file named
+/// `@FILE` (`@-`: standard input) read through the front end.
+fn checkpoint(g: &mut Given<'_>) -> Result<Call> {
+    let task = g.id("task")?;
+    let owner = g.id("owner")?;
+    let fence = g.fence("fence")?;
+    let step = g.id("step")?;
+    let limit = crate::request::MAX_CHECKPOINT_BYTES as u64;
+    let output = match g.get("output") {
+        None => return Err(Error::invalid("output", "is required")),
+        Some(Value::String(s)) => {
+            let text = g.named_file("output", &s, limit + 1)?.unwrap_or(s);
+            if text.len() as u64 > limit {
+                return Err(Error::invalid(
+                    "output",
+                    format!("must be at most {limit} bytes of JSON"),
+                ));
+            }
+            crate::json::parse_strict("output", &text)?
+        }
+        Some(v) => v,
+    };
+    let spawn = match g.get("spawn") {
+        None => Vec::new(),
+        Some(Value::String(s)) => {
+            let limit = crate::workgraph::MAX_GRAPH_BYTES;
+            let text = g.named_file("spawn", &s, limit + 1)?.unwrap_or(s);
+            if text.len() as u64 > limit {
+                return Err(Error::invalid(
+                    "spawn",
+                    format!("must be at most {limit} bytes"),
+                ));
+            }
+            crate::workgraph::parse_graph(&text).map_err(|mut e| {
+                e.field = Some("spawn".into());
+                e
+            })?
+        }
+        Some(v) => crate::workgraph::parse_graph(&v.to_string()).map_err(|mut e| {
+            e.field = Some("spawn".into());
+            e
+        })?,
+    };
+    let wait = g.flag("wait")?;
+    crate::request::validate_checkpoint(
+        &output,
+        &spawn.iter().map(|n| n.task.clone()).collect::<Vec<_>>(),
+    )?;
+    Ok(Call::Checkpoint {
+        task,
+        owner,
+        fence,
+        step,
+        output,
+        spawn,
+        wait,
+    })
 }
 
 /// Whether node input `name` holds what not giving it means (a priority

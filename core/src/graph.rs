@@ -501,9 +501,21 @@ pub struct Node {
     /// (it had none of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_retry: Option<RetryPolicy>,
+    /// The dependencies its holder's checkpoints added (the tasks it
+    /// spawned and waits for), listed in `depends_on` too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaits: Vec<TaskId>,
 }
 
 impl Node {
+    /// The spec as it was added: without the dependencies its checkpoints
+    /// added since, so the same add again is still the same task.
+    pub fn as_added(&self) -> NodeSpec {
+        let mut spec = self.spec.clone();
+        spec.depends_on.retain(|d| !self.awaits.contains(d));
+        spec
+    }
+
     /// The retry policy its failed or stalled attempts follow: its own,
     /// else the one its queue gave it when it was added.
     pub fn retry_policy(&self) -> Option<RetryPolicy> {
@@ -537,6 +549,9 @@ pub struct Upstream {
     key: Option<KeyView>,
     /// For an add: the policy of the task's queue, if it has one.
     queue: Option<QueuePolicy>,
+    /// What each task read depends on (a checkpoint that waits for the
+    /// tasks it added refuses one that depends on it).
+    depends: BTreeMap<TaskId, Vec<TaskId>>,
 }
 
 impl Upstream {
@@ -551,7 +566,19 @@ impl Upstream {
             states: states.into_iter().collect(),
             key: None,
             queue: None,
+            depends: BTreeMap::new(),
         }
+    }
+
+    /// With what each task read depends on.
+    pub fn with_dependencies(mut self, depends: BTreeMap<TaskId, Vec<TaskId>>) -> Upstream {
+        self.depends = depends;
+        self
+    }
+
+    /// What `task` depends on, if the commit read it and it has dependencies.
+    pub fn depends_on(&self, task: &TaskId) -> Option<&[TaskId]> {
+        self.depends.get(task).map(Vec::as_slice)
     }
 
     /// With the policy of the deciding task's queue, as read.

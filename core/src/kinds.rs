@@ -142,10 +142,12 @@ pub enum EventKind {
     LimitSet,
     /// A queue's policy was set (`queue:QUEUE`).
     PolicySet,
+    /// The holder recorded a step's output (and added the tasks it names).
+    Checkpointed,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 28] = [
+    pub const ALL: [EventKind; 29] = [
         EventKind::Declared,
         EventKind::ManifestSuperseded,
         EventKind::Registered,
@@ -174,6 +176,7 @@ impl EventKind {
         EventKind::Parked,
         EventKind::LimitSet,
         EventKind::PolicySet,
+        EventKind::Checkpointed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -206,6 +209,7 @@ impl EventKind {
             EventKind::Parked => "PARKED",
             EventKind::LimitSet => "LIMIT_SET",
             EventKind::PolicySet => "POLICY_SET",
+            EventKind::Checkpointed => "CHECKPOINTED",
         }
     }
 
@@ -261,6 +265,8 @@ pub enum RequestKind {
     Complete,
     Fail,
     Cancel,
+    /// A step's output recorded by the holder.
+    Checkpoint,
     Declare,
     Register,
     TaskClaim,
@@ -315,6 +321,7 @@ impl RequestKind {
             RequestKind::Complete => "complete",
             RequestKind::Fail => "fail",
             RequestKind::Cancel => "cancel",
+            RequestKind::Checkpoint => "checkpoint",
             RequestKind::Declare => "declare",
             RequestKind::Register => "register",
             RequestKind::TaskClaim => "task_claim",

@@ -69,9 +69,11 @@ pub use id::{Id, OwnerId, TaskId};
 pub use keeper::{KeepOptions, Keeper, Kept, Loss, Outcome, Schedule};
 pub use manifest::Manifest;
 pub use memory::MemoryStore;
-pub use model::{Actor, Event, EventKind, Grant, Lease, Notification, State, TaskRecord};
+pub use model::{
+    Actor, Checkpoint, Event, EventKind, Grant, Lease, Notification, State, TaskRecord,
+};
 pub use refusal::Refusal;
 pub use request::{Operation, Preconditions, Request, RequestKind};
 pub use store::{Capabilities, ClockKind, ListQuery, Snapshot, Store};
 pub use time::{Clock, CommitClock, ManualClock, SystemClock, Timed, Timestamp};
-pub use workgraph::{Added, GraphNode, GraphState};
+pub use workgraph::{Added, GraphNode, GraphState, Step};

@@ -143,6 +143,30 @@ pub struct TaskRecord {
     /// request but another prune is ever decided on it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pruned_at: Option<Timestamp>,
+    /// The steps the task's attempts recorded (`checkpoint`), in the order
+    /// they were recorded: each grant carries them, so the next attempt
+    /// skips them. Never overwritten; pruned with the task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// One step's output, recorded under the fence of the attempt that ran it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    pub step: String,
+    pub output: Value,
+    pub fence: u64,
+    pub at: Timestamp,
+    /// The tasks added with this step, in the same commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spawned: Vec<TaskId>,
+}
+
+impl TaskRecord {
+    /// The checkpoint recorded for `step`, if any.
+    pub fn checkpoint(&self, step: &str) -> Option<&Checkpoint> {
+        self.checkpoints.iter().find(|c| c.step == step)
+    }
 }
 
 impl TaskRecord {
@@ -254,6 +278,10 @@ pub struct Grant {
     /// `expiry` never passes it, and the holder stops before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ends_by: Option<Timestamp>,
+    /// The steps earlier attempts (or this one) recorded, in order: the
+    /// attempt skips them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<Checkpoint>,
 }
 
 impl Grant {
@@ -276,6 +304,7 @@ impl Grant {
             revision: record.revision,
             claimed_at: l.claimed_at,
             ends_by: l.ends_by,
+            checkpoints: record.checkpoints.clone(),
         })
     }
 }

@@ -79,6 +79,12 @@ pub enum Refusal {
         current_iteration: u64,
     },
     NotFound,
+    /// The step was recorded already with another output (or other added
+    /// tasks): a recorded step is never overwritten.
+    CheckpointConflict {
+        step: crate::id::Id,
+        fence: u64,
+    },
     /// A graph task whose dependencies have not all succeeded yet.
     NotReady {
         waiting_on: Vec<crate::id::TaskId>,
@@ -142,6 +148,7 @@ impl Refusal {
             Refusal::ManifestConflict => "manifest_conflict",
             Refusal::IterationNotAdvanced { .. } => "iteration_not_advanced",
             Refusal::NotFound => "not_found",
+            Refusal::CheckpointConflict { .. } => "checkpoint_conflict",
             Refusal::NotReady { .. } => "not_ready",
             Refusal::KeyFull { .. } => "key_full",
             Refusal::Pruned { .. } => "pruned",
@@ -257,6 +264,10 @@ impl fmt::Display for Refusal {
                 )
             }
             Refusal::NotFound => f.write_str("no such task"),
+            Refusal::CheckpointConflict { step, fence } => write!(
+                f,
+                "step {step} was recorded under fence {fence} with another output; a recorded step is never overwritten"
+            ),
             Refusal::NotReady { waiting_on } => {
                 let names: Vec<&str> = waiting_on.iter().take(10).map(|t| t.as_str()).collect();
                 write!(f, "waiting on {}", names.join(", "))?;

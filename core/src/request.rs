@@ -59,6 +59,21 @@ pub enum Request {
         fence: u64,
         error: Option<Value>,
     },
+    /// The holder records a step's output under its fence; the task's later
+    /// grants carry it. With `spawned`, the tasks of the same commit's
+    /// adds are recorded with the step (and with `wait`, the task depends
+    /// on them: it is granted again once they succeed).
+    Checkpoint {
+        owner: OwnerId,
+        fence: u64,
+        step: Id,
+        output: Value,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[cfg_attr(feature = "schema", schemars(with = "Vec<String>"))]
+        spawned: Vec<TaskId>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        wait: bool,
+    },
     /// With a fence: the holder cancels its own grant. Without: an operator cancels.
     Cancel {
         by: Actor,
@@ -235,6 +250,7 @@ impl Request {
             Request::Recover { .. } => RequestKind::Recover,
             Request::Complete { .. } => RequestKind::Complete,
             Request::Fail { .. } => RequestKind::Fail,
+            Request::Checkpoint { .. } => RequestKind::Checkpoint,
             Request::Cancel { .. } => RequestKind::Cancel,
             Request::Declare { .. } => RequestKind::Declare,
             Request::Register { .. } => RequestKind::Register,
@@ -272,7 +288,8 @@ impl Request {
             | Request::Release { owner, .. }
             | Request::Recover { owner, .. }
             | Request::Complete { owner, .. }
-            | Request::Fail { owner, .. } => Actor::Worker(owner.clone()),
+            | Request::Fail { owner, .. }
+            | Request::Checkpoint { owner, .. } => Actor::Worker(owner.clone()),
             Request::Cancel { by, .. }
             | Request::Redispatch { by, .. }
             | Request::Finalize { by, .. }
@@ -311,6 +328,7 @@ impl Request {
                 | Request::Release { .. }
                 | Request::Complete { .. }
                 | Request::Fail { .. }
+                | Request::Checkpoint { .. }
                 | Request::Cancel { fence: Some(_), .. }
                 | Request::Start { .. }
                 | Request::Heartbeat { .. }
@@ -326,6 +344,7 @@ impl Request {
             | Request::Release { fence, .. }
             | Request::Complete { fence, .. }
             | Request::Fail { fence, .. }
+            | Request::Checkpoint { fence, .. }
             | Request::Start { fence, .. }
             | Request::Heartbeat { fence, .. }
             | Request::Succeed { fence, .. }
@@ -371,6 +390,9 @@ impl Request {
                 }
             }
             Request::Succeed { evidence, .. } => validate_evidence(evidence),
+            Request::Checkpoint {
+                output, spawned, ..
+            } => validate_checkpoint(output, spawned),
             Request::Redispatch { iteration: 0, .. } => Err(Error::invalid(
                 "iteration",
                 "must be a positive whole number",
@@ -472,6 +494,45 @@ pub fn validate_error(error: &Value) -> Result<(), Error> {
             "error",
             format!("must be at most {MAX_ERROR_BYTES} bytes of JSON (got {size})"),
         ));
+    }
+    Ok(())
+}
+
+/// The most bytes of JSON one checkpoint's output may take.
+pub const MAX_CHECKPOINT_BYTES: usize = 64 * 1024;
+/// The most bytes of JSON a task's checkpoints may take together: every
+/// grant carries them.
+pub const MAX_CHECKPOINTS_BYTES: usize = 256 * 1024;
+/// The most checkpoints one task may record.
+pub const MAX_CHECKPOINTS: usize = 1000;
+/// The most tasks one checkpoint may add.
+pub const MAX_SPAWNED: usize = 1000;
+
+/// A checkpoint's output (any JSON value, at most [`MAX_CHECKPOINT_BYTES`])
+/// and the tasks it names as added with it (distinct, at most [`MAX_SPAWNED`]).
+pub fn validate_checkpoint(output: &Value, spawned: &[TaskId]) -> Result<(), Error> {
+    crate::json::check_depth("output", output)?;
+    let size = serde_json::to_string(output)
+        .map(|s| s.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_CHECKPOINT_BYTES {
+        return Err(Error::invalid(
+            "output",
+            format!("must be at most {MAX_CHECKPOINT_BYTES} bytes of JSON (got {size})"),
+        ));
+    }
+    if spawned.len() > MAX_SPAWNED {
+        return Err(Error::invalid(
+            "spawn",
+            format!(
+                "may add at most {MAX_SPAWNED} tasks (got {})",
+                spawned.len()
+            ),
+        ));
+    }
+    let distinct: std::collections::BTreeSet<&TaskId> = spawned.iter().collect();
+    if distinct.len() != spawned.len() {
+        return Err(Error::invalid("spawn", "names a task twice"));
     }
     Ok(())
 }

@@ -465,13 +465,20 @@ pub fn upstream_of(
     now: Timestamp,
 ) -> crate::graph::Upstream {
     let mut queue = None;
+    let mut depends = std::collections::BTreeMap::new();
     let upstream = crate::graph::Upstream::of_states(found.into_iter().map(|(id, snap)| {
         if let Some(p) = snap.as_ref().and_then(|s| s.record.queue_policy) {
             queue = Some(p);
         }
+        if let Some(s) = snap.as_ref()
+            && !s.record.depends_on().is_empty()
+        {
+            depends.insert(id.clone(), s.record.depends_on().to_vec());
+        }
         let state = snap.map(|s| crate::decide::derive(&s.record, s.judged, now).state);
         (id, state)
-    }));
+    }))
+    .with_dependencies(depends);
     match queue {
         Some(p) => upstream.with_queue(p),
         None => upstream,

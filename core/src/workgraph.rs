@@ -374,6 +374,102 @@ impl<S: Store> Authority<S> {
         Ok(Ok(added))
     }
 
+    /// Records a step of the holder's attempt (`step.fence`) on `task`,
+    /// with the tasks it spawns added in the same commit: all of it or
+    /// nothing, so a crash between the two never adds them twice or loses
+    /// them, and a superseded attempt's step adds nothing. The reply is the
+    /// checkpoint's (an acknowledgement when the same step was recorded
+    /// with the same output and tasks); `Err((task, refusal))` names an
+    /// added task that was refused (one of that id exists as another
+    /// task), and then nothing was recorded.
+    pub async fn checkpoint(
+        &self,
+        task: &TaskId,
+        step: Step,
+    ) -> Result<std::result::Result<Reply, (TaskId, Refusal)>> {
+        let spawned: Vec<TaskId> = step.spawn.iter().map(|n| n.task.clone()).collect();
+        let request = Request::Checkpoint {
+            owner: step.owner,
+            fence: step.fence,
+            step: step.step,
+            output: step.output,
+            spawned,
+            wait: step.wait,
+        };
+        if step.spawn.is_empty() {
+            return self
+                .submit(task, request, Preconditions::none())
+                .await
+                .map(Ok);
+        }
+        request.validate()?;
+        let inside: BTreeSet<TaskId> = step.spawn.iter().map(|n| n.task.clone()).collect();
+        let now = self.now();
+        let mut known = BTreeSet::new();
+        for d in step
+            .spawn
+            .iter()
+            .flat_map(|n| n.spec.depends_on.iter())
+            .filter(|d| !inside.contains(*d))
+            .collect::<BTreeSet<_>>()
+        {
+            if d == task || self.store.read(d, now).await?.is_some() {
+                known.insert(d.clone());
+            }
+        }
+        let mut ops: Vec<Operation> = plan(step.spawn, |t| known.contains(t))?
+            .into_iter()
+            .map(|n| Operation {
+                task: n.task,
+                request: Request::Add { node: n.spec },
+                pre: Preconditions::none(),
+                now,
+                clock: self.commit_clock(),
+            })
+            .collect();
+        ops.push(Operation {
+            task: task.clone(),
+            request,
+            pre: Preconditions::none(),
+            now,
+            clock: self.commit_clock(),
+        });
+        let ops = match &self.permits {
+            Some(p) => ops
+                .into_iter()
+                .map(|op| p.admit(op))
+                .collect::<Result<Vec<_>>>()?,
+            None => ops,
+        };
+        for op in &ops {
+            op.request.validate()?;
+        }
+        let mut decisions = self.store.apply_all(ops.clone()).await?;
+        // The step's own answer first: a stale fence refuses the whole.
+        if decisions.len() == ops.len()
+            && let Some(last) = decisions.pop()
+        {
+            let answer = reply(last)?;
+            if answer.is_refused() {
+                return Ok(Ok(answer));
+            }
+            for (op, d) in ops.iter().zip(decisions) {
+                if let Reply::Refused(r) = reply(d)? {
+                    return Ok(Err((op.task.clone(), r)));
+                }
+            }
+            return Ok(Ok(answer));
+        }
+        for (op, d) in ops.iter().zip(decisions) {
+            if let Reply::Refused(r) = reply(d)? {
+                return Ok(Err((op.task.clone(), r)));
+            }
+        }
+        Err(Error::corrupt(format!(
+            "{task}: the store answered a checkpoint's commit without the checkpoint's decision"
+        )))
+    }
+
     /// Grants the ready bare task of `queues` with the highest priority,
     /// then the earliest ready time, then the smallest id. Nothing ready:
     /// `none_ready`, or `drained` when nothing in the queues can become
@@ -655,6 +751,21 @@ impl<S: Store> Authority<S> {
         }
         Ok(Upstream::of_states(states))
     }
+}
+
+/// A step the holder of a task records ([`Authority::checkpoint`]).
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub owner: OwnerId,
+    pub fence: u64,
+    pub step: Id,
+    /// Any JSON value, at most [`crate::request::MAX_CHECKPOINT_BYTES`].
+    pub output: serde_json::Value,
+    /// The tasks to add with it, in the same commit.
+    pub spawn: Vec<NewNode>,
+    /// Whether the task waits for them: it depends on each, and is granted
+    /// again once they have all succeeded.
+    pub wait: bool,
 }
 
 /// The largest graph file read, in bytes.

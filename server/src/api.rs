@@ -38,6 +38,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("gate"), get(gate))
         .route(at("events"), get(events))
         .route(at("feed"), get(feed))
+        .route(at("checkpoint"), post(checkpoint))
         .route("/v1/tasks/{task}/{verb}", post(write))
         .route(at("next"), post(next))
         .route(at("graph"), get(graph).post(add_graph))
@@ -176,6 +177,33 @@ async fn write(
     } else {
         Call::Write { task, request, pre }
     };
+    run(&a, call).await
+}
+
+/// `POST /v1/tasks/{id}/checkpoint`: the holder records a step (and adds
+/// the tasks it spawns in the same commit). The body's fields are read by
+/// core's catalogue rules, as the CLI's and Python's are; the output and
+/// the nodes are JSON values here, handed to core as their text (a file
+/// is read on the command line only).
+async fn checkpoint(AsCaller(a): AsCaller, Path(id): Path<String>, body: Bytes) -> Handled {
+    let mut fields: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_strict(&body)?
+    };
+    let Some(o) = fields.as_object_mut() else {
+        return Err(Error::invalid("body", "must be a JSON object").into());
+    };
+    for k in ["output", "spawn"] {
+        if let Some(v) = o.get_mut(k).filter(|v| !v.is_null()) {
+            *v = Value::String(v.to_string());
+        }
+    }
+    if o.contains_key("task") {
+        return Err(Error::invalid("task", "is the path's, not a field of the body").into());
+    }
+    o.insert("task".into(), Value::String(task(&id)?.to_string()));
+    let call = baton_core::given::call("checkpoint", baton_core::given::Given::new(fields)?)?;
     run(&a, call).await
 }
 

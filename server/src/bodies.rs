@@ -16,6 +16,23 @@ pub(crate) struct NextBody {
     pub(crate) queues: Vec<Id>,
 }
 
+/// The body of `POST /v1/tasks/{task}/checkpoint`: the holder's step, its
+/// output (any JSON value), and the tasks it adds (graph nodes) in the
+/// same commit. Read by core's catalogue rules, as every front end's.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Its schema documents the body; core reads the fields.
+pub(crate) struct CheckpointBody {
+    pub(crate) owner: Id,
+    pub(crate) fence: u64,
+    pub(crate) step: Id,
+    pub(crate) output: serde_json::Value,
+    #[serde(default)]
+    pub(crate) spawn: Vec<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub(crate) wait: bool,
+}
+
 /// The body of a request that takes none: empty, or an object with no
 /// field (a field is refused, never ignored).
 #[derive(Deserialize, schemars::JsonSchema)]

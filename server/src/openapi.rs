@@ -8,7 +8,7 @@
 //! described by the catalogue's schema of them.
 
 use crate::bodies::{
-    AckBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody,
+    AckBody, CheckpointBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody,
 };
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
 use baton_core::{Preconditions, Request};
@@ -86,6 +86,7 @@ fn decoded_body(op: &Op, path: &str) -> Option<Value> {
         "prune" => schema_of::<PruneBody>(),
         "ack" => schema_of::<AckBody>(),
         "sweep" | "tick" => schema_of::<NoBody>(),
+        "checkpoint" => schema_of::<CheckpointBody>(),
         verb if path == format!("/v1/tasks/{{task}}/{verb}") => task_verb_body(verb)?,
         _ => return None,
     };

@@ -287,7 +287,16 @@ pub async fn supervised<S: Store + 'static>(
     if let Some(reason) = too_late() {
         return give_back(auth, spec, &grant, LOST, reason, opened_at, started).await;
     }
-    let mut child = match spawn(spec, &grant, token.as_deref()) {
+    // The steps earlier attempts recorded, for the child to skip: a file
+    // only this user reads, removed when the run ends.
+    let checkpoints = match checkpoints_file(&grant) {
+        Ok(f) => f,
+        Err(e) => {
+            let reason = format!("cannot write the task's checkpoints for the command: {e}");
+            return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
+        }
+    };
+    let mut child = match spawn(spec, &grant, token.as_deref(), checkpoints.path()) {
         Ok(c) => c,
         Err(e) => {
             // Nothing ran: give the task back rather than fail it.
@@ -653,6 +662,7 @@ fn spawn(
     spec: &Spec,
     grant: &Grant,
     token: Option<&str>,
+    checkpoints: &std::path::Path,
 ) -> std::io::Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(&spec.command[0]);
     // The signing key stays with the authority: a child that could read
@@ -667,20 +677,39 @@ fn spawn(
         .env("BATON_TASK", grant.task.as_str())
         .env("BATON_FENCE", grant.fence.to_string())
         .env("BATON_ATTEMPT", grant.attempt.to_string())
-        .env("BATON_EXPIRY", grant.expiry.to_string());
+        .env("BATON_EXPIRY", grant.expiry.to_string())
+        .env("BATON_CHECKPOINTS", checkpoints);
     match &spec.holder {
         Holder::Bare { owner, .. } => {
             cmd.env("BATON_OWNER", owner.as_str());
         }
+        // The lease's holder is the executor: `baton checkpoint` takes it
+        // as its owner.
         Holder::Declared { run, executor } => {
             cmd.env("BATON_RUN", run.as_str())
-                .env("BATON_EXECUTOR", executor.as_str());
+                .env("BATON_EXECUTOR", executor.as_str())
+                .env("BATON_OWNER", executor.as_str());
         }
     }
     // The child keeps stdin, stdout and stderr; baton's own lines go to stderr.
     cmd.kill_on_drop(false);
     contain(&mut cmd);
     cmd.spawn()
+}
+
+/// The grant's checkpoints (the steps earlier attempts recorded, in
+/// order: `[{"step", "output", "fence", "at"}]`, `[]` for none) in a new
+/// file readable by this user only, removed when the handle is dropped.
+fn checkpoints_file(grant: &Grant) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    let mut f = tempfile::Builder::new()
+        .prefix("baton-checkpoints-")
+        .suffix(".json")
+        .tempfile()?;
+    serde_json::to_writer(&mut f, &grant.checkpoints)?;
+    f.write_all(b"\n")?;
+    f.flush()?;
+    Ok(f)
 }
 
 /// Puts the child in a process group of its own, and has the kernel kill

@@ -269,7 +269,9 @@ macro_rules! conformance_tests {
             a_failing_schedule_stops_no_other_and_says_why,
             records_that_hold_settings_take_no_task_request,
             counts_kept_with_commits_equal_a_recount,
-            a_guard_refuses_the_attempt_a_later_grant_replaced
+            a_guard_refuses_the_attempt_a_later_grant_replaced,
+            checkpoints_are_fenced_kept_and_carried_by_later_grants,
+            a_step_spawns_its_tasks_once_and_waits_for_them
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

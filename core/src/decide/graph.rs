@@ -47,6 +47,7 @@ pub(super) fn create_added(op: &Operation, spec: &NodeSpec, upstream: &Upstream)
         not_before: spec.start.map(|s| s.resolve(now)).filter(|t| *t > now),
         parked: false,
         queue_retry: queue_retry(spec, upstream),
+        awaits: Vec::new(),
     });
     let mut events = vec![
         draft(&r, EventKind::Added, None, op.request.actor(), None, now).details(json!({
@@ -139,6 +140,7 @@ pub(super) fn declared_node(
             ready_at: (r == Readiness::Ready).then_some(op.now),
             not_before: None,
             parked: false,
+            awaits: Vec::new(),
         }),
     }
 }
@@ -154,7 +156,7 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, upstream: &Upstream) -> V
         Request::Add { node } => match &rec.node {
             // The same task asked for again (with whatever start): the
             // first add stands.
-            Some(n) if rec.is_bare() && n.spec.same_task(node) => Verdict::Ack,
+            Some(n) if rec.is_bare() && n.as_added().same_task(node) => Verdict::Ack,
             _ => refuse(Refusal::ManifestConflict),
         },
         Request::Link { dependent } => {
@@ -244,6 +246,23 @@ pub(super) fn follow_ups(op: &Operation, d: &Decision) -> Vec<(TaskId, Request)>
     {
         out.push((dependent.clone(), Request::Wake));
     }
+    // A checkpoint that waits for the tasks it added: each records the
+    // task as its dependent, so that their successes wake it.
+    if let Request::Checkpoint {
+        spawned,
+        wait: true,
+        ..
+    } = &op.request
+    {
+        for t in spawned {
+            out.push((
+                t.clone(),
+                Request::Link {
+                    dependent: after.task.clone(),
+                },
+            ));
+        }
+    }
     out
 }
 
@@ -290,6 +309,13 @@ pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecor
             ids
         }
         Request::Wake => record.map(|r| r.depends_on().to_vec()).unwrap_or_default(),
+        // A checkpoint that waits reads the tasks it added (in the same
+        // commit, before it): each must exist, none may depend on it.
+        Request::Checkpoint {
+            spawned,
+            wait: true,
+            ..
+        } => spawned.clone(),
         // A schedule's template may only name tasks that exist: every
         // period's task would be refused for one that does not.
         Request::Schedule { schedule } if record.is_none() => schedule.template.depends_on.clone(),

@@ -29,6 +29,7 @@ mod operator;
 mod queue;
 mod registry;
 mod settle;
+mod steps;
 
 use build::*;
 use checks::*;
@@ -662,6 +663,7 @@ fn decide_request(
             graph::decide(op, rec, upstream)
         }
         Request::Unpark => key::unpark(rec, op.now),
+        Request::Checkpoint { .. } => steps::decide(op, rec, upstream),
         // Decided above.
         Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.

@@ -9,6 +9,7 @@ mod lifecycle;
 mod races;
 mod reads;
 mod registry;
+mod steps;
 
 pub use delay::*;
 pub use fencing::*;
@@ -19,3 +20,4 @@ pub use lifecycle::*;
 pub use races::*;
 pub use reads::*;
 pub use registry::*;
+pub use steps::*;
