@@ -16,6 +16,9 @@ pub enum Breakage {
     /// A renew under a fence that is not the current one renews the
     /// current grant instead of being refused.
     AcceptsStaleRenew,
+    /// A checkpoint under a fence that is not the current one is recorded
+    /// as the current grant's.
+    AcceptsStaleCheckpoint,
 }
 
 /// A real store with one promise broken.
@@ -61,6 +64,24 @@ impl<S: Store> Broken<S> {
                     ttl_ms: *ttl_ms,
                 })
             }
+            (
+                Request::Checkpoint {
+                    fence,
+                    step,
+                    output,
+                    spawned,
+                    wait,
+                    ..
+                },
+                Breakage::AcceptsStaleCheckpoint,
+            ) if *fence != lease.fence => Some(Request::Checkpoint {
+                owner: lease.owner,
+                fence: lease.fence,
+                step: step.clone(),
+                output: output.clone(),
+                spawned: spawned.clone(),
+                wait: *wait,
+            }),
             _ => None,
         }
     }

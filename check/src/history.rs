@@ -41,6 +41,12 @@ pub enum Req {
     Verify {
         fence: u64,
     },
+    /// The holder records step `step` with `output` (JSON text) under `fence`.
+    Checkpoint {
+        fence: u64,
+        step: String,
+        output: String,
+    },
     /// A write to the client's own storage through a guard, under `fence`
     /// (the task's grant's, or an older one's: a zombie's). Checked by the
     /// guard's model (`writes`), not the task's.
@@ -90,6 +96,9 @@ pub enum Observed {
         ack: bool,
         state: State,
         lease: Option<Seen>,
+        /// The steps the answer's record holds (`checkpoint`), in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        steps: Vec<String>,
     },
     /// A typed no, with the fields the model compares.
     Refused {
@@ -130,11 +139,13 @@ impl Observed {
                 ack: false,
                 state: r.state,
                 lease: r.lease.as_ref().map(Seen::of),
+                steps: r.checkpoints.iter().map(|c| c.step.clone()).collect(),
             },
             Ok(Reply::Acknowledged(r)) => Observed::Done {
                 ack: true,
                 state: r.state,
                 lease: r.lease.as_ref().map(Seen::of),
+                steps: r.checkpoints.iter().map(|c| c.step.clone()).collect(),
             },
             Ok(Reply::Refused(r)) => Observed::refused(&r),
             Err(e) => Observed::of_error(e),

@@ -81,6 +81,8 @@ pub enum Obs {
         /// The answer's record is CANCELLED.
         cancelled: bool,
         lease: Option<Shown>,
+        /// The steps the answer's record holds.
+        steps: Vec<String>,
     },
     Refused {
         reason: String,
@@ -132,10 +134,16 @@ impl Step {
         };
         let answer = match answer {
             None => None,
-            Some(Observed::Done { ack, lease, state }) => Some(Obs::Done {
+            Some(Observed::Done {
+                ack,
+                lease,
+                state,
+                steps,
+            }) => Some(Obs::Done {
                 ack: *ack,
                 cancelled: *state == State::Cancelled,
                 lease: shown(lease),
+                steps: steps.clone(),
             }),
             Some(Observed::Holder { lease, live }) => Some(Obs::Holder {
                 lease: shown(lease),
@@ -245,6 +253,18 @@ pub struct TaskState {
     /// An operator asked the holder to stop: the task is CANCELLED once
     /// the holder gives it back or its lease ends.
     pub cancel_requested: bool,
+    /// The steps recorded (`checkpoint`), by name.
+    pub steps: std::collections::BTreeMap<String, Recorded>,
+}
+
+/// A step as recorded: its output (JSON text), the fence it was recorded
+/// under, and whether an answer showed it (`false`: its checkpoint's
+/// answer never came, so it may not have been applied).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Recorded {
+    pub output: String,
+    pub fence: u64,
+    pub sure: bool,
 }
 
 /// The specification the checker runs.
@@ -333,6 +353,23 @@ impl TaskState {
         }
     }
 
+    /// An answer's record showed `shown` steps: every step known to be
+    /// recorded is among them, and each of them was recorded (a step
+    /// whose answer never came is now known either way).
+    fn carried(&mut self, shown: &[String]) -> Option<()> {
+        check(shown.iter().all(|st| self.steps.contains_key(st)))?;
+        check(
+            self.steps
+                .iter()
+                .all(|(st, r)| !r.sure || shown.contains(st)),
+        )?;
+        self.steps.retain(|st, _| shown.contains(st));
+        for r in self.steps.values_mut() {
+            r.sure = true;
+        }
+        Some(())
+    }
+
     /// Whether the lease's fence may be `fence` (without pinning it).
     fn fence_may_be(&self, fence: u64) -> bool {
         self.lease.is_some_and(|l| match l.fence {
@@ -368,6 +405,11 @@ impl Step {
             Req::OperatorCancel => self.operator_cancel(s, n, lo),
             Req::Holder => self.read(s, n, lo, None),
             Req::Verify { fence } => self.read(s, n, lo, Some(*fence)),
+            Req::Checkpoint {
+                fence,
+                step,
+                output,
+            } => self.checkpoint(s, n, lo, *fence, step, output),
             // Checked by the guard's model; the task's record is untouched.
             Req::Write { .. } => Some(n),
         }
@@ -435,10 +477,13 @@ impl Step {
             Some(Obs::Done {
                 ack: false,
                 lease: Some(g),
+                steps,
                 ..
             }) => {
                 check(!s.phase.terminal() && g.owner == self.owner && !g.expired)?;
                 check(g.fence > s.max_fence)?;
+                // A grant carries every step recorded before it, and only those.
+                n.carried(steps)?;
                 let at = if live_regrant {
                     lo
                 } else {
@@ -593,6 +638,85 @@ impl Step {
         }
     }
 
+    /// A checkpoint: the holder's checks as every request under a fence
+    /// (`under_fence`), then the step's rule: recorded once, never
+    /// overwritten (the same output again is an acknowledgement, another a
+    /// conflict).
+    fn checkpoint(
+        &self,
+        s: &TaskState,
+        mut n: TaskState,
+        lo: u64,
+        fence: u64,
+        step: &str,
+        output: &str,
+    ) -> Option<TaskState> {
+        let lim = &self.limits;
+        let ours = s.lease.is_some_and(|l| l.owner == self.owner);
+        let had = s.steps.get(step);
+        let holds = |n: &mut TaskState| -> Option<()> {
+            check(ours && s.phase == Phase::Held && s.may_live(self.invoked, lim))?;
+            n.pin(fence)
+        };
+        match &self.answer {
+            None => {
+                if ours
+                    && s.phase == Phase::Held
+                    && s.fence_may_be(fence)
+                    && s.may_live(self.invoked, lim)
+                    && had.is_none_or(|r| !r.sure)
+                {
+                    n.pin(fence)?;
+                    n.steps.insert(
+                        step.to_owned(),
+                        Recorded {
+                            output: output.to_owned(),
+                            fence,
+                            sure: false,
+                        },
+                    );
+                }
+                Some(n)
+            }
+            Some(Obs::Done {
+                ack: false, steps, ..
+            }) => {
+                holds(&mut n)?;
+                // A recorded step is never overwritten.
+                check(had.is_none_or(|r| !r.sure))?;
+                n.steps.insert(
+                    step.to_owned(),
+                    Recorded {
+                        output: output.to_owned(),
+                        fence,
+                        sure: true,
+                    },
+                );
+                n.carried(steps)?;
+                Some(n)
+            }
+            Some(Obs::Done {
+                ack: true, steps, ..
+            }) => {
+                holds(&mut n)?;
+                check(had.is_some_and(|r| r.output == output))?;
+                n.carried(steps)?;
+                Some(n)
+            }
+            Some(Obs::Refused { reason, .. }) if reason == "checkpoint_conflict" => {
+                holds(&mut n)?;
+                check(had.is_some_and(|r| r.output != output))?;
+                if let Some(r) = n.steps.get_mut(step) {
+                    r.sure = true;
+                }
+                Some(n)
+            }
+            // The holder's checks refused it, as any request under a fence.
+            Some(Obs::Refused { .. }) => self.under_fence(s, n, lo, fence, None, Some(0)),
+            _ => None,
+        }
+    }
+
     /// An operator's cancel (never forced by the recorder): a live lease's
     /// holder is asked to stop; a task nobody holds is CANCELLED.
     fn operator_cancel(&self, s: &TaskState, mut n: TaskState, lo: u64) -> Option<TaskState> {
@@ -624,6 +748,7 @@ impl Step {
                 ack: false,
                 cancelled: false,
                 lease,
+                ..
             }) => {
                 // The request, recorded: the holder's lease was live.
                 check(s.phase == Phase::Held && !s.cancel_requested)?;
@@ -638,6 +763,7 @@ impl Step {
                 ack: false,
                 cancelled: true,
                 lease,
+                ..
             }) => {
                 check(s.exists && matches!(s.phase, Phase::Free | Phase::Held))?;
                 check(!s.cancel_requested)?;

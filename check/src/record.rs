@@ -130,7 +130,8 @@ impl Client<'_> {
                 45..48 => Req::Complete { fence },
                 48..49 => Req::Fail { fence },
                 49..50 => Req::Cancel { fence },
-                50..60 => Req::Verify { fence },
+                50..54 => Req::Verify { fence },
+                54..60 => self.checkpoint(fence),
                 60..65 => Req::Holder,
                 65..78 => match old {
                     Some(f) if f != fence => self.stale(f, ttl_ms),
@@ -250,10 +251,21 @@ impl Client<'_> {
     /// A write under a fence that is (or soon will be) not this client's
     /// current one: its own old grant's, or another owner's.
     fn stale(&mut self, fence: u64, ttl_ms: u64) -> Req {
-        match self.rng.u32(0..3) {
+        match self.rng.u32(0..4) {
             0 => Req::Renew { fence, ttl_ms },
             1 => Req::Complete { fence },
+            2 => self.checkpoint(fence),
             _ => Req::Release { fence },
+        }
+    }
+
+    /// A step of three, with one of two outputs: the same one again is an
+    /// acknowledgement, the other a conflict.
+    fn checkpoint(&mut self, fence: u64) -> Req {
+        Req::Checkpoint {
+            fence,
+            step: format!("s{}", self.rng.u32(0..3)),
+            output: format!("{{\"v\":{}}}", self.rng.u32(0..2)),
         }
     }
 
@@ -325,6 +337,33 @@ impl Client<'_> {
                     .await
             }
             Req::Renew { fence, ttl_ms } => auth.renew(&task, o, *fence, Some(*ttl_ms)).await,
+            Req::Checkpoint {
+                fence,
+                step,
+                output,
+            } => {
+                let step = match (Id::parse("step", step), serde_json::from_str(output)) {
+                    (Ok(step), Ok(output)) => baton_core::Step {
+                        owner: o.clone(),
+                        fence: *fence,
+                        step,
+                        output,
+                        spawn: Vec::new(),
+                        wait: false,
+                    },
+                    _ => {
+                        return Observed::Error {
+                            kind: "invalid".into(),
+                            message: format!("a malformed step {step:?} {output:?}"),
+                        };
+                    }
+                };
+                match auth.checkpoint(&task, step).await {
+                    Ok(Ok(r)) => Ok(r),
+                    Ok(Err((_, r))) => Ok(baton_core::Reply::Refused(r)),
+                    Err(e) => Err(e),
+                }
+            }
             Req::Release { fence } => auth.release(&task, o, *fence).await,
             Req::Complete { fence } => auth.complete(&task, o, *fence).await,
             Req::Fail { fence } => {
@@ -401,6 +440,11 @@ impl Client<'_> {
             {
                 self.held.insert(task.to_owned(), (*fence, *ttl_ms));
             }
+            // A step recorded (or refused as another output for it): the
+            // grant holds on.
+            (Req::Checkpoint { .. }, Observed::Done { .. }) => {}
+            (Req::Checkpoint { .. }, Observed::Refused { reason, .. })
+                if reason == "checkpoint_conflict" => {}
             (
                 _,
                 Observed::Refused {
@@ -429,7 +473,8 @@ impl Client<'_> {
             | Req::Release { fence }
             | Req::Complete { fence }
             | Req::Fail { fence }
-            | Req::Cancel { fence } => Some(*fence),
+            | Req::Cancel { fence }
+            | Req::Checkpoint { fence, .. } => Some(*fence),
             Req::Claim { .. } | Req::OperatorCancel => None,
             Req::Holder | Req::Verify { .. } | Req::Write { .. } => return,
         };

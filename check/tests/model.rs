@@ -74,6 +74,11 @@ fn claim(ttl_ms: u64) -> Req {
 }
 
 fn granted(owner: u32, fence: u64) -> Observed {
+    granted_with(owner, fence, &[])
+}
+
+/// A grant whose record holds `steps`.
+fn granted_with(owner: u32, fence: u64, steps: &[&str]) -> Observed {
     Observed::Done {
         ack: false,
         state: State::Claimed,
@@ -82,6 +87,7 @@ fn granted(owner: u32, fence: u64) -> Observed {
             fence,
             expired: false,
         }),
+        steps: steps.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -94,6 +100,29 @@ fn done(owner: u32, fence: u64, state: State) -> Observed {
             fence,
             expired: false,
         }),
+        steps: Vec::new(),
+    }
+}
+
+fn step(fence: u64, name: &str, output: &str) -> Req {
+    Req::Checkpoint {
+        fence,
+        step: name.into(),
+        output: output.into(),
+    }
+}
+
+/// A checkpoint's answer: the holder's record, with `steps`.
+fn recorded(owner: u32, fence: u64, ack: bool, steps: &[&str]) -> Observed {
+    Observed::Done {
+        ack,
+        state: State::Claimed,
+        lease: Some(Seen {
+            owner: format!("c{owner}"),
+            fence,
+            expired: false,
+        }),
+        steps: steps.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -351,6 +380,130 @@ fn a_verify_that_calls_a_stale_fence_current_is_caught() {
                 state: State::Claimed,
                 current_fence: Some(1),
             },
+        )
+        .check();
+    assert!(!r.ok());
+}
+
+#[test]
+fn checkpoints_by_the_holder_are_kept_and_carried_by_the_next_grant() {
+    let r = H::default()
+        .op(0, "a", 0, Some(1), claim(100), granted(0, 1))
+        .op(
+            0,
+            "a",
+            2,
+            Some(3),
+            step(1, "s1", "1"),
+            recorded(0, 1, false, &["s1"]),
+        )
+        .op(
+            0,
+            "a",
+            4,
+            Some(5),
+            step(1, "s1", "1"),
+            recorded(0, 1, true, &["s1"]),
+        )
+        .op(
+            0,
+            "a",
+            6,
+            Some(7),
+            step(1, "s1", "2"),
+            refused("checkpoint_conflict"),
+        )
+        // The answer of this one never came: recorded or not, either is fine.
+        .op(0, "a", 8, None, step(1, "s2", "1"), refused("unused"))
+        .op(
+            1,
+            "a",
+            150,
+            Some(151),
+            claim(100),
+            granted_with(1, 2, &["s1", "s2"]),
+        )
+        .op(
+            0,
+            "a",
+            160,
+            Some(161),
+            step(1, "s3", "1"),
+            Observed::Refused {
+                reason: "stale_fence".into(),
+                current_fence: Some(2),
+                holder: None,
+                fence: Some(1),
+            },
+        )
+        .check();
+    assert!(r.ok());
+}
+
+#[test]
+fn a_checkpoint_admitted_under_a_superseded_fence_is_caught() {
+    let r = H::default()
+        .op(0, "a", 0, Some(1), claim(100), granted(0, 1))
+        .op(1, "a", 150, Some(151), claim(100), granted(1, 2))
+        .op(
+            0,
+            "a",
+            160,
+            Some(161),
+            step(1, "s1", "1"),
+            recorded(0, 1, false, &["s1"]),
+        )
+        .check();
+    assert!(!r.ok());
+}
+
+#[test]
+fn a_recorded_step_changed_or_lost_is_caught() {
+    // Overwritten: the second output was committed.
+    let r = H::default()
+        .op(0, "a", 0, Some(1), claim(100), granted(0, 1))
+        .op(
+            0,
+            "a",
+            2,
+            Some(3),
+            step(1, "s1", "1"),
+            recorded(0, 1, false, &["s1"]),
+        )
+        .op(
+            0,
+            "a",
+            4,
+            Some(5),
+            step(1, "s1", "2"),
+            recorded(0, 1, false, &["s1"]),
+        )
+        .check();
+    assert!(!r.ok());
+    // Lost: the next grant does not carry it.
+    let r = H::default()
+        .op(0, "a", 0, Some(1), claim(100), granted(0, 1))
+        .op(
+            0,
+            "a",
+            2,
+            Some(3),
+            step(1, "s1", "1"),
+            recorded(0, 1, false, &["s1"]),
+        )
+        .op(1, "a", 150, Some(151), claim(100), granted(1, 2))
+        .check();
+    assert!(!r.ok());
+    // A conflict for a step never recorded.
+    let r = H::default()
+        .op(0, "a", 0, Some(1), claim(100), granted(0, 1))
+        .op(
+            0,
+            "a",
+            2,
+            Some(3),
+            step(1, "s1", "1"),
+            refused("checkpoint_conflict"),
         )
         .check();
     assert!(!r.ok());

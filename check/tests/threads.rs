@@ -104,6 +104,13 @@ fn a_store_that_accepts_a_stale_renew_is_caught() {
 }
 
 #[test]
+fn a_store_that_accepts_a_stale_checkpoint_is_caught() {
+    let store = Broken::new(MemoryStore::new(), Breakage::AcceptsStaleCheckpoint);
+    let r = record(Arc::new(store), 6, 3.0);
+    assert!(!r.ok(), "a superseded attempt's step went unnoticed: {r}");
+}
+
+#[test]
 fn a_guard_that_admits_every_fence_is_caught() {
     // The same clients, zombies writing under lapsed and old fences, with
     // the guard skipped: a lower fence lands after a higher one.

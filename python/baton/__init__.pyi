@@ -13,7 +13,7 @@ import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
 
 __all__ = [
     "Authority",
@@ -80,6 +80,7 @@ _Reason = Literal[
     "evidence_missing",
     "steps_incomplete",
     "manifest_conflict",
+    "checkpoint_conflict",
     "iteration_not_advanced",
     "not_found",
     "not_ready",
@@ -163,6 +164,9 @@ class Grant:
     @property
     def token(self) -> Optional[str]:
         """The fence signed by the authority, when it signs fences."""
+    @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The steps recorded for the task so far, in order (step, output, fence, at, spawned)."""
     def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> Any:
         """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this grant's fence:
         a context manager, an async one on a psycopg AsyncConnection."""
@@ -213,6 +217,9 @@ class Record:
     def error(self) -> Optional[_Json]: ...
     @property
     def metadata(self) -> dict[str, _Json]: ...
+    @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The steps the task's attempts recorded, in order."""
     @property
     def created_at(self) -> datetime.datetime: ...
     @property
@@ -313,6 +320,14 @@ class Lease:
         """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this lease's fence:
         a context manager, an async one on a psycopg AsyncConnection."""
     @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The steps recorded for the task so far, by earlier attempts and this one."""
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The output recorded for step `name`, or `fn(*args, **kwargs)` recorded under this
+        lease's fence and returned (as JSON gives it back). Raises Refused when the lease is lost."""
+    def spawn(self, name: str, nodes: Any, *, output: Optional[_Json] = None, wait: bool = True) -> Any:
+        """Adds `nodes` with step `name`'s record, in one commit, once; `wait`: this task depends on them."""
+    @property
     def grant(self) -> Grant:
         """The grant as last renewed."""
     @property
@@ -367,6 +382,10 @@ class Authority:
     def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
     def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    def checkpoint(
+        self, task: str, owner: str, fence: int, step: str, output: _Json, *, spawn: Optional[Any] = None, wait: bool = False
+    ) -> Union[Record, Refusal]:
+        """The holder records a step's output under its fence; later grants carry it."""
     def cancel(
         self,
         task: str,

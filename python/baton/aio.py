@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 from types import TracebackType
 from typing import Any, Callable, Optional, Type
 
@@ -58,6 +59,14 @@ async def _run(fn: Callable[..., Any], *args: Any, give_back: Optional[Callable[
         if give_back is not None:
             done.add_done_callback(functools.partial(_given_back, give_back))
         raise
+
+
+def _never() -> Any:
+    raise AssertionError("a lost lease's step runs nothing")
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _given_back(give_back: Callable[[Any], None], done: "concurrent.futures.Future[Any]") -> None:
@@ -118,6 +127,27 @@ class Lease:
     async def release(self) -> Any:
         """Stops renewing and gives the task back."""
         return await _run(self._inner.release)
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The output recorded for step `name`, or `fn(*args, **kwargs)`
+        (awaited when it returns an awaitable) recorded under this lease's
+        fence and returned as JSON gives it back. Raises `baton.Refused`
+        (and runs nothing) when the lease is lost."""
+        for c in self._inner.checkpoints:
+            if c["step"] == name:
+                return c["output"]
+        if self._inner.lost.is_set():
+            # The native step refuses a lost lease before running anything.
+            return await _run(self._inner.step, name, _never)
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return await _run(self._inner.step, name, functools.partial(_same, result))
+
+    async def spawn(self, name: str, nodes: Any, *, output: Any = None, wait: bool = True) -> Any:
+        """Adds `nodes` with step `name`'s record, in one commit, once;
+        `wait`: this task depends on them."""
+        return await _run(self._inner.spawn, name, nodes, output=output, wait=wait)
 
     async def __aenter__(self) -> "Lease":
         # Entered after its caller stopped waiting: nobody runs the block,

@@ -3,7 +3,7 @@
 import builtins
 import datetime
 from types import TracebackType
-from typing import Any, AsyncContextManager, Dict, List, Mapping, Optional, Sequence, Union, final
+from typing import Any, AsyncContextManager, Callable, Dict, List, Mapping, Optional, Sequence, Union, final
 
 from . import (
     Authority as _SyncAuthority,
@@ -36,6 +36,11 @@ class Lease:
     def __getattr__(self, name: str) -> Any: ...
     async def release(self) -> Union[Record, Refusal]:
         """Stops renewing and gives the task back."""
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The output recorded for step `name`, or `fn(*args, **kwargs)` (awaited when it is a
+        coroutine function) recorded under this lease's fence and returned."""
+    async def spawn(self, name: str, nodes: Any, *, output: Optional[_Json] = None, wait: bool = True) -> Any:
+        """Adds `nodes` with step `name`'s record, in one commit, once."""
     async def __aenter__(self) -> "Lease": ...
     async def __aexit__(
         self,
@@ -76,6 +81,9 @@ class Authority:
     async def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     async def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
     async def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    async def checkpoint(
+        self, task: str, owner: str, fence: int, step: str, output: _Json, *, spawn: Optional[Any] = None, wait: bool = False
+    ) -> Union[Record, Refusal]: ...
     async def cancel(
         self,
         task: str,

@@ -295,6 +295,35 @@ impl Authority {
         Self::answer(slf, Self::made("complete", given)?)
     }
 
+    /// The holder records a step's output (any JSON value: dicts, lists,
+    /// strings, numbers, booleans, None) under its fence; every later grant
+    /// of the task carries it (`Grant.checkpoints`). `spawn`: tasks to add
+    /// in the same commit (graph nodes, as `add_graph` takes them);
+    /// `wait=True`: the task depends on them. A `Record`, or a `Refusal`
+    /// (`stale_fence` from a superseded attempt, `checkpoint_conflict`
+    /// for a step recorded with another output).
+    #[pyo3(signature = (task, owner, fence, step, output, *, spawn = None, wait = false))]
+    #[allow(clippy::too_many_arguments)] // The catalogue's inputs, one by one.
+    fn checkpoint(
+        slf: &Bound<'_, Self>,
+        task: &str,
+        owner: &str,
+        fence: u64,
+        step: &str,
+        output: &Bound<'_, PyAny>,
+        spawn: Option<&Bound<'_, PyAny>>,
+        wait: bool,
+    ) -> PyResult<Py<PyAny>> {
+        // The output is a value: handed to core as its JSON text.
+        let output = serde_json::to_string(&convert::to_json("output", output)?)
+            .map_err(|e| errors::invalid("output", e.to_string()))?;
+        let given = serde_json::json!({
+            "task": task, "owner": owner, "fence": fence, "step": step, "output": output,
+            "spawn": spawn.map(|s| json_text("spawn", s)).transpose()?, "wait": wait,
+        });
+        Self::answer(slf, Self::made("checkpoint", given)?)
+    }
+
     /// The holder reports failure; `error` is any JSON value (a dict).
     #[pyo3(signature = (task, owner, fence, error = None))]
     fn fail(

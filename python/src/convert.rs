@@ -209,6 +209,11 @@ pub struct Grant {
     /// True when this answered a repeat of a request already applied.
     #[pyo3(get)]
     pub idempotent: bool,
+    /// The steps recorded for the task so far (by earlier attempts, or
+    /// this one), in order: dicts of `step`, `output`, `fence`, `at` (and
+    /// `spawned`); the attempt skips them.
+    #[pyo3(get)]
+    pub checkpoints: Py<PyAny>,
     /// The fence signed by the authority (`bf1...`) when it signs fences
     /// (`BATON_FENCE_KEY`, a server's `--fence-key`): what guards with
     /// the key admit. `None` otherwise.
@@ -235,6 +240,7 @@ impl Grant {
             state: g.state.as_str().to_owned(),
             revision: g.revision,
             idempotent,
+            checkpoints: json_of(py, &g.checkpoints)?,
             token: None,
             grant: g.clone(),
         })
@@ -372,6 +378,10 @@ pub struct Record {
     pub updated_at: Py<PyAny>,
     #[pyo3(get)]
     pub idempotent: bool,
+    /// The steps the task's attempts recorded, in order (dicts of `step`,
+    /// `output`, `fence`, `at`, and `spawned`).
+    #[pyo3(get)]
+    pub checkpoints: Py<PyAny>,
     record: TaskRecord,
 }
 
@@ -396,6 +406,7 @@ impl Record {
             created_at: datetime(py, r.created_at)?,
             updated_at: datetime(py, r.updated_at)?,
             idempotent,
+            checkpoints: json_of(py, &r.checkpoints)?,
             record: r.clone(),
         })
     }

@@ -2,8 +2,9 @@
 
 use crate::convert;
 use crate::{ProcessBound, errors, runtime};
+use baton_core::graph::NewNode;
 use baton_core::keeper::{KeepOptions, Keeper, Outcome};
-use baton_core::{Grant, Id, Reply, Store};
+use baton_core::{Checkpoint, Grant, Id, Reply, Step, Store};
 use baton_open::DynAuthority;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -54,6 +55,9 @@ pub struct Lease {
     /// The authority it was made from (kept open while the lease lives),
     /// and where the lease is.
     inner: ProcessBound<(Arc<DynAuthority>, Mutex<Phase>)>,
+    /// The steps this attempt recorded (a renewal's grant carries them
+    /// too, but only from its next renewal on).
+    recorded: Mutex<Vec<Checkpoint>>,
 }
 
 impl Lease {
@@ -69,6 +73,7 @@ impl Lease {
             lost,
             cancelled,
             inner: ProcessBound::new((authority, Mutex::new(Phase::Waiting))),
+            recorded: Mutex::new(Vec::new()),
         })
     }
 
@@ -121,6 +126,88 @@ impl Lease {
         {
             *r = result;
             *e = report_error;
+        }
+        Ok(())
+    }
+
+    /// Every step recorded for the task: the grant's, then this
+    /// attempt's own since.
+    fn steps(&self) -> PyResult<Vec<Checkpoint>> {
+        let mut all = self.grant()?.checkpoints;
+        let own = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        for c in own.iter() {
+            if !all.iter().any(|k| k.step == c.step) {
+                all.push(c.clone());
+            }
+        }
+        Ok(all)
+    }
+
+    /// Records `step` under this lease's fence (with the tasks `spawn`
+    /// adds), raising `Refused` when the store refuses it.
+    fn record(
+        &self,
+        py: Python<'_>,
+        step: Id,
+        output: serde_json::Value,
+        spawn: Vec<NewNode>,
+        wait: bool,
+    ) -> PyResult<()> {
+        let (task, fence) = (self.opts.task.clone(), self.grant()?.fence);
+        let s = Step {
+            owner: self.opts.owner.clone(),
+            fence,
+            step: step.clone(),
+            output,
+            spawn,
+            wait,
+        };
+        let t = task.clone();
+        let answer = runtime::call(py, self.authority()?, move |a| async move {
+            a.checkpoint(&t, s).await
+        })?;
+        let record = match answer {
+            Ok(Reply::Refused(r)) => {
+                let value = convert::refusal(py, &r, None)?;
+                return Err(errors::refused(
+                    py,
+                    format!("step {step} of {task} was refused: {r}"),
+                    value,
+                ));
+            }
+            Err((child, r)) => {
+                let value = convert::refusal(py, &r, Some(child.to_string()))?;
+                return Err(errors::refused(
+                    py,
+                    format!(
+                        "step {step} of {task} would add {child}, which was refused: {r}; nothing was added or recorded"
+                    ),
+                    value,
+                ));
+            }
+            Ok(reply) => reply.record().cloned(),
+        };
+        if let Some(c) =
+            record.and_then(|r| r.checkpoints.into_iter().find(|c| c.step == step.as_str()))
+        {
+            let mut own = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+            if !own.iter().any(|k| k.step == c.step) {
+                own.push(c);
+            }
+        }
+        Ok(())
+    }
+
+    /// `Refused` when the keeper already knows the lease is lost: the
+    /// step must not run for a task that is another's.
+    fn refuse_if_lost(&self, py: Python<'_>, step: &Id) -> PyResult<()> {
+        if self.lost.call_method0(py, "is_set")?.extract::<bool>(py)? {
+            let why = self.loss()?.unwrap_or_else(|| "the lease was lost".into());
+            return Err(errors::refused(
+                py,
+                format!("step {step} of {} did not run: {why}", self.opts.task),
+                py.None(),
+            ));
         }
         Ok(())
     }
@@ -354,6 +441,76 @@ impl Lease {
     ) -> PyResult<Py<PyAny>> {
         let token = self.token(py)?;
         crate::guard::guard_of(py, conn, resource, token, self.fence()?, key)
+    }
+
+    /// The steps recorded for the task so far, by earlier attempts and
+    /// this one, in order: dicts of `step`, `output`, `fence`, `at` (and
+    /// `spawned`).
+    #[getter]
+    fn checkpoints(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        convert::json_of(py, &self.steps()?)
+    }
+
+    /// One durable step: the output recorded for `name` if an attempt
+    /// recorded it already (`fn` does not run), else `fn(*args, **kwargs)`,
+    /// whose result (JSON: dicts, lists, strings, numbers, booleans, None)
+    /// is recorded under this lease's fence before it is returned. Either
+    /// way the value returned is the one recorded, as JSON gives it back
+    /// (a tuple comes back a list), so a resumed attempt sees what the
+    /// first one saw. Raises `Refused` (and records nothing) when the
+    /// lease was lost or superseded: stop, the task is another's.
+    #[pyo3(signature = (name, r#fn, *args, **kwargs))]
+    fn step(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        r#fn: &Bound<'_, PyAny>,
+        args: &Bound<'_, pyo3::types::PyTuple>,
+        kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let step = convert::id("name", name)?;
+        if let Some(c) = self.steps()?.into_iter().find(|c| c.step == step.as_str()) {
+            return convert::json(py, &c.output);
+        }
+        self.refuse_if_lost(py, &step)?;
+        let result = r#fn.call(args.clone(), kwargs)?;
+        let output = convert::to_json("output", &result)?;
+        self.record(py, step, output.clone(), Vec::new(), false)?;
+        convert::json(py, &output)
+    }
+
+    /// Adds `nodes` (graph nodes, as `add_graph` takes them) in the same
+    /// commit as step `name`'s record (its output `output`), once however
+    /// often it is called; `wait=True` (the default): this task depends on
+    /// them, so once it gives its grant back (`release()`) it is granted
+    /// again when they have all succeeded, the step recorded. Returns the
+    /// step's output; raises `Refused` when the store refuses the step (a
+    /// lost lease) or one of the tasks (one of its id exists as another).
+    #[pyo3(signature = (name, nodes, *, output = None, wait = true))]
+    fn spawn(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        nodes: &Bound<'_, PyAny>,
+        output: Option<&Bound<'_, PyAny>>,
+        wait: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let step = convert::id("name", name)?;
+        if let Some(c) = self.steps()?.into_iter().find(|c| c.step == step.as_str()) {
+            return convert::json(py, &c.output);
+        }
+        self.refuse_if_lost(py, &step)?;
+        let output = match output {
+            Some(o) => convert::to_json("output", o)?,
+            None => serde_json::Value::Null,
+        };
+        let text = convert::json_text("spawn", nodes)?;
+        let nodes = baton_core::workgraph::parse_graph(&text).map_err(|mut e| {
+            e.field = Some("spawn".into());
+            errors::to_py(e)
+        })?;
+        self.record(py, step, output.clone(), nodes, wait)?;
+        convert::json(py, &output)
     }
 
     /// The grant as last renewed.

@@ -80,6 +80,9 @@ def scenarios(a):
     assert a.prune(0, "alice") >= 1
     yield "pruned", a.claim("short-lived", "w1")
     yield "drained", a.next("w2", ["empty-queue"])
+    s = a.claim("stepped", "w1")
+    a.checkpoint("stepped", "w1", s.fence, "fetch", {"rows": 1})
+    yield "checkpoint_conflict", a.checkpoint("stepped", "w1", s.fence, "fetch", {"rows": 2})
 
 
 def test_every_reason_surfaces_as_a_falsy_refusal(any_url):
