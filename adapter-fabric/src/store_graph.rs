@@ -141,7 +141,7 @@ impl FabricStore {
             } else {
                 Engine::new(ops.iter().cloned().map(Job::One), rules)
             };
-            let d = self.decide(engine, &mut reads).await?;
+            let d = self.decide(engine, &mut reads, all_or_nothing).await?;
             let mut top = Vec::with_capacity(ops.len());
             for a in d.answers {
                 match a {
@@ -175,7 +175,12 @@ impl FabricStore {
     /// Runs `engine` to its end: each record it asks for from what this
     /// commit wrote or read, or read from etcd (those missing together);
     /// each write kept for the transaction; each page from an index.
-    async fn decide(&self, mut engine: Engine, reads: &mut Reads) -> Result<Decided> {
+    async fn decide(
+        &self,
+        mut engine: Engine,
+        reads: &mut Reads,
+        all_or_nothing: bool,
+    ) -> Result<Decided> {
         let mut written: BTreeMap<TaskId, TaskRecord> = BTreeMap::new();
         let mut wrote: Vec<(TaskId, Decision)> = Vec::new();
         while let Some(need) = engine.step()? {
@@ -216,6 +221,15 @@ impl FabricStore {
                 }
                 Need::Write(d) => {
                     let Some(r) = d.record_to_write() else {
+                        // A refusal that would leave an audit event (a
+                        // stale fence's CONFLICT_REFUSED) refuses its whole
+                        // group, so nothing of the group is kept, as on
+                        // every store; the answer carries the refusal.
+                        if all_or_nothing && matches!(d.verdict, baton_core::Verdict::Refuse { .. })
+                        {
+                            engine.supply(Supply::Written(d))?;
+                            continue;
+                        }
                         return Err(Error::unsupported(
                             "etcd: a refusal recorded as an event inside a work-graph transaction",
                         ));
@@ -430,7 +444,7 @@ impl FabricStore {
                 .spread(spread)
                 .max_writes(NEXT_WRITES);
             let mut reads = Reads::default();
-            let mut d = self.decide(engine, &mut reads).await?;
+            let mut d = self.decide(engine, &mut reads, false).await?;
             let answer = match d.answers.pop() {
                 Some(a) => a.into_next()?,
                 None => return Err(Error::unavailable("etcd: a `next` decided nothing")),

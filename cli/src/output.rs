@@ -415,6 +415,19 @@ fn record_view(v: &Value, now: baton_core::Timestamp, colour: Colour) -> String 
         let d: Vec<String> = d.iter().map(text).collect();
         rows.push(("dependents", d.join(", ")));
     }
+    for c in v["checkpoints"].as_array().into_iter().flatten() {
+        let mut s = format!(
+            "{} under fence {}: {}",
+            escape_unprintable(&text(&c["step"])),
+            text(&c["fence"]),
+            escape_unprintable(&c["output"].to_string())
+        );
+        if let Some(t) = c["spawned"].as_array().filter(|t| !t.is_empty()) {
+            let t: Vec<String> = t.iter().map(text).collect();
+            s.push_str(&format!(", added {}", t.join(", ")));
+        }
+        rows.push(("step", s));
+    }
     for (label, field) in [
         ("created", "created_at"),
         ("started", "started_at"),

@@ -1817,6 +1817,15 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
         );
     }
     let g = post("/v1/tasks/etl-load/claim", WORKER, r#"{"owner":"w"}"#);
+    // A step whose output is markup: the page shows it as text.
+    post(
+        "/v1/tasks/etl-load/checkpoint",
+        WORKER,
+        &format!(
+            r#"{{"owner":"w","fence":{},"step":"extract","output":{{"html":"<img src=x onerror=window.pwned=1>"}}}}"#,
+            g["fence"]
+        ),
+    );
     post(
         "/v1/tasks/etl-load/fail",
         WORKER,
@@ -1954,6 +1963,22 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
     );
     let head = b.eval("document.getElementById('task-head').textContent");
     assert!(head.as_str().unwrap().starts_with("etl-load"), "{head}");
+    let steps = b.eval(&table_text("task-checkpoints"));
+    assert!(
+        steps.as_str().unwrap().contains("extract")
+            && steps
+                .as_str()
+                .unwrap()
+                .contains("<img src=x onerror=window.pwned=1>"),
+        "{steps}"
+    );
+    assert_eq!(
+        b.eval(
+            "document.querySelectorAll('#task-checkpoints img').length + (window.pwned ? 1 : 0)"
+        ),
+        serde_json::json!(0),
+        "a step's output ran as markup"
+    );
     b.screenshot(&shots.join("status-page-task.png"));
 }
 

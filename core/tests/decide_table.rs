@@ -1406,11 +1406,121 @@ fn operator_rows() -> Vec<Row> {
     ]
 }
 
+fn checkpoint(owner: &str, fence: u64, step: &str, output: serde_json::Value) -> Request {
+    Request::Checkpoint {
+        owner: w(owner),
+        fence,
+        step: w(step),
+        output,
+        spawned: Vec::new(),
+        wait: false,
+    }
+}
+
+/// A claimed bare task with step `fetch` recorded.
+fn bare_stepped() -> TaskRecord {
+    let r = bare_claimed();
+    let f = fence_of(&r);
+    then(
+        Some(r),
+        checkpoint("a", f, "fetch", json!({"rows": 1})),
+        at(1),
+    )
+}
+
+/// Durable steps (`decide/steps.rs`): the holder's checks first, then a
+/// step recorded once and never overwritten.
+fn step_rows() -> Vec<Row> {
+    use Expect::*;
+    let fb = fence_of(&bare_claimed());
+    vec![
+        row(
+            "a step by the holder is recorded",
+            Some(bare_claimed()),
+            checkpoint("a", fb, "fetch", json!({"rows": 1})),
+            Commit(State::Claimed),
+        ),
+        row(
+            "the same step with the same output is an acknowledgement",
+            Some(bare_stepped()),
+            checkpoint("a", fb, "fetch", json!({"rows": 1})),
+            Ack,
+        ),
+        row(
+            "the same step with another output is a conflict",
+            Some(bare_stepped()),
+            checkpoint("a", fb, "fetch", json!({"rows": 2})),
+            Refuse("checkpoint_conflict"),
+        ),
+        row(
+            "a step under a stale fence",
+            Some(bare_stepped()),
+            checkpoint("a", fb + 1, "load", json!(1)),
+            Refuse("stale_fence"),
+        )
+        .conflict(),
+        row(
+            "a step by another owner",
+            Some(bare_stepped()),
+            checkpoint("b", fb, "load", json!(1)),
+            Refuse("not_holder"),
+        )
+        .conflict(),
+        row(
+            "a step after the lease expired",
+            Some(bare_stepped()),
+            checkpoint("a", fb, "load", json!(1)),
+            Refuse("lease_expired"),
+        )
+        .at(at(MIN + 5))
+        .conflict(),
+        row(
+            "a step after the task succeeded",
+            Some(bare_succeeded()),
+            checkpoint("a", fb, "load", json!(1)),
+            Refuse("illegal_transition"),
+        )
+        .conflict(),
+        row(
+            "a step that waits for tasks it names none of",
+            Some(bare_stepped()),
+            Request::Checkpoint {
+                owner: w("a"),
+                fence: fb,
+                step: w("wait"),
+                output: json!(null),
+                spawned: Vec::new(),
+                wait: true,
+            },
+            Invalid("wait"),
+        ),
+        row(
+            "a step that spawns its own task",
+            Some(bare_stepped()),
+            Request::Checkpoint {
+                owner: w("a"),
+                fence: fb,
+                step: w("self"),
+                output: json!(null),
+                spawned: vec![w(TASK)],
+                wait: false,
+            },
+            Invalid("spawn"),
+        ),
+    ]
+}
+
+#[test]
+fn step_requests() {
+    check(step_rows());
+}
+
 /// Every row, for the checks that span concerns.
 fn rows() -> Vec<Row> {
     let mut all = lease_rows();
     all.extend(registry_rows());
     all.extend(operator_rows());
+    all.extend(step_rows());
     all
 }
 
@@ -1536,6 +1646,7 @@ fn every_refusal_reason_has_a_row() {
         "manifest_conflict",
         "iteration_not_advanced",
         "not_found",
+        "checkpoint_conflict",
     ];
     for reason in all {
         assert!(covered.contains(reason), "no row refuses with {reason}");

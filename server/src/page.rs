@@ -451,6 +451,8 @@ const PAGE: &str = r##"<!doctype html>
 <table><thead><tr><th>seq</th><th>event</th><th>fence</th><th>actor</th><th>at</th></tr></thead><tbody id="task-fences"></tbody></table>
 <h2>Evidence</h2>
 <table><thead><tr><th>key</th><th>hash</th></tr></thead><tbody id="task-evidence"></tbody></table>
+<h2>Checkpoints <span class="muted">(steps recorded; the next attempt skips them)</span></h2>
+<table><thead><tr><th>step</th><th>fence</th><th>output</th><th>spawned</th><th>at</th></tr></thead><tbody id="task-checkpoints"></tbody></table>
 <h2>Events</h2>
 <table><thead><tr><th>seq</th><th>event</th><th>from &rarr; to</th><th>actor</th><th>fence</th><th>details</th><th>at</th></tr></thead><tbody id="task-events"></tbody></table>
 </div>
@@ -576,6 +578,7 @@ async function showTask(id) {
   for (const [k, v] of facts) { if (v == null || v === "") continue; const tr = document.createElement("tr"); td(tr, k); td(tr, v, k === "error" ? "error" : ""); body.appendChild(tr); }
   rows("task-fences", events.filter(e => e.fence != null), [e => e.seq, e => e.kind, e => e.fence, e => actor(e.actor), e => e.at]);
   rows("task-evidence", Object.entries(r.evidence || {}).map(([k, h]) => ({ k, h })), [x => x.k, x => x.h]);
+  rows("task-checkpoints", r.checkpoints || [], [c => c.step, c => c.fence, c => text(c.output), c => (c.spawned || []).join(", "), c => c.at]);
   rows("task-events", events, [e => e.seq, e => e.kind, e => (e.from || "new") + " \u2192 " + e.to, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
 }
 async function refresh() {

@@ -139,6 +139,7 @@ pub fn checkpoints_are_fenced_kept_and_carried_by_later_grants<H: Harness>(ctx: 
         "the task's checkpoints grew past their limit"
     );
     if ctx.durable() {
+        drop(a);
         ctx.reopen();
     }
     let kept = recorded(ctx, &t);
@@ -157,6 +158,13 @@ pub fn checkpoints_are_fenced_kept_and_carried_by_later_grants<H: Harness>(ctx: 
         .unwrap()
         .unwrap();
     assert!(late.is_refused(), "{late:?}");
+    // Retention prunes them with the task.
+    ctx.advance_ms(10);
+    let pruned = ctx
+        .block_on(a.prune(Actor::Operator(id("ops")), 0, 100))
+        .unwrap();
+    assert!(pruned >= 1);
+    assert!(recorded(ctx, &t).is_empty());
 }
 
 /// A step that spawns tasks adds them in its own commit: repeated, it adds
