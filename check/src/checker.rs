@@ -20,6 +20,11 @@ pub struct Report {
     pub unavailable: usize,
     /// Guarded writes to the clients' own storage that were admitted.
     pub writes: usize,
+    /// Steps recorded (`checkpoint` answered as a new record).
+    pub steps: usize,
+    /// Steps sent again by their holder: acknowledged (the same output) or
+    /// refused `checkpoint_conflict` (another).
+    pub step_repeats: usize,
     /// How many answers of each kind (refusals by reason).
     pub answers: BTreeMap<String, usize>,
     pub violations: Vec<String>,
@@ -52,6 +57,13 @@ impl fmt::Display for Report {
         if self.writes > 0 {
             writeln!(f, "{} guarded writes admitted", self.writes)?;
         }
+        if self.steps > 0 {
+            writeln!(
+                f,
+                "{} steps recorded, {} sent again by their holder",
+                self.steps, self.step_repeats
+            )?;
+        }
         if self.ok() {
             writeln!(f, "linearizable; fences unique and in real-time order")
         } else {
@@ -82,6 +94,18 @@ pub fn check(ops: &[Op], limits: Limits) -> Report {
             Some((_, a)) => answer_kind(a).to_owned(),
         };
         *report.answers.entry(kind).or_default() += 1;
+        match (&op.req, &op.returned) {
+            (Req::Checkpoint { .. }, Some((_, Observed::Done { ack: false, .. }))) => {
+                report.steps += 1;
+            }
+            (Req::Checkpoint { .. }, Some((_, Observed::Done { ack: true, .. }))) => {
+                report.step_repeats += 1;
+            }
+            (Req::Checkpoint { .. }, Some((_, a))) if a.reason() == Some("checkpoint_conflict") => {
+                report.step_repeats += 1;
+            }
+            _ => {}
+        }
         match &op.returned {
             Some((_, Observed::Unavailable { .. })) => {
                 report.unavailable += 1;

@@ -125,14 +125,14 @@ impl Client<'_> {
         let roll = self.rng.u32(0..100);
         let req = match self.held.get(&task).copied() {
             Some((fence, held_ttl)) => match roll {
-                0..20 => Req::Renew { fence, ttl_ms },
-                20..45 => Req::Release { fence },
-                45..48 => Req::Complete { fence },
-                48..49 => Req::Fail { fence },
-                49..50 => Req::Cancel { fence },
-                50..54 => Req::Verify { fence },
-                54..60 => self.checkpoint(fence),
-                60..65 => Req::Holder,
+                0..14 => Req::Renew { fence, ttl_ms },
+                14..32 => Req::Release { fence },
+                32..35 => Req::Complete { fence },
+                35..36 => Req::Fail { fence },
+                36..37 => Req::Cancel { fence },
+                37..40 => Req::Verify { fence },
+                40..62 => self.checkpoint(fence),
+                62..65 => Req::Holder,
                 65..78 => match old {
                     Some(f) if f != fence => self.stale(f, ttl_ms),
                     _ => Req::Verify { fence },
@@ -259,12 +259,12 @@ impl Client<'_> {
         }
     }
 
-    /// A step of three, with one of two outputs: the same one again is an
+    /// A step of two, with one of two outputs: the same one again is an
     /// acknowledgement, the other a conflict.
     fn checkpoint(&mut self, fence: u64) -> Req {
         Req::Checkpoint {
             fence,
-            step: format!("s{}", self.rng.u32(0..3)),
+            step: format!("s{}", self.rng.u32(0..2)),
             output: format!("{{\"v\":{}}}", self.rng.u32(0..2)),
         }
     }

@@ -56,6 +56,8 @@ fn record_guarded(store: Arc<dyn Store>, clients: u32, secs: f64, broken: bool) 
 /// the model knows, and ends of every kind.
 fn assert_exercised(r: &Report) {
     assert!(r.grants >= 20, "too few grants to mean anything: {r}");
+    assert!(r.steps > 0, "no steps recorded: {r}");
+    assert!(r.step_repeats > 0, "no step sent again: {r}");
     assert!(r.writes >= 10, "too few guarded writes: {r}");
     for reason in [
         "held",

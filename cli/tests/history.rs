@@ -238,6 +238,8 @@ fn in_call(path: &std::path::Path) -> bool {
 /// The run exercised what it is meant to.
 fn assert_exercised(r: &Report) {
     assert!(r.grants >= 20, "too few grants to mean anything: {r}");
+    assert!(r.steps > 0, "no steps recorded: {r}");
+    assert!(r.step_repeats > 0, "no step sent again: {r}");
     assert!(r.writes > 0, "no guarded writes: {r}");
     for reason in ["held", "stale_fence", "done", "holder", "verified"] {
         assert!(

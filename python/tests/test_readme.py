@@ -17,14 +17,30 @@ def test_the_readmes_python_block_runs_as_written(tmp_path, monkeypatch):
     assert blocks(), "README.md has a Python block"
     monkeypatch.chdir(tmp_path)
     for block in blocks():
-        if "guard" in block:
-            continue  # needs a database: the test below
+        if "guard" in block or "lease.step" in block:
+            continue  # a database, or its own test below
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(block, str(README), "exec"), {"__name__": "readme"})
         printed = out.getvalue()
         assert "won under fence" in printed, printed
         assert "drained" in printed, printed
+
+
+def test_the_readmes_step_example_records_its_steps(tmp_path, monkeypatch):
+    stepped = [b for b in blocks() if "lease.step" in b]
+    assert len(stepped) == 1, "one durable steps example"
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(stepped[0], str(README), "exec"), {"__name__": "readme"})
+    printed = out.getvalue()
+    assert printed.count("fetching") == 1, printed
+    assert "total 240 steps ['fetch', 'double']" in printed, printed
+    import baton
+
+    r = baton.authority_for("sqlite:steps.db").get("report-2026-12-07")
+    assert r.state == "SUCCEEDED" and [c["output"] for c in r.checkpoints] == [{"rows": 120, "day": "2026-12-07"}, 240]
 
 
 def test_the_readmes_guard_example_pays_once(tmp_path, monkeypatch, postgres_url):
