@@ -202,6 +202,16 @@ async fn checkpoint(AsCaller(a): AsCaller, Path(id): Path<String>, body: Bytes) 
     if o.contains_key("task") {
         return Err(Error::invalid("task", "is the path's, not a field of the body").into());
     }
+    // A field the operation does not take is named before anything is read.
+    let inputs = catalogue::op("checkpoint").map_or(&[][..], |op| op.inputs);
+    if let Some(k) = o
+        .keys()
+        .find(|k| !inputs.iter().any(|i| i.wire == k.as_str()))
+    {
+        return Err(
+            Error::invalid(k.as_str(), "is not a field of a \"checkpoint\" request").into(),
+        );
+    }
     o.insert("task".into(), Value::String(task(&id)?.to_string()));
     let call = baton_core::given::call("checkpoint", baton_core::given::Given::new(fields)?)?;
     run(&a, call).await
