@@ -248,6 +248,20 @@ impl Output {
         }
     }
 
+    /// The refusal of `task`, one member of a group that commits all or
+    /// nothing: named, with what came of the rest (`nothing`).
+    fn refused_member(r: Refusal, task: TaskId, nothing: &str) -> Output {
+        let mut out = Output::refused(&r).answering(Answer::Refused(r, Some(task.clone())));
+        if let Some(v) = out.items.first_mut() {
+            v["task"] = json!(task);
+            v["message"] = json!(format!(
+                "{task}: {}; {nothing}",
+                v["message"].as_str().unwrap_or_default()
+            ));
+        }
+        out
+    }
+
     /// A check: `Ok` when it passed, `Refused` when not.
     fn checked(passed: bool, v: Value) -> Output {
         Output {
@@ -442,18 +456,7 @@ impl Call {
                 Ok(added) => Output::one(json!(added))
                     .written(true)
                     .answering(Answer::Added(added)),
-                Err((task, r)) => {
-                    let mut out =
-                        Output::refused(&r).answering(Answer::Refused(r, Some(task.clone())));
-                    if let Some(v) = out.items.first_mut() {
-                        v["task"] = json!(task);
-                        v["message"] = json!(format!(
-                            "{task}: {}; nothing was added",
-                            v["message"].as_str().unwrap_or_default()
-                        ));
-                    }
-                    out
-                }
+                Err((task, r)) => Output::refused_member(r, task, "nothing was added"),
             },
             Call::Checkpoint {
                 task,
@@ -475,16 +478,7 @@ impl Call {
                 match a.checkpoint(&task, step).await? {
                     Ok(reply) => Output::reply(&reply, false).written(true),
                     Err((child, r)) => {
-                        let mut out =
-                            Output::refused(&r).answering(Answer::Refused(r, Some(child.clone())));
-                        if let Some(v) = out.items.first_mut() {
-                            v["task"] = json!(child);
-                            v["message"] = json!(format!(
-                                "{child}: {}; nothing was added or recorded",
-                                v["message"].as_str().unwrap_or_default()
-                            ));
-                        }
-                        out
+                        Output::refused_member(r, child, "nothing was added or recorded")
                     }
                 }
             }

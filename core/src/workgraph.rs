@@ -345,17 +345,7 @@ impl<S: Store> Authority<S> {
                 known.insert(d);
             }
         }
-        let in_dependency_order = plan(nodes, |t| known.contains(t))?;
-        let ops: Vec<Operation> = in_dependency_order
-            .into_iter()
-            .map(|n| Operation {
-                task: n.task,
-                request: Request::Add { node: n.spec },
-                pre: Preconditions::none(),
-                now,
-                clock: self.commit_clock(),
-            })
-            .collect();
+        let ops = self.adds(nodes, &known, now)?;
         for op in &ops {
             op.request.validate()?;
         }
@@ -372,6 +362,26 @@ impl<S: Store> Authority<S> {
             }
         }
         Ok(Ok(added))
+    }
+
+    /// The adds of `nodes` in dependency order (each after the nodes it
+    /// depends on; `known` the tasks outside them that exist), at `now`.
+    fn adds(
+        &self,
+        nodes: Vec<NewNode>,
+        known: &BTreeSet<TaskId>,
+        now: crate::time::Timestamp,
+    ) -> Result<Vec<Operation>> {
+        Ok(plan(nodes, |t| known.contains(t))?
+            .into_iter()
+            .map(|n| Operation {
+                task: n.task,
+                request: Request::Add { node: n.spec },
+                pre: Preconditions::none(),
+                now,
+                clock: self.commit_clock(),
+            })
+            .collect())
     }
 
     /// Records a step of the holder's attempt (`step.fence`) on `task`,
@@ -417,16 +427,7 @@ impl<S: Store> Authority<S> {
                 known.insert(d.clone());
             }
         }
-        let mut ops: Vec<Operation> = plan(step.spawn, |t| known.contains(t))?
-            .into_iter()
-            .map(|n| Operation {
-                task: n.task,
-                request: Request::Add { node: n.spec },
-                pre: Preconditions::none(),
-                now,
-                clock: self.commit_clock(),
-            })
-            .collect();
+        let mut ops = self.adds(step.spawn, &known, now)?;
         ops.push(Operation {
             task: task.clone(),
             request,
