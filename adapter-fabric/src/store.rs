@@ -419,7 +419,7 @@ impl Store for FabricStore {
     }
 
     async fn next(&self, query: &baton_core::NextQuery) -> Result<Option<Decision>> {
-        self.next_on_etcd(query).await
+        self.next_on_etcd(&query.one()).await
     }
 
     async fn watch_ready(&self, _query: &baton_core::NextQuery, max_ms: u64) -> Result<bool> {

@@ -291,6 +291,10 @@ pub enum Command {
         /// answering `drained` at once: the worker's wait for work.
         #[arg(long, requires = "wait")]
         keep_waiting: bool,
+        /// Up to N grants in one commit (1 to 1000), one line each, in the
+        /// order N `next`s would make them.
+        #[arg(long)]
+        count: Option<u32>,
     },
     /// The work graph.
     #[command(subcommand)]

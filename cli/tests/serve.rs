@@ -2609,3 +2609,68 @@ fn a_checkpoint_through_the_task_api_is_the_holders_alone() {
         "{r}"
     );
 }
+
+/// `POST /v1/next` with a count: the grants of one commit, as a list; a
+/// count out of bounds names the field; another's owner is not admitted.
+#[test]
+fn next_with_a_count_answers_a_list_of_grants() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = token_file(dir.path()).display().to_string();
+    let server = Server::start_with(&store, &["--tokens", &tokens, "--sweep-every", "off"]);
+    let a = server.addr;
+    let graph = r#"[{"task": "b1", "queue": "batch"}, {"task": "b2", "queue": "batch", "priority": 3}, {"task": "b3", "queue": "batch"}]"#;
+    let (s, r) = http(a, "POST", "/v1/graph", Some(WORKER), graph).unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "ci2", "queues": ["batch"], "count": 2}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["kind"].as_str()),
+        (403, Some("not_permitted")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "w", "queues": ["batch"], "count": 0}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("count")),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "w", "queues": ["batch"], "count": 5}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let tasks: Vec<&str> = r["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["b2", "b1", "b3"], "{r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(WORKER),
+        r#"{"owner": "w", "queues": ["batch"], "count": 5}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["refused"].as_str()), (409, Some("none_ready")), "{r}");
+}

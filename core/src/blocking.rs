@@ -144,11 +144,15 @@ impl<B: Blocking> Store for BlockingStore<B> {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        Ok(self.next_many(&query.one()).await?.into_iter().next())
+    }
+
+    async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
         let q = query.clone();
         if !self.run(move |inner| inner.may_offer(&q)).await? {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        self.job(Job::Next(query.clone())).await?.into_next()
+        self.job(Job::Next(query.clone())).await?.into_next_all()
     }
 
     async fn list(&self, query: &ListQuery) -> Result<Vec<Snapshot>> {

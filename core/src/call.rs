@@ -102,6 +102,9 @@ pub enum Call {
         wait_ms: Option<u64>,
         #[serde(default)]
         keep_waiting: bool,
+        /// Up to this many grants in one commit (1: the one `next`).
+        #[serde(default = "one_grant")]
+        count: u32,
     },
     /// Every schedule.
     Schedules,
@@ -176,6 +179,8 @@ pub enum Answer {
     Added(Added),
     /// How many (pruned, acknowledged).
     Count(u64),
+    /// A batch's replies (`next --count`): its grants, in order.
+    Replies(Vec<Reply>),
 }
 
 /// What came of a [`Call`].
@@ -309,6 +314,10 @@ impl Output {
         self.answer = answer;
         self
     }
+}
+
+fn one_grant() -> u32 {
+    1
 }
 
 /// Whether a request's answer shows the grant rather than the record.
@@ -487,11 +496,35 @@ impl Call {
                 queues,
                 wait_ms,
                 keep_waiting,
+                count: 1,
             } => {
                 let reply = a
                     .next_as_asked(taker, &queues, wait_ms, keep_waiting)
                     .await?;
                 Output::reply(&reply, true).written(true).signed(a).await
+            }
+            Call::Next {
+                taker,
+                queues,
+                wait_ms,
+                keep_waiting,
+                count,
+            } => {
+                let replies = a
+                    .next_many_as_asked(taker, &queues, wait_ms, keep_waiting, count)
+                    .await?;
+                if let [r @ Reply::Refused(_)] = replies.as_slice() {
+                    return Ok(Output::reply(r, true));
+                }
+                let mut items = Vec::with_capacity(replies.len());
+                for r in &replies {
+                    let one = Output::reply(r, true).signed(a).await;
+                    items.extend(one.items);
+                }
+                Output::list(items, None)
+                    .shaped(Shape::Grant)
+                    .written(true)
+                    .answering(Answer::Replies(replies))
             }
             Call::Schedules => {
                 let records = a.schedules().await?;

@@ -56,6 +56,8 @@ pub enum Kind {
     Output,
     /// The tasks a step adds: graph nodes.
     Spawn,
+    /// How many grants one `next` makes: 1 to 1000.
+    Batch,
     /// Who asks: `{"role": "operator", "id": NAME}` (or a worker, the
     /// holder, by its owner id), as the task API reads it.
     Actor,
@@ -95,6 +97,7 @@ impl Kind {
             Kind::Output => {
                 "a step's output: any JSON value of at most 64 KiB (a task's steps at most 256 KiB together); on the command line JSON text, or @FILE to read a file (@- standard input)"
             }
+            Kind::Batch => "a whole number from 1 to 1000: up to this many grants in one commit",
             Kind::Spawn => {
                 "the tasks a step adds, in its commit: graph nodes as a graph file gives them (on the command line @FILE, or JSON text)"
             }
@@ -149,6 +152,9 @@ impl Kind {
             }
             Kind::Graph | Kind::Spawn => json!({"type": "array", "items": {"type": "object"}}),
             Kind::Output => json!({}),
+            Kind::Batch => {
+                json!({"type": "integer", "minimum": 1, "maximum": crate::graph::MAX_NEXT_COUNT})
+            }
             Kind::Node => json!({"type": "object", "properties": {
                 "queue": {"type": "string"},
                 "priority": {"type": "integer"},
@@ -221,6 +227,7 @@ const TTL: Input = input("ttl", "ttl_ms", Kind::Ttl, false);
 const LOCK_DELAY: Input = input("lock_delay", "lock_delay_ms", Kind::LockDelay, false);
 const WAIT: Input = input("wait", "wait", Kind::Wait, false);
 const KEEP_WAITING: Input = input("keep_waiting", "keep_waiting", Kind::Flag, false);
+const COUNT: Input = input("count", "count", Kind::Batch, false);
 const RUN: Input = input("run", "run_id", Kind::Id, true);
 const EXECUTOR: Input = input("executor", "executor", Kind::Id, true);
 const AFTER: Input = input("after", "after", Kind::Cursor, false);
@@ -397,7 +404,7 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("next"),
         http: post("/v1/next"),
         python: Some("next"),
-        inputs: &[OWNER, QUEUES, TTL, LOCK_DELAY, WAIT, KEEP_WAITING],
+        inputs: &[OWNER, QUEUES, TTL, LOCK_DELAY, WAIT, KEEP_WAITING, COUNT],
     },
     Op {
         name: "task_next",
@@ -407,7 +414,7 @@ pub const OPERATIONS: &[Op] = &[
         cli: Some("task next"),
         http: post("/v1/next"),
         python: Some("task_next"),
-        inputs: &[EXECUTOR, QUEUES, TTL, WAIT, KEEP_WAITING],
+        inputs: &[EXECUTOR, QUEUES, TTL, WAIT, KEEP_WAITING, COUNT],
     },
     Op {
         name: "add",

@@ -80,10 +80,14 @@ impl Job {
 
 /// The answer to a [`Job`], of the same kind.
 #[derive(Debug, Clone)]
+// An answer is made once per job and moved once to its caller: boxing the
+// one decision would only add an allocation to every single operation.
+#[allow(clippy::large_enum_variant)]
 pub enum Answer {
     One(Decision),
     All(Vec<Decision>),
-    Next(Option<Decision>),
+    /// A `next`'s grants, in the order it made them (none: it took none).
+    Next(Vec<Decision>),
 }
 
 impl Answer {
@@ -107,8 +111,13 @@ impl Answer {
         }
     }
 
-    /// The answer of a [`Job::Next`].
+    /// The first grant of a [`Job::Next`] (a query for one makes one).
     pub fn into_next(self) -> Result<Option<Decision>> {
+        self.into_next_all().map(|d| d.into_iter().next())
+    }
+
+    /// Every grant of a [`Job::Next`], in the order they were made.
+    pub fn into_next_all(self) -> Result<Vec<Decision>> {
         match self {
             Answer::Next(d) => Ok(d),
             _ => Err(Self::mismatched()),
@@ -419,6 +428,10 @@ struct Scan {
     writes: usize,
     max_writes: usize,
     capped: bool,
+    /// The grants made so far (up to the query's count), and their tasks,
+    /// which the rest of the scan passes over.
+    granted: Vec<Decision>,
+    taken: std::collections::BTreeSet<crate::id::TaskId>,
 }
 
 impl Scan {
@@ -443,6 +456,8 @@ impl Scan {
             writes: 0,
             max_writes,
             capped: false,
+            granted: Vec::new(),
+            taken: std::collections::BTreeSet::new(),
         }
     }
 
@@ -468,8 +483,8 @@ impl Scan {
         self.page_at += 1;
     }
 
-    /// The next need, or the answer once the scan is over.
-    fn step(&mut self, rules: LeaseRules) -> std::result::Result<Option<Decision>, Halt> {
+    /// The next need, or the grants once the scan is over.
+    fn step(&mut self, rules: LeaseRules) -> std::result::Result<Vec<Decision>, Halt> {
         let lane = self.query.lane();
         let now = self.query.now;
         loop {
@@ -484,9 +499,17 @@ impl Scan {
             }
             if let Some((op, unit)) = &self.current {
                 let (d, wrote) = unit.run(op, rules)?;
+                let task = op.task.clone();
                 self.current = None;
                 if d.mints_fence() {
-                    return Ok(Some(d));
+                    self.taken.insert(task);
+                    self.granted.push(d);
+                    if self.granted.len() >= self.query.count.max(1) as usize {
+                        return Ok(std::mem::take(&mut self.granted));
+                    }
+                    // A grant of a batch counts toward the commit's size.
+                    self.writes += 1;
+                    continue;
                 }
                 if wrote {
                     self.writes += 1;
@@ -495,9 +518,12 @@ impl Scan {
             }
             if self.writes >= self.max_writes {
                 self.capped = true;
-                return Ok(None);
+                return Ok(std::mem::take(&mut self.granted));
             }
             if let Some(c) = self.trying.pop_front() {
+                if self.taken.contains(&c.record.task) {
+                    continue;
+                }
                 self.seen += 1;
                 if let Some(op) = self.query.claim_for(&c.record) {
                     self.current = Some((op, Unit::default()));
@@ -527,7 +553,7 @@ impl Scan {
             if self.page_at == usize::MAX {
                 // Every page of this round was read and its candidates tried.
                 if self.seen >= NEXT_SCAN || !self.cursors.iter().any(|c| c.2) {
-                    return Ok(None);
+                    return Ok(std::mem::take(&mut self.granted));
                 }
                 self.page_size = (self.page_size * 4).min(NEXT_PAGE);
                 self.page_at = 0;
@@ -717,7 +743,7 @@ impl Engine {
                 }
                 Doing::Next(scan) => match scan.step(self.rules) {
                     Ok(answer) => {
-                        self.wrote |= scan.writes > 0 || answer.is_some();
+                        self.wrote |= scan.writes > 0 || !answer.is_empty();
                         self.capped |= scan.capped;
                         self.answers.push(Answer::Next(answer));
                         self.doing = None;

@@ -115,6 +115,10 @@ impl<S: Store> Store for FaultStore<S> {
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
         self.write(self.inner.apply_all(ops)).await
     }
+    async fn next_many(&self, query: &crate::graph::NextQuery) -> Result<Vec<Decision>> {
+        self.write(self.inner.next_many(query)).await
+    }
+
     async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>> {
         self.write(self.inner.next(query)).await
     }

@@ -253,6 +253,19 @@ impl<'a> Given<'a> {
         reader(name, file, limit).map(Some)
     }
 
+    /// How many grants one `next` may make: 1 when not given.
+    fn count(&mut self) -> Result<u32> {
+        let max = crate::graph::MAX_NEXT_COUNT;
+        match self.number("count")? {
+            None => Ok(1),
+            Some(n) if (1..=u64::from(max)).contains(&n) => Ok(n as u32),
+            Some(n) => Err(Error::invalid(
+                "count",
+                format!("must be from 1 to {max} (got {n})"),
+            )),
+        }
+    }
+
     /// The retry policy given by its four inputs, if any is.
     fn retry(&mut self) -> Result<Option<RetryPolicy>> {
         let attempts = match self.number("max_attempts")? {
@@ -507,6 +520,7 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
             queues: g.ids("queues")?,
             wait_ms: g.ms("wait", Kind::Wait)?,
             keep_waiting: g.flag("keep_waiting")?,
+            count: g.count()?,
         },
         "task_next" => Call::Next {
             taker: Taker::Executor {
@@ -516,6 +530,7 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
             queues: g.ids("queues")?,
             wait_ms: g.ms("wait", Kind::Wait)?,
             keep_waiting: g.flag("keep_waiting")?,
+            count: g.count()?,
         },
         "add" | "add_graph" => add(&mut g)?,
         "checkpoint" => checkpoint(&mut g)?,

@@ -688,6 +688,22 @@ pub struct NextQuery {
     /// The caller's clock, read again where the decision is serialized.
     #[serde(skip)]
     pub clock: crate::time::CommitClock,
+    /// How many grants the one commit may make (`next --count`): up to
+    /// this many, each with its own lease and fence, as that many `next`s
+    /// one after another would make them. 1 to [`MAX_NEXT_COUNT`].
+    #[serde(default = "one_grant", skip_serializing_if = "is_one_grant")]
+    pub count: u32,
+}
+
+/// The most grants one `next` may make.
+pub const MAX_NEXT_COUNT: u32 = 1000;
+
+fn one_grant() -> u32 {
+    1
+}
+
+fn is_one_grant(n: &u32) -> bool {
+    *n == 1
 }
 
 impl crate::time::Timed for NextQuery {
@@ -702,6 +718,14 @@ impl crate::time::Timed for NextQuery {
 }
 
 impl NextQuery {
+    /// This query for one grant (what [`crate::Store::next`] makes).
+    pub fn one(&self) -> NextQuery {
+        NextQuery {
+            count: 1,
+            ..self.clone()
+        }
+    }
+
     /// The lane of the index this query takes from.
     pub fn lane(&self) -> Lane {
         match self.taker {

@@ -205,6 +205,10 @@ impl Store for MemoryStore {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        Ok(self.next_many(&query.one()).await?.into_iter().next())
+    }
+
+    async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
         let mut inner = self.lock()?;
         let mut engine = Engine::new(
             [Job::Next(query.clone())],
@@ -212,7 +216,7 @@ impl Store for MemoryStore {
         );
         drive_next(&mut engine, &mut Tx { inner: &mut inner })?;
         match engine.finish().0.into_iter().next() {
-            Some(a) => a.into_next(),
+            Some(a) => a.into_next_all(),
             None => Err(Error::unavailable("the commit engine gave no answer")),
         }
     }

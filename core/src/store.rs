@@ -323,6 +323,27 @@ pub trait Store: Send + Sync + Debug {
     /// record write, in the same commit.
     async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>>;
 
+    /// Up to `query.count` grants (`next --count`), each with its own lease
+    /// and fence, in the order that many `next`s one after another would
+    /// make them; none when nothing is ready.
+    ///
+    /// # Contract
+    /// As [`Store::next`], all in one commit where the store can: core's
+    /// scan goes on past a grant, passing over the tasks it granted. The
+    /// default asks `next` once per grant (a commit each), as a store whose
+    /// one commit can mint one fence does (etcd: its fences are revisions).
+    async fn next_many(&self, query: &crate::graph::NextQuery) -> Result<Vec<Decision>> {
+        let one = query.one();
+        let mut out = Vec::new();
+        for _ in 0..query.count.max(1) {
+            match self.next(&one).await? {
+                Some(d) => out.push(d),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Waits until something may have become ready for `query` (a task
     /// entered a ready index), for at most `max_ms`; `Ok(true)` once it
     /// waited (for a change, or out the time), `Ok(false)` at once when the
@@ -405,6 +426,12 @@ macro_rules! forward_store {
                 query: &$crate::graph::NextQuery,
             ) -> $crate::Result<Option<$crate::Decision>> {
                 <Self as AsRef<$target>>::as_ref(self).next(query).await
+            }
+            async fn next_many(
+                &self,
+                query: &$crate::graph::NextQuery,
+            ) -> $crate::Result<Vec<$crate::Decision>> {
+                <Self as AsRef<$target>>::as_ref(self).next_many(query).await
             }
             async fn watch_ready(
                 &self,

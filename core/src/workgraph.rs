@@ -536,26 +536,56 @@ impl<S: Store> Authority<S> {
             queues,
             now: self.now(),
             clock: self.commit_clock(),
+            count: 1,
         })
     }
 
     /// `next` or `task next`, by who takes.
     pub async fn next_for(&self, taker: Taker, queues: &[Id]) -> Result<Reply> {
-        let query = self.next_query(taker, queues)?;
-        match self.store.next(&query).await? {
-            Some(d) => reply(d),
-            None => {
-                let census = match self.census_from_counts(&query).await? {
-                    Some(c) => c,
-                    None => self.census(&query).await?,
-                };
-                Ok(Reply::Refused(if census.drained() {
-                    Refusal::Drained { census }
-                } else {
-                    Refusal::NoneReady { census }
-                }))
-            }
+        let mut replies = self.next_many_for(taker, queues, 1).await?;
+        replies
+            .pop()
+            .ok_or_else(|| Error::unavailable("a `next` came to no answer"))
+    }
+
+    /// Up to `count` grants of the ready tasks of `queues` (1 to
+    /// [`crate::graph::MAX_NEXT_COUNT`]), in the order that many `next`s
+    /// one after another would make them, in one commit where the store
+    /// can (`next --count`). Nothing ready: one refusal, as `next`'s.
+    pub async fn next_many_for(
+        &self,
+        taker: Taker,
+        queues: &[Id],
+        count: u32,
+    ) -> Result<Vec<Reply>> {
+        if !(1..=crate::graph::MAX_NEXT_COUNT).contains(&count) {
+            return Err(Error::invalid(
+                "count",
+                format!(
+                    "must be from 1 to {} (got {count})",
+                    crate::graph::MAX_NEXT_COUNT
+                ),
+            ));
         }
+        let mut query = self.next_query(taker, queues)?;
+        query.count = count;
+        let granted = if count == 1 {
+            self.store.next(&query).await?.into_iter().collect()
+        } else {
+            self.store.next_many(&query).await?
+        };
+        if !granted.is_empty() {
+            return granted.into_iter().map(reply).collect();
+        }
+        let census = match self.census_from_counts(&query).await? {
+            Some(c) => c,
+            None => self.census(&query).await?,
+        };
+        Ok(vec![Reply::Refused(if census.drained() {
+            Refusal::Drained { census }
+        } else {
+            Refusal::NoneReady { census }
+        })])
     }
 
     /// The census of queues the store's counts show empty of every task

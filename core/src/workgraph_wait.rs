@@ -32,7 +32,8 @@ impl<S: Store> Authority<S> {
     /// jittered by a quarter either way, so waiting workers do not try in
     /// step. `drained` ends the wait at once.
     pub async fn next_waiting(&self, taker: Taker, queues: &[Id], wait_ms: u64) -> Result<Reply> {
-        self.next_waiting_in(taker, queues, wait_ms, false).await
+        self.next_as_asked(taker, queues, Some(wait_ms), false)
+            .await
     }
 
     /// [`Authority::next_waiting`] that also waits out `drained`: a worker
@@ -45,7 +46,7 @@ impl<S: Store> Authority<S> {
         queues: &[Id],
         wait_ms: u64,
     ) -> Result<Reply> {
-        self.next_waiting_in(taker, queues, wait_ms, true).await
+        self.next_as_asked(taker, queues, Some(wait_ms), true).await
     }
 
     /// `next` as a front end asks it: at once, waiting up to `wait_ms`
@@ -58,9 +59,25 @@ impl<S: Store> Authority<S> {
         wait_ms: Option<u64>,
         keep_waiting: bool,
     ) -> Result<Reply> {
+        self.next_many_as_asked(taker, queues, wait_ms, keep_waiting, 1)
+            .await?
+            .pop()
+            .ok_or_else(|| crate::error::Error::unavailable("a `next` came to no answer"))
+    }
+
+    /// [`Authority::next_as_asked`] for up to `count` grants in one commit
+    /// ([`Authority::next_many_for`]): it waits until there is at least one.
+    pub async fn next_many_as_asked(
+        &self,
+        taker: Taker,
+        queues: &[Id],
+        wait_ms: Option<u64>,
+        keep_waiting: bool,
+        count: u32,
+    ) -> Result<Vec<Reply>> {
         match (wait_ms, keep_waiting) {
-            (Some(ms), keep) => self.next_waiting_in(taker, queues, ms, keep).await,
-            (None, false) => self.next_for(taker, queues).await,
+            (Some(ms), keep) => self.next_waiting_in(taker, queues, ms, keep, count).await,
+            (None, false) => self.next_many_for(taker, queues, count).await,
             (None, true) => Err(crate::error::Error::invalid(
                 "keep_waiting",
                 "goes with a wait: how long to keep waiting for work",
@@ -74,25 +91,26 @@ impl<S: Store> Authority<S> {
         queues: &[Id],
         wait_ms: u64,
         through_drained: bool,
-    ) -> Result<Reply> {
+        count: u32,
+    ) -> Result<Vec<Reply>> {
         // The deadline is the authority's clock's, as every time in core.
         let until = self.clock.now().plus_ms(wait_ms);
         let mut pause = NEXT_WAIT_FIRST_MS;
         loop {
             let tried = self.clock.now();
-            let reply = self.next_for(taker.clone(), queues).await?;
+            let replies = self.next_many_for(taker.clone(), queues, count).await?;
             let now = self.clock.now();
             // How long a try takes here now: a spread narrower than a few
             // tries lets woken waiters try before the first one's grant
             // is seen (a loaded store, a slow network).
             let try_ms = now.millis_since(tried);
-            let waits = match &reply {
-                Reply::Refused(Refusal::NoneReady { .. }) => true,
-                Reply::Refused(Refusal::Drained { .. }) => through_drained,
+            let waits = match replies.as_slice() {
+                [Reply::Refused(Refusal::NoneReady { .. })] => true,
+                [Reply::Refused(Refusal::Drained { .. })] => through_drained,
                 _ => false,
             };
             if !waits || now >= until {
-                return Ok(reply);
+                return Ok(replies);
             }
             let noise = std::hash::BuildHasher::hash_one(
                 &std::collections::hash_map::RandomState::new(),

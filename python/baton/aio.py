@@ -85,11 +85,12 @@ def _release_grant(authority: _native.Authority, answer: Any) -> None:
     authority (a declared task's `Grant` reports only through its run, but
     its executor may give the lease back); a repeat of a grant the caller
     held already is left to it."""
-    if isinstance(answer, _native.Grant) and not answer.idempotent:
-        try:
-            authority.release(answer.task, answer.owner, answer.fence)
-        except _native.Error:
-            pass  # the store gone: the lease runs out on its own
+    for grant in answer if isinstance(answer, list) else [answer]:
+        if isinstance(grant, _native.Grant) and not grant.idempotent:
+            try:
+                authority.release(grant.task, grant.owner, grant.fence)
+            except _native.Error:
+                pass  # the store gone: the lease runs out on its own
 
 
 def guard(conn: Any, resource: str, fence: Any, *, key: Any = None) -> Any:

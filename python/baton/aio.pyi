@@ -196,8 +196,9 @@ class Authority:
         lock_delay: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-    ) -> Union[Grant, Refusal]:
-        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait); `keep_waiting`: through `drained` too, until work is added."""
+        count: Optional[int] = None,
+    ) -> Union[Grant, builtins.list[Grant], Refusal]:
+        """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait); `keep_waiting`: through `drained` too, until work is added; `count=N`: a list of up to N grants made in one commit."""
     async def task_next(
         self,
         executor: str,
@@ -206,5 +207,6 @@ class Authority:
         ttl: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-    ) -> Union[Grant, Refusal]: ...
+        count: Optional[int] = None,
+    ) -> Union[Grant, builtins.list[Grant], Refusal]: ...
     async def graph(self) -> builtins.list[dict[str, Any]]: ...

@@ -186,6 +186,19 @@ impl Authority {
             Answer::Keys(keys) => convert::json_of(py, &keys),
             Answer::Added(added) => convert::json_of(py, &added),
             Answer::Count(n) => Ok(n.into_pyobject(py)?.into_any().unbind()),
+            Answer::Replies(replies) => {
+                let mut grants = Vec::with_capacity(replies.len());
+                for (i, r) in replies.iter().enumerate() {
+                    let auth = bind.then(|| slf.clone().into_any().unbind());
+                    let token = out
+                        .items
+                        .get(i)
+                        .and_then(|v| v["token"].as_str())
+                        .map(str::to_owned);
+                    grants.push(convert::reply_from(py, r, true, auth, token)?);
+                }
+                Ok(grants.into_pyobject(py)?.into_any().unbind())
+            }
             Answer::Items if out.list => convert::json(py, &serde_json::Value::Array(out.items)),
             Answer::Items => {
                 convert::json(py, out.items.first().unwrap_or(&serde_json::Value::Null))
@@ -787,7 +800,10 @@ impl Authority {
     /// `drained` when nothing can become ready). `wait`: seconds to wait
     /// for one; `keep_waiting` (with `wait`): wait through `drained` too,
     /// until work is added.
-    #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None, keep_waiting = false))]
+    /// `count=N`: up to N grants in one commit, a list of `Grant`s in the
+    /// order N `next`s would make them (a `Refusal` when none is ready).
+    #[pyo3(signature = (owner, queues = None, *, ttl = None, lock_delay = None, wait = None, keep_waiting = false, count = None))]
+    #[allow(clippy::too_many_arguments)] // The catalogue's inputs, one by one.
     fn next(
         slf: &Bound<'_, Self>,
         owner: &str,
@@ -796,6 +812,7 @@ impl Authority {
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
+        count: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
         let given = serde_json::json!({
             "owner": owner,
@@ -804,12 +821,13 @@ impl Authority {
             "lock_delay": millis("lock_delay", lock_delay)?,
             "wait": millis("wait", wait)?,
             "keep_waiting": keep_waiting,
+            "count": count,
         });
         Self::answer(slf, Self::made("next", given)?)
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.
-    #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None, keep_waiting = false))]
+    #[pyo3(signature = (executor, queues = None, *, ttl = None, wait = None, keep_waiting = false, count = None))]
     fn task_next(
         slf: &Bound<'_, Self>,
         executor: &str,
@@ -817,6 +835,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
+        count: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
         let given = serde_json::json!({
             "executor": executor,
@@ -824,6 +843,7 @@ impl Authority {
             "ttl": millis("ttl", ttl)?,
             "wait": millis("wait", wait)?,
             "keep_waiting": keep_waiting,
+            "count": count,
         });
         Self::answer(slf, Self::made("task_next", given)?)
     }

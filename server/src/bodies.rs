@@ -14,6 +14,8 @@ pub(crate) struct NextBody {
     pub(crate) lock_delay_ms: Option<u64>,
     #[serde(default)]
     pub(crate) queues: Vec<Id>,
+    /// Up to this many grants in one commit (the answer is then a list).
+    pub(crate) count: Option<u32>,
 }
 
 /// The body of `POST /v1/tasks/{task}/checkpoint`: the holder's step, its

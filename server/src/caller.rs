@@ -113,17 +113,31 @@ impl Store for CallerStore {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        Ok(self.next_many(&query.one()).await?.into_iter().next())
+    }
+
+    async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
         access::admit_taker(&query.taker, self.caller.as_ref())?;
+        if !(1..=baton_core::graph::MAX_NEXT_COUNT).contains(&query.count) {
+            return Err(baton_core::Error::invalid(
+                "count",
+                format!(
+                    "must be from 1 to {} (got {})",
+                    baton_core::graph::MAX_NEXT_COUNT,
+                    query.count
+                ),
+            ));
+        }
         let mut q = query.clone();
         q.now = self.app.now();
         q.clock = baton_core::CommitClock::new(self.app.clock.clone());
-        let d = self.counted(self.app.store.next(&q).await)?;
-        if let Some(d) = &d
-            && let Some(r) = d.current.as_ref().or(d.record_to_write())
-        {
-            self.app.decided(d, RequestKind::Claim, &r.task);
+        let ds = self.counted(self.app.store.next_many(&q).await)?;
+        for d in &ds {
+            if let Some(r) = d.current.as_ref().or(d.record_to_write()) {
+                self.app.decided(d, RequestKind::Claim, &r.task);
+            }
         }
-        Ok(d)
+        Ok(ds)
     }
 
     async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {

@@ -21,6 +21,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(wire::APPLY, post(apply))
         .route(wire::APPLY_ALL, post(apply_all))
         .route(wire::NEXT, post(next))
+        .route(wire::NEXT_MANY, post(next_many))
         .route(wire::WATCH_READY, post(watch_ready))
         .route(wire::LIST, post(list))
         .route(wire::EVENTS, post(events))
@@ -68,6 +69,13 @@ async fn apply_all(asked: AsCaller, body: Bytes) -> Handled {
 async fn next(asked: AsCaller, body: Bytes) -> Handled {
     let q: NextQuery = parse(&body)?;
     json(&asked.store().next(&q).await?.map(Decision::answer_only))
+}
+
+async fn next_many(asked: AsCaller, body: Bytes) -> Handled {
+    let q: NextQuery = parse(&body)?;
+    let ds = asked.store().next_many(&q).await?;
+    let ds: Vec<Decision> = ds.into_iter().map(Decision::answer_only).collect();
+    json(&ds)
 }
 
 async fn watch_ready(asked: AsCaller, body: Bytes) -> Handled {

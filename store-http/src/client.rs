@@ -382,7 +382,11 @@ impl Store for HttpStore {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
-        self.post(wire::NEXT, query, true).await
+        self.post(wire::NEXT, &query.one(), true).await
+    }
+
+    async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
+        self.post(wire::NEXT_MANY, query, true).await
     }
 
     async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {

@@ -14,6 +14,7 @@ pub const READ: &str = "/v1/store/read";
 pub const APPLY: &str = "/v1/store/apply";
 pub const APPLY_ALL: &str = "/v1/store/apply_all";
 pub const NEXT: &str = "/v1/store/next";
+pub const NEXT_MANY: &str = "/v1/store/next_many";
 pub const WATCH_READY: &str = "/v1/store/watch_ready";
 pub const LIST: &str = "/v1/store/list";
 pub const EVENTS: &str = "/v1/store/events";

@@ -642,8 +642,12 @@ impl Store for PostgresStore {
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
+        Ok(self.next_many(&query.one()).await?.into_iter().next())
+    }
+
+    async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
         // Nothing to offer costs a scan that locks nothing and a rollback.
-        self.job(Job::Next(query.clone())).await?.into_next()
+        self.job(Job::Next(query.clone())).await?.into_next_all()
     }
 
     /// Waits on `LISTEN`: a write that puts a task in one of the query's

@@ -671,7 +671,7 @@ fn grants(jobs: &[Job]) -> i32 {
         .map(|job| match job {
             Job::One(op) => usize::from(op.request.may_grant()),
             Job::All(ops) => ops.iter().filter(|op| op.request.may_grant()).count(),
-            Job::Next(_) => 1,
+            Job::Next(q) => q.count.max(1) as usize,
         })
         .sum();
     i32::try_from(n).unwrap_or(i32::MAX)

@@ -271,7 +271,8 @@ macro_rules! conformance_tests {
             counts_kept_with_commits_equal_a_recount,
             a_guard_refuses_the_attempt_a_later_grant_replaced,
             checkpoints_are_fenced_kept_and_carried_by_later_grants,
-            a_step_spawns_its_tasks_once_and_waits_for_them
+            a_step_spawns_its_tasks_once_and_waits_for_them,
+            next_count_grants_what_as_many_nexts_would
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -1,5 +1,6 @@
 //! The cases. Each takes a fresh store.
 
+mod batch;
 mod delay;
 mod fencing;
 mod graph;
@@ -11,6 +12,7 @@ mod reads;
 mod registry;
 mod steps;
 
+pub use batch::*;
 pub use delay::*;
 pub use fencing::*;
 pub use graph::*;

@@ -1,0 +1,45 @@
+//! `next --count N` on SQLite: the grants of one scan in one commit (one
+//! fsync), however many it makes; across processes, each task granted once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod common;
+
+use baton_core::Reply;
+use baton_core::graph::{NodeSpec, Taker};
+use baton_core::store::Meter;
+use common::{id, rt};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+fn taker(owner: &str) -> Taker {
+    Taker::Owner {
+        owner: id(owner),
+        ttl_ms: Some(600_000),
+        lock_delay_ms: None,
+    }
+}
+
+#[test]
+fn a_batch_of_grants_is_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = common::open_with(&dir.path().join("b.db"), Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    for i in 0..12 {
+        let t = id(&format!("t{i:02}"));
+        rt.block_on(a.add(&t, NodeSpec::new(&t, None, 0, []).unwrap()))
+            .unwrap();
+    }
+    let before = a.store().commits().unwrap();
+    let granted = rt.block_on(a.next_many_for(taker("w"), &[], 10)).unwrap();
+    assert_eq!(granted.len(), 10);
+    assert!(granted.iter().all(|r| matches!(r, Reply::Committed(_))));
+    assert_eq!(a.store().commits().unwrap() - before, 1, "one commit");
+    let rest = rt.block_on(a.next_many_for(taker("w"), &[], 10)).unwrap();
+    assert_eq!(rest.len(), 2);
+    let tasks: BTreeSet<String> = granted
+        .iter()
+        .chain(&rest)
+        .map(|r| r.grant().unwrap().task.to_string())
+        .collect();
+    assert_eq!(tasks.len(), 12, "each task granted once");
+}
