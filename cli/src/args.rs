@@ -112,6 +112,17 @@ pub enum Command {
         #[arg(long, allow_hyphen_values = true)]
         ttl: Option<String>,
     },
+    /// Report many grants at once (holder only): a JSON list of
+    /// {"task", "owner", "fence", "outcome": "complete"|"fail"|"release",
+    /// "error"}, each accepted or refused on its own fence, all in one
+    /// commit; one line each. Exit 1 when one was refused.
+    ///
+    /// Example: baton report --file reports.json
+    Report {
+        /// The reports (default: standard input).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
     /// Mark a bare task done (holder only).
     ///
     /// Example: baton complete build-42 --owner worker-a --fence 1

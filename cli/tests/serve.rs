@@ -2664,6 +2664,36 @@ fn next_with_a_count_answers_a_list_of_grants() {
         .map(|g| g["task"].as_str().unwrap())
         .collect();
     assert_eq!(tasks, ["b2", "b1", "b3"], "{r}");
+    // Reported in one call: each on its own fence, a stale one refused.
+    let items = r["items"].as_array().unwrap().clone();
+    let report = |fence_of_last: u64| {
+        let reports: Vec<serde_json::Value> = items
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                serde_json::json!({
+                    "task": g["task"], "owner": "w", "outcome": "complete",
+                    "fence": if i == 2 { serde_json::json!(fence_of_last) } else { g["fence"].clone() },
+                })
+            })
+            .collect();
+        serde_json::json!({ "reports": reports }).to_string()
+    };
+    let (s, r2) = http(a, "POST", "/v1/reports", Some(WORKER2), &report(1)).unwrap();
+    assert_eq!(
+        (s, r2["error"]["kind"].as_str()),
+        (403, Some("not_permitted")),
+        "{r2}"
+    );
+    let (s, r2) = http(a, "POST", "/v1/reports", Some(WORKER), &report(1)).unwrap();
+    assert_eq!(s, 409, "{r2}");
+    let answers: Vec<&str> = r2["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["state"].as_str().or(x["refused"].as_str()).unwrap())
+        .collect();
+    assert_eq!(answers, ["SUCCEEDED", "SUCCEEDED", "stale_fence"], "{r2}");
     let (s, r) = http(
         a,
         "POST",

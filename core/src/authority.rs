@@ -245,6 +245,62 @@ impl<S: Store> Authority<S> {
     }
 }
 
+/// The most reports one batch may carry.
+pub const MAX_REPORTS: usize = 1000;
+
+impl<S: Store> Authority<S> {
+    /// A holder's reports of many grants (`complete`, `fail`, `release`
+    /// of bare tasks), each decided on its own fence (a refusal of one
+    /// refuses no other), committed together where the store can: one
+    /// fsync for the batch. The replies in the order of `reports`.
+    pub async fn report_many(&self, reports: Vec<(TaskId, Request)>) -> Result<Vec<Reply>> {
+        if reports.is_empty() || reports.len() > MAX_REPORTS {
+            return Err(Error::invalid(
+                "reports",
+                format!(
+                    "must hold 1 to {MAX_REPORTS} reports (got {})",
+                    reports.len()
+                ),
+            ));
+        }
+        let now = self.clock.now();
+        let mut ops = Vec::with_capacity(reports.len());
+        for (i, (task, request)) in reports.into_iter().enumerate() {
+            if !matches!(
+                request,
+                Request::Complete { .. } | Request::Fail { .. } | Request::Release { .. }
+            ) {
+                return Err(Error::invalid(
+                    "reports",
+                    format!(
+                        "report {i} is a {}: a batch reports a grant's complete, fail or release",
+                        request.kind()
+                    ),
+                ));
+            }
+            let op = Operation {
+                task,
+                request,
+                pre: Preconditions::none(),
+                now,
+                clock: self.commit_clock(),
+            };
+            let op = match &self.permits {
+                Some(p) => p.admit(op)?,
+                None => op,
+            };
+            op.request.validate()?;
+            ops.push(op);
+        }
+        self.store
+            .apply_each(ops)
+            .await?
+            .into_iter()
+            .map(reply)
+            .collect()
+    }
+}
+
 /// The reply a decision comes to (bad input is the error).
 pub fn reply(decision: crate::decide::Decision) -> Result<Reply> {
     {

@@ -139,6 +139,20 @@ impl<B: Blocking> Store for BlockingStore<B> {
         self.job(Job::One(op)).await?.into_one()
     }
 
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        crate::commit::jobs_together(
+            None,
+            self.name.to_string(),
+            self.inner.clone(),
+            ops.into_iter().map(Job::One).collect(),
+            B::commit_jobs,
+        )
+        .await?
+        .into_iter()
+        .map(Answer::into_one)
+        .collect()
+    }
+
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
         self.job(Job::All(ops)).await?.into_all()
     }

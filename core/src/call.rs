@@ -77,6 +77,9 @@ pub enum Call {
     Ack { intent_ids: Vec<String> },
     /// Adds a graph, all of it or nothing.
     AddGraph { nodes: Vec<NewNode> },
+    /// A holder's reports of many grants, each on its own fence, in one
+    /// commit.
+    Report { reports: Vec<(TaskId, Request)> },
     /// The holder records a step (and adds the tasks it spawns, in the
     /// same commit; with `wait`, the task waits for them).
     Checkpoint {
@@ -467,6 +470,28 @@ impl Call {
                     .answering(Answer::Added(added)),
                 Err((task, r)) => Output::refused_member(r, task, "nothing was added"),
             },
+            Call::Report { reports } => {
+                let tasks: Vec<TaskId> = reports.iter().map(|(t, _)| t.clone()).collect();
+                let replies = a.report_many(reports).await?;
+                let items = replies
+                    .iter()
+                    .zip(tasks)
+                    .map(|(r, task)| {
+                        let mut v = reply_json(r, false);
+                        // A refusal names the task it is about.
+                        v["task"] = json!(task);
+                        v
+                    })
+                    .collect();
+                let all = replies.iter().all(|r| !r.is_refused());
+                Output {
+                    status: if all { Status::Ok } else { Status::Refused },
+                    ..Output::list(items, None)
+                        .shaped(Shape::Record)
+                        .written(true)
+                        .answering(Answer::Replies(replies))
+                }
+            }
             Call::Checkpoint {
                 task,
                 owner,

@@ -58,6 +58,8 @@ pub enum Kind {
     Spawn,
     /// How many grants one `next` makes: 1 to 1000.
     Batch,
+    /// A holder's reports: a list of task, owner, fence, outcome (and error).
+    Reports,
     /// Who asks: `{"role": "operator", "id": NAME}` (or a worker, the
     /// holder, by its owner id), as the task API reads it.
     Actor,
@@ -98,6 +100,9 @@ impl Kind {
                 "a step's output: any JSON value of at most 64 KiB (a task's steps at most 256 KiB together); on the command line JSON text, or @FILE to read a file (@- standard input)"
             }
             Kind::Batch => "a whole number from 1 to 1000: up to this many grants in one commit",
+            Kind::Reports => {
+                "a JSON list of 1 to 1000 reports: {\"task\", \"owner\", \"fence\", \"outcome\": \"complete\" | \"fail\" | \"release\", \"error\"} (on the command line a file, or standard input)"
+            }
             Kind::Spawn => {
                 "the tasks a step adds, in its commit: graph nodes as a graph file gives them (on the command line @FILE, or JSON text)"
             }
@@ -152,6 +157,13 @@ impl Kind {
             }
             Kind::Graph | Kind::Spawn => json!({"type": "array", "items": {"type": "object"}}),
             Kind::Output => json!({}),
+            Kind::Reports => json!({"type": "array", "items": {"type": "object", "properties": {
+                "task": {"type": "string"},
+                "owner": {"type": "string"},
+                "fence": {"type": "integer", "minimum": 1},
+                "outcome": {"enum": ["complete", "fail", "release"]},
+                "error": {"type": "object"},
+            }, "required": ["task", "owner", "fence", "outcome"]}}),
             Kind::Batch => {
                 json!({"type": "integer", "minimum": 1, "maximum": crate::graph::MAX_NEXT_COUNT})
             }
@@ -344,6 +356,16 @@ pub const OPERATIONS: &[Op] = &[
             input("spawn", "spawn", Kind::Spawn, false),
             input("wait", "wait", Kind::Flag, false),
         ],
+    },
+    Op {
+        name: "report",
+        summary: "The holder's reports of many grants in one commit (complete, fail or release of each), each accepted or refused on its own fence",
+        write: true,
+        operator: false,
+        cli: Some("report"),
+        http: post("/v1/reports"),
+        python: Some("report"),
+        inputs: &[input("reports", "reports", Kind::Reports, true)],
     },
     Op {
         name: "fail",

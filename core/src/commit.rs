@@ -464,6 +464,32 @@ where
     }
 }
 
+/// `jobs` committed together, in one commit on the blocking pool (`pool`'s
+/// when given), beside the group committer rather than through it: one
+/// caller's batch is a batch already. An answer per job, in order.
+pub async fn jobs_together<I>(
+    pool: Option<&tokio::runtime::Handle>,
+    name: String,
+    inner: Arc<I>,
+    jobs: Vec<Job>,
+    commit_jobs: fn(&I, &[Job]) -> Result<Vec<Answer>>,
+) -> Result<Vec<Answer>>
+where
+    I: Send + Sync + 'static,
+{
+    let n = jobs.len();
+    let what = name.clone();
+    let answers =
+        on_blocking_pool_in(pool, name, inner, move |inner| commit_jobs(inner, &jobs)).await?;
+    if answers.len() != n {
+        return Err(Error::unavailable(format!(
+            "{what}: a commit of {n} jobs answered {}",
+            answers.len()
+        )));
+    }
+    Ok(answers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,9 @@ impl<S: Store> Store for FaultStore<S> {
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
         self.write(self.inner.apply_all(ops)).await
     }
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.write(self.inner.apply_each(ops)).await
+    }
     async fn next_many(&self, query: &crate::graph::NextQuery) -> Result<Vec<Decision>> {
         self.write(self.inner.next_many(query)).await
     }

@@ -534,6 +534,7 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
         },
         "add" | "add_graph" => add(&mut g)?,
         "checkpoint" => checkpoint(&mut g)?,
+        "report" => report(&mut g)?,
         "graph" => Call::Graph,
         "schedule" => {
             let name = g
@@ -751,6 +752,65 @@ fn add(g: &mut Given<'_>) -> Result<Call> {
     }
     let nodes = crate::workgraph::parse_graph(&text)?;
     Ok(Call::AddGraph { nodes })
+}
+
+/// A holder's reports of many grants: a JSON list of `{"task", "owner",
+/// "fence", "outcome": "complete" | "fail" | "release", "error"}` (its text,
+/// or read from the file `file` names, or standard input).
+fn report(g: &mut Given<'_>) -> Result<Call> {
+    let limit = 16 * 1024 * 1024;
+    let text = match g.get("reports") {
+        Some(Value::String(s)) => s,
+        Some(v) => v.to_string(),
+        None => {
+            g.values.remove("reports");
+            g.document("reports", limit + 1)?
+        }
+    };
+    if text.len() as u64 > limit {
+        return Err(Error::invalid(
+            "reports",
+            format!("must be at most {limit} bytes"),
+        ));
+    }
+    let Value::Array(items) = crate::json::parse_strict("reports", &text)? else {
+        return Err(Error::invalid("reports", "must be a JSON list of reports"));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |e: Error| {
+            Error::invalid(
+                format!("reports[{i}].{}", e.field.as_deref().unwrap_or("")),
+                e.message,
+            )
+        };
+        let mut one = Given::new(item).map_err(at)?;
+        let task = one.id("task").map_err(at)?;
+        let owner = one.id("owner").map_err(at)?;
+        let fence = one.fence("fence").map_err(at)?;
+        let outcome = one.text("outcome").map_err(at)?;
+        let request = match outcome.as_deref() {
+            Some("complete") => Request::Complete { owner, fence },
+            Some("fail") => Request::Fail {
+                owner,
+                fence,
+                error: one.error("error").map_err(at)?,
+            },
+            Some("release") => Request::Release { owner, fence },
+            other => {
+                return Err(at(Error::invalid(
+                    "outcome",
+                    format!(
+                        "must be complete, fail or release (got {})",
+                        other.map_or_else(|| "nothing".to_owned(), |o| format!("{o:?}"))
+                    ),
+                )));
+            }
+        };
+        one.done("report", Call::Graph).map_err(at)?;
+        out.push((task, request));
+    }
+    Ok(Call::Report { reports: out })
 }
 
 /// A step's output and the tasks it adds: JSON text, or a file named

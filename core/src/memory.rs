@@ -204,6 +204,26 @@ impl Store for MemoryStore {
         }
     }
 
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let mut inner = self.lock()?;
+        let before = inner.clone();
+        let mut engine = Engine::new(
+            ops.into_iter().map(Job::One),
+            crate::decide::LeaseRules::default(),
+        );
+        let driven = drive_next(&mut engine, &mut Tx { inner: &mut inner });
+        if driven.is_err() {
+            *inner = before;
+        }
+        driven?;
+        engine
+            .finish()
+            .0
+            .into_iter()
+            .map(|a| a.into_one())
+            .collect()
+    }
+
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         Ok(self.next_many(&query.one()).await?.into_iter().next())
     }

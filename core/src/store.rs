@@ -323,6 +323,22 @@ pub trait Store: Send + Sync + Debug {
     /// record write, in the same commit.
     async fn next(&self, query: &crate::graph::NextQuery) -> Result<Option<Decision>>;
 
+    /// Each of `ops` decided on its own (a refusal of one refuses no
+    /// other), all committed together: a holder's batch of reports.
+    ///
+    /// # Contract
+    /// One atomic commit where the store can (one fsync for the batch); the
+    /// answers in the order of `ops`. The default applies them one after
+    /// another, a commit each (etcd: a refusal there leaves an audit event
+    /// of its own).
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            out.push(self.apply(op).await?);
+        }
+        Ok(out)
+    }
+
     /// Up to `query.count` grants (`next --count`), each with its own lease
     /// and fence, in the order that many `next`s one after another would
     /// make them; none when nothing is ready.
@@ -432,6 +448,12 @@ macro_rules! forward_store {
                 query: &$crate::graph::NextQuery,
             ) -> $crate::Result<Vec<$crate::Decision>> {
                 <Self as AsRef<$target>>::as_ref(self).next_many(query).await
+            }
+            async fn apply_each(
+                &self,
+                ops: Vec<$crate::Operation>,
+            ) -> $crate::Result<Vec<$crate::Decision>> {
+                <Self as AsRef<$target>>::as_ref(self).apply_each(ops).await
             }
             async fn watch_ready(
                 &self,

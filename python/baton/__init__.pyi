@@ -13,7 +13,7 @@ import builtins
 import datetime
 import threading
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, final, overload
 
 __all__ = [
     "Authority",
@@ -382,6 +382,8 @@ class Authority:
     def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
     def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    def report(self, reports: Sequence[Union[Grant, Mapping[str, Any]]]) -> builtins.list[Union[Record, Refusal]]:
+        """Many grants reported in one commit (dicts of task, owner, fence, outcome, error; a Grant is its complete)."""
     def checkpoint(
         self, task: str, owner: str, fence: int, step: str, output: _Json, *, spawn: Optional[Any] = None, wait: bool = False
     ) -> Union[Record, Refusal]:
@@ -496,6 +498,7 @@ class Authority:
         """A queue's `retry` policy (a dict, or None)."""
     def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
         """Make each live schedule's task for the current period (once, store-wide)."""
+    @overload
     def next(
         self,
         owner: str,
@@ -505,9 +508,22 @@ class Authority:
         lock_delay: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-        count: Optional[int] = None,
-    ) -> Union[Grant, builtins.list[Grant], Refusal]:
+        count: None = None,
+    ) -> Union[Grant, Refusal]:
         """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait); `keep_waiting`: through `drained` too, until work is added; `count=N`: a list of up to N grants made in one commit."""
+    @overload
+    def next(
+        self,
+        owner: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        count: int,
+    ) -> Union[builtins.list[Grant], Refusal]: ...
+    @overload
     def task_next(
         self,
         executor: str,
@@ -516,8 +532,19 @@ class Authority:
         ttl: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-        count: Optional[int] = None,
-    ) -> Union[Grant, builtins.list[Grant], Refusal]: ...
+        count: None = None,
+    ) -> Union[Grant, Refusal]: ...
+    @overload
+    def task_next(
+        self,
+        executor: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        count: int,
+    ) -> Union[builtins.list[Grant], Refusal]: ...
     def graph(self) -> builtins.list[dict[str, Any]]: ...
 
     # a kept lease

@@ -3,7 +3,7 @@
 import builtins
 import datetime
 from types import TracebackType
-from typing import Any, AsyncContextManager, Callable, Dict, List, Mapping, Optional, Sequence, Union, final
+from typing import Any, AsyncContextManager, Callable, Dict, List, Mapping, Optional, Sequence, Union, final, overload
 
 from . import (
     Authority as _SyncAuthority,
@@ -81,6 +81,7 @@ class Authority:
     async def recover(self, task: str, owner: str, ttl: Optional[_Seconds] = None) -> Union[Grant, Refusal]: ...
     async def complete(self, task: str, owner: str, fence: int) -> Union[Record, Refusal]: ...
     async def fail(self, task: str, owner: str, fence: int, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
+    async def report(self, reports: Sequence[Union[Grant, Mapping[str, Any]]]) -> builtins.list[Union[Record, Refusal]]: ...
     async def checkpoint(
         self, task: str, owner: str, fence: int, step: str, output: _Json, *, spawn: Optional[Any] = None, wait: bool = False
     ) -> Union[Record, Refusal]: ...
@@ -187,6 +188,7 @@ class Authority:
         """A queue's `retry` policy (a dict, or None)."""
     async def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
         """Make each live schedule's task for the current period (once, store-wide)."""
+    @overload
     async def next(
         self,
         owner: str,
@@ -196,9 +198,22 @@ class Authority:
         lock_delay: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-        count: Optional[int] = None,
-    ) -> Union[Grant, builtins.list[Grant], Refusal]:
+        count: None = None,
+    ) -> Union[Grant, Refusal]:
         """The ready task of `queues` with the highest priority; `wait` seconds for one (Ctrl-C ends the wait); `keep_waiting`: through `drained` too, until work is added; `count=N`: a list of up to N grants made in one commit."""
+    @overload
+    async def next(
+        self,
+        owner: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        count: int,
+    ) -> Union[builtins.list[Grant], Refusal]: ...
+    @overload
     async def task_next(
         self,
         executor: str,
@@ -207,6 +222,17 @@ class Authority:
         ttl: Optional[_Seconds] = None,
         wait: Optional[_Seconds] = None,
         keep_waiting: bool = False,
-        count: Optional[int] = None,
-    ) -> Union[Grant, builtins.list[Grant], Refusal]: ...
+        count: None = None,
+    ) -> Union[Grant, Refusal]: ...
+    @overload
+    async def task_next(
+        self,
+        executor: str,
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        ttl: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        count: int,
+    ) -> Union[builtins.list[Grant], Refusal]: ...
     async def graph(self) -> builtins.list[dict[str, Any]]: ...

@@ -187,15 +187,16 @@ impl Authority {
             Answer::Added(added) => convert::json_of(py, &added),
             Answer::Count(n) => Ok(n.into_pyobject(py)?.into_any().unbind()),
             Answer::Replies(replies) => {
+                let as_grant = out.shape == Shape::Grant;
                 let mut grants = Vec::with_capacity(replies.len());
                 for (i, r) in replies.iter().enumerate() {
-                    let auth = bind.then(|| slf.clone().into_any().unbind());
+                    let auth = (bind && as_grant).then(|| slf.clone().into_any().unbind());
                     let token = out
                         .items
                         .get(i)
                         .and_then(|v| v["token"].as_str())
                         .map(str::to_owned);
-                    grants.push(convert::reply_from(py, r, true, auth, token)?);
+                    grants.push(convert::reply_from(py, r, as_grant, auth, token)?);
                 }
                 Ok(grants.into_pyobject(py)?.into_any().unbind())
             }
@@ -335,6 +336,28 @@ impl Authority {
             "spawn": spawn.map(|s| json_text("spawn", s)).transpose()?, "wait": wait,
         });
         Self::answer(slf, Self::made("checkpoint", given)?)
+    }
+
+    /// The holder's reports of many grants in one commit: `reports` a list
+    /// of dicts `{"task", "owner", "fence", "outcome": "complete" | "fail"
+    /// | "release", "error"}` (or `Grant`s, each reported `complete`), each
+    /// accepted or refused on its own fence. A list of `Record`s and
+    /// `Refusal`s, in order.
+    fn report(slf: &Bound<'_, Self>, reports: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let mut items = Vec::new();
+        for item in reports.try_iter()? {
+            let item = item?;
+            if let Ok(g) = item.cast::<convert::Grant>() {
+                let g = g.get();
+                items.push(serde_json::json!({
+                    "task": g.task, "owner": g.owner, "fence": g.fence, "outcome": "complete",
+                }));
+            } else {
+                items.push(convert::to_json("reports", &item)?);
+            }
+        }
+        let given = serde_json::json!({ "reports": items });
+        Self::answer(slf, Self::made("report", given)?)
     }
 
     /// The holder reports failure; `error` is any JSON value (a dict).

@@ -75,3 +75,27 @@ def test_async_next_takes_a_batch(sqlite_url):
         await a.close()
 
     asyncio.run(main())
+
+
+def test_reports_of_many_grants_in_one_call(auth):
+    for i in range(4):
+        auth.add(f"r{i}")
+    grants = auth.next("w", count=4)
+    stale = grants[3]
+    auth.release(stale.task, "w", stale.fence)
+    again = auth.claim(stale.task, "v", ttl=30)
+    answers = auth.report(
+        grants[:2]
+        + [
+            {"task": grants[2].task, "owner": "w", "fence": grants[2].fence, "outcome": "fail", "error": {"why": "disk"}},
+            {"task": stale.task, "owner": "w", "fence": stale.fence, "outcome": "complete"},
+        ]
+    )
+    assert [a.state if a else a.reason for a in answers] == ["SUCCEEDED", "SUCCEEDED", "FAILED", "stale_fence"]
+    assert auth.get(stale.task).fence == again.fence
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.report([{"task": "r0", "owner": "w", "fence": 1, "outcome": "win"}])
+    assert e.value.field == "reports[0].outcome"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.report([])
+    assert e.value.field == "reports"

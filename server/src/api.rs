@@ -39,6 +39,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("events"), get(events))
         .route(at("feed"), get(feed))
         .route(at("checkpoint"), post(checkpoint))
+        .route(at("report"), post(report))
         .route("/v1/tasks/{task}/{verb}", post(write))
         .route(at("next"), post(next))
         .route(at("graph"), get(graph).post(add_graph))
@@ -214,6 +215,20 @@ async fn checkpoint(AsCaller(a): AsCaller, Path(id): Path<String>, body: Bytes) 
     }
     o.insert("task".into(), Value::String(task(&id)?.to_string()));
     let call = baton_core::given::call("checkpoint", baton_core::given::Given::new(fields)?)?;
+    run(&a, call).await
+}
+
+/// `POST /v1/reports`: `{"reports": [...]}`, a holder's reports of many
+/// grants, each accepted or refused on its own fence, in one commit; read
+/// by core's catalogue rules. 200 when every one was accepted, 409 when
+/// one was refused (each item says).
+async fn report(AsCaller(a): AsCaller, body: Bytes) -> Handled {
+    let fields: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_strict(&body)?
+    };
+    let call = baton_core::given::call("report", baton_core::given::Given::new(fields)?)?;
     run(&a, call).await
 }
 

@@ -35,6 +35,16 @@ pub(crate) struct CheckpointBody {
     pub(crate) wait: bool,
 }
 
+/// The body of `POST /v1/reports`: a holder's reports of many grants,
+/// each `{"task", "owner", "fence", "outcome", "error"}`. Read by core's
+/// catalogue rules.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Its schema documents the body; core reads the fields.
+pub(crate) struct ReportsBody {
+    pub(crate) reports: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
 /// The body of a request that takes none: empty, or an object with no
 /// field (a field is refused, never ignored).
 #[derive(Deserialize, schemars::JsonSchema)]

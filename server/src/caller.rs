@@ -112,6 +112,23 @@ impl Store for CallerStore {
         Ok(ds)
     }
 
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let now = self.app.now();
+        let admitted = ops
+            .into_iter()
+            .map(|op| self.admit(op, now))
+            .collect::<Result<Vec<_>>>()?;
+        let kinds: Vec<_> = admitted
+            .iter()
+            .map(|o| (o.request.kind(), o.task.clone()))
+            .collect();
+        let ds = self.counted(self.app.store.apply_each(admitted).await)?;
+        for (d, (kind, task)) in ds.iter().zip(&kinds) {
+            self.app.decided(d, *kind, task);
+        }
+        Ok(ds)
+    }
+
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         Ok(self.next_many(&query.one()).await?.into_iter().next())
     }

@@ -8,7 +8,8 @@
 //! described by the catalogue's schema of them.
 
 use crate::bodies::{
-    AckBody, CheckpointBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ScheduleBody,
+    AckBody, CheckpointBody, LimitBody, NextBody, NoBody, PruneBody, QueuePolicyBody, ReportsBody,
+    ScheduleBody,
 };
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
 use baton_core::{Preconditions, Request};
@@ -87,6 +88,7 @@ fn decoded_body(op: &Op, path: &str) -> Option<Value> {
         "ack" => schema_of::<AckBody>(),
         "sweep" | "tick" => schema_of::<NoBody>(),
         "checkpoint" => schema_of::<CheckpointBody>(),
+        "report" => schema_of::<ReportsBody>(),
         verb if path == format!("/v1/tasks/{{task}}/{verb}") => task_verb_body(verb)?,
         _ => return None,
     };

@@ -20,6 +20,7 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(wire::READ, post(read))
         .route(wire::APPLY, post(apply))
         .route(wire::APPLY_ALL, post(apply_all))
+        .route(wire::APPLY_EACH, post(apply_each))
         .route(wire::NEXT, post(next))
         .route(wire::NEXT_MANY, post(next_many))
         .route(wire::WATCH_READY, post(watch_ready))
@@ -62,6 +63,13 @@ async fn apply(asked: AsCaller, body: Bytes) -> Handled {
 async fn apply_all(asked: AsCaller, body: Bytes) -> Handled {
     let ops: Vec<Operation> = parse(&body)?;
     let ds = asked.store().apply_all(ops).await?;
+    let ds: Vec<Decision> = ds.into_iter().map(Decision::answer_only).collect();
+    json(&ds)
+}
+
+async fn apply_each(asked: AsCaller, body: Bytes) -> Handled {
+    let ops: Vec<Operation> = parse(&body)?;
+    let ds = asked.store().apply_each(ops).await?;
     let ds: Vec<Decision> = ds.into_iter().map(Decision::answer_only).collect();
     json(&ds)
 }

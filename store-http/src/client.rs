@@ -381,6 +381,10 @@ impl Store for HttpStore {
         self.post(wire::APPLY_ALL, &ops, true).await
     }
 
+    async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        self.post(wire::APPLY_EACH, &ops, true).await
+    }
+
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         self.post(wire::NEXT, &query.one(), true).await
     }

@@ -13,6 +13,7 @@ pub const CAPABILITIES: &str = "/v1/store/capabilities";
 pub const READ: &str = "/v1/store/read";
 pub const APPLY: &str = "/v1/store/apply";
 pub const APPLY_ALL: &str = "/v1/store/apply_all";
+pub const APPLY_EACH: &str = "/v1/store/apply_each";
 pub const NEXT: &str = "/v1/store/next";
 pub const NEXT_MANY: &str = "/v1/store/next_many";
 pub const WATCH_READY: &str = "/v1/store/watch_ready";

@@ -641,6 +641,19 @@ impl Store for PostgresStore {
         self.job(Job::All(ops)).await?.into_all()
     }
 
+    async fn apply_each(&self, ops: Vec<baton_core::Operation>) -> Result<Vec<Decision>> {
+        let answers = baton_core::commit::jobs_together(
+            Some(&self.inner.handle),
+            self.inner.name.clone(),
+            self.inner.clone(),
+            ops.into_iter().map(Job::One).collect(),
+            |i: &Inner, jobs: &[Job]| crate::txn::commit_jobs(i, jobs, None),
+        )
+        .await;
+        self.fold_now_and_then();
+        answers?.into_iter().map(|a| a.into_one()).collect()
+    }
+
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
         Ok(self.next_many(&query.one()).await?.into_iter().next())
     }

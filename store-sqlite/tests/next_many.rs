@@ -43,3 +43,36 @@ fn a_batch_of_grants_is_one_commit() {
         .collect();
     assert_eq!(tasks.len(), 12, "each task granted once");
 }
+
+#[test]
+fn a_batch_of_reports_is_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = common::open_with(&dir.path().join("r.db"), Duration::from_secs(5)).unwrap();
+    let rt = rt();
+    for i in 0..8 {
+        let t = id(&format!("t{i}"));
+        rt.block_on(a.add(&t, NodeSpec::new(&t, None, 0, []).unwrap()))
+            .unwrap();
+    }
+    let granted = rt.block_on(a.next_many_for(taker("w"), &[], 8)).unwrap();
+    let reports = granted
+        .iter()
+        .map(|r| {
+            let g = r.grant().unwrap();
+            (
+                g.task.clone(),
+                baton_core::Request::Complete {
+                    owner: id("w"),
+                    fence: g.fence,
+                },
+            )
+        })
+        .collect();
+    let before = a.store().commits().unwrap();
+    let done = rt.block_on(a.report_many(reports)).unwrap();
+    assert_eq!(a.store().commits().unwrap() - before, 1, "one commit");
+    assert!(done.iter().all(|r| {
+        r.record()
+            .is_some_and(|r| r.state == baton_core::State::Succeeded)
+    }));
+}

@@ -7,6 +7,7 @@ use super::graph::spec;
 use crate::conformance::fixtures::*;
 use crate::conformance::*;
 use crate::graph::{Start, Taker};
+use crate::request::Request;
 
 /// One scenario in queue `q`, ids prefixed `p`, its key `p-key` limited to
 /// two at once: a (9), b (5), c (5, after a), d e f (7, keyed), g (9, starts
@@ -122,4 +123,116 @@ pub fn next_count_grants_what_as_many_nexts_would<H: Harness>(ctx: &mut Ctx<H>) 
         .block_on(a.next_many_for(taker("w2"), &[id("many")], 0))
         .unwrap_err();
     assert_eq!(e.field.as_deref(), Some("count"));
+}
+
+/// A holder's reports of many grants in one call: each decided on its own
+/// fence, a stale one refused without touching the others.
+pub fn reports_in_one_call_are_each_decided_on_their_own_fence<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let g = |t: &str| {
+        fence(
+            &ctx.block_on(a.claim(&id(t), &id("w"), Some(600_000)))
+                .unwrap(),
+        )
+    };
+    let (f1, f2, f3) = (g("r1"), g("r2"), g("r3"));
+    // r4's first grant runs out and another takes it: its report is stale.
+    let old = fence(
+        &ctx.block_on(a.claim(&id("r4"), &id("w"), Some(ttl)))
+            .unwrap(),
+    );
+    ctx.expire(ttl);
+    let new = fence(
+        &ctx.block_on(a.claim(&id("r4"), &id("v"), Some(600_000)))
+            .unwrap(),
+    );
+    let replies = ctx
+        .block_on(a.report_many(vec![
+            (
+                id("r1"),
+                Request::Complete {
+                    owner: id("w"),
+                    fence: f1,
+                },
+            ),
+            (
+                id("r2"),
+                Request::Fail {
+                    owner: id("w"),
+                    fence: f2,
+                    error: Some(serde_json::json!({"why": "disk"})),
+                },
+            ),
+            (
+                id("r4"),
+                Request::Complete {
+                    owner: id("w"),
+                    fence: old,
+                },
+            ),
+            (
+                id("r3"),
+                Request::Release {
+                    owner: id("w"),
+                    fence: f3,
+                },
+            ),
+        ]))
+        .unwrap();
+    let states: Vec<Option<State>> = replies
+        .iter()
+        .map(|r| r.record().map(|r| r.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            Some(State::Succeeded),
+            Some(State::Failed),
+            None,
+            Some(State::Registered)
+        ]
+    );
+    assert!(
+        matches!(refusal(&replies[2]), Refusal::StaleFence { fence, .. } if *fence == old),
+        "{replies:?}"
+    );
+    let r4 = ctx.block_on(a.get(&id("r4"))).unwrap().unwrap();
+    assert_eq!((r4.state, r4.current_fence()), (State::Claimed, Some(new)));
+    // The same batch again: the ends are acknowledged, nothing changes.
+    let again = ctx
+        .block_on(a.report_many(vec![(
+            id("r1"),
+            Request::Complete {
+                owner: id("w"),
+                fence: f1,
+            },
+        )]))
+        .unwrap();
+    assert!(
+        matches!(again.as_slice(), [Reply::Acknowledged(_)]),
+        "{again:?}"
+    );
+    // Only reports: a claim in a batch is bad input, and nothing is applied.
+    let e = ctx
+        .block_on(a.report_many(vec![
+            (
+                id("r5"),
+                Request::Complete {
+                    owner: id("w"),
+                    fence: f3,
+                },
+            ),
+            (
+                id("r6"),
+                Request::Claim {
+                    owner: id("w"),
+                    ttl_ms: None,
+                    lock_delay_ms: None,
+                },
+            ),
+        ]))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("reports"));
+    assert!(ctx.block_on(a.get(&id("r6"))).unwrap().is_none());
 }
