@@ -122,6 +122,10 @@ pub struct BenchArgs {
     /// store grows as a run goes); each figure is the median over rounds.
     #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u64).range(1..=99))]
     pub rounds: u64,
+    /// With --next: each `next` takes up to N grants in one commit
+    /// (`next --count`) and they are reported in one call (`report`).
+    #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub count: u32,
 }
 
 #[derive(Debug, Args, Clone)]

@@ -29,6 +29,8 @@ pub(crate) const VERIFY_AT_ONCE: usize = 32;
 pub struct NextResult {
     pub store: String,
     pub workers: usize,
+    /// Grants a `next` may make at once (`--count`), reported together.
+    pub count: u32,
     pub tasks: usize,
     pub layers: usize,
     /// Rounds run; the rates and ratios below are medians over them, the
@@ -151,7 +153,7 @@ async fn graph_worker(a: Arc<DynAuthority>, w: usize, workers: usize, tasks: Vec
     t
 }
 
-async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
+async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id, count: u32) -> Tally {
     let mut t = Tally::default();
     let Ok(owner) = Id::parse("owner", &format!("bench-worker-{w}")) else {
         return t;
@@ -161,6 +163,9 @@ async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
         ttl_ms: Some(600_000),
         lock_delay_ms: None,
     };
+    if count > 1 {
+        return batch_worker(a, t, owner, taker, queue, count).await;
+    }
     loop {
         match a
             .next_for(taker.clone(), std::slice::from_ref(&queue))
@@ -176,6 +181,67 @@ async fn next_worker(a: Arc<DynAuthority>, w: usize, queue: Id) -> Tally {
             }
             Ok(Reply::Refused(Refusal::Drained { .. })) => return t,
             Ok(_) | Err(_) => {
+                t.errors += 1;
+                if t.errors > 1_000 {
+                    return t;
+                }
+            }
+        }
+    }
+}
+
+/// [`next_worker`] by batches: up to `count` grants a `next`, reported in
+/// one call.
+async fn batch_worker(
+    a: Arc<DynAuthority>,
+    mut t: Tally,
+    owner: Id,
+    taker: Taker,
+    queue: Id,
+    count: u32,
+) -> Tally {
+    loop {
+        match a
+            .next_many_for(taker.clone(), std::slice::from_ref(&queue), count)
+            .await
+        {
+            Ok(replies) => {
+                if let [Reply::Refused(r)] = replies.as_slice() {
+                    match r {
+                        Refusal::NoneReady { .. } => {
+                            t.none_ready += 1;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            continue;
+                        }
+                        Refusal::Drained { .. } => return t,
+                        _ => {
+                            t.errors += 1;
+                            continue;
+                        }
+                    }
+                }
+                let reports: Vec<(Id, baton_core::Request)> = replies
+                    .iter()
+                    .filter_map(|r| r.grant())
+                    .map(|g| {
+                        (
+                            g.task.clone(),
+                            baton_core::Request::Complete {
+                                owner: owner.clone(),
+                                fence: g.fence,
+                            },
+                        )
+                    })
+                    .collect();
+                for (task, _) in &reports {
+                    t.grants.push(task.to_string());
+                }
+                match a.report_many(reports).await {
+                    Ok(done) => t.errors += done.iter().filter(|r| r.is_refused()).count() as u64,
+                    Err(_) => t.errors += 1,
+                }
+            }
+            Err(_) => {
                 t.errors += 1;
                 if t.errors > 1_000 {
                     return t;
@@ -245,6 +311,7 @@ async fn round(
     tasks: usize,
     layers: usize,
     next_first: bool,
+    count: u32,
 ) -> Result<Round, Error> {
     // Claim by id: the same number of tasks, added without dependencies.
     let flat_queue = Id::parse("queue", &format!("{prefix}-flat"))?;
@@ -272,7 +339,8 @@ async fn round(
         if run_next {
             let (queue, ids) = add_graph(a, &format!("{prefix}-dag"), tasks, layers).await?;
             let c = a.meter().and_then(|m| m.commits());
-            let (t, secs) = drain(workers, |w| next_worker(a.clone(), w, queue.clone())).await?;
+            let (t, secs) =
+                drain(workers, |w| next_worker(a.clone(), w, queue.clone(), count)).await?;
             nexts = (t, secs, diff(c, a.meter().and_then(|m| m.commits())), ids);
         } else {
             let (_, ids) = add_graph(a, &format!("{prefix}-ids"), tasks, layers).await?;
@@ -357,7 +425,7 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
     let mut rounds = Vec::new();
     for r in 0..args.rounds.max(1) {
         let name = format!("{prefix}-r{r}");
-        rounds.push(round(&a, &name, workers, tasks, layers, r % 2 == 1).await?);
+        rounds.push(round(&a, &name, workers, tasks, layers, r % 2 == 1, args.count).await?);
     }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
@@ -370,6 +438,7 @@ pub async fn run_one(store: &str, args: &BenchArgs) -> Result<NextResult, Error>
     Ok(NextResult {
         store: store.to_owned(),
         workers,
+        count: args.count,
         tasks,
         layers,
         rounds: rounds.len(),
