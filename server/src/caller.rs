@@ -40,6 +40,31 @@ impl fmt::Debug for CallerStore {
 }
 
 impl CallerStore {
+    /// `ops` admitted for the caller and applied on the server's store,
+    /// all or nothing (`together`) or each on its own, every decision
+    /// counted.
+    async fn many(&self, ops: Vec<Operation>, together: bool) -> Result<Vec<Decision>> {
+        let now = self.app.now();
+        let admitted = ops
+            .into_iter()
+            .map(|op| self.admit(op, now))
+            .collect::<Result<Vec<_>>>()?;
+        let kinds: Vec<_> = admitted
+            .iter()
+            .map(|o| (o.request.kind(), o.task.clone()))
+            .collect();
+        let applied = if together {
+            self.app.store.apply_all(admitted).await
+        } else {
+            self.app.store.apply_each(admitted).await
+        };
+        let ds = self.counted(applied)?;
+        for (d, (kind, task)) in ds.iter().zip(&kinds) {
+            self.app.decided(d, *kind, task);
+        }
+        Ok(ds)
+    }
+
     pub(crate) fn caller(&self) -> Option<&Caller> {
         self.caller.as_ref()
     }
@@ -96,37 +121,11 @@ impl Store for CallerStore {
     }
 
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        let now = self.app.now();
-        let admitted = ops
-            .into_iter()
-            .map(|op| self.admit(op, now))
-            .collect::<Result<Vec<_>>>()?;
-        let kinds: Vec<_> = admitted
-            .iter()
-            .map(|o| (o.request.kind(), o.task.clone()))
-            .collect();
-        let ds = self.counted(self.app.store.apply_all(admitted).await)?;
-        for (d, (kind, task)) in ds.iter().zip(&kinds) {
-            self.app.decided(d, *kind, task);
-        }
-        Ok(ds)
+        self.many(ops, true).await
     }
 
     async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
-        let now = self.app.now();
-        let admitted = ops
-            .into_iter()
-            .map(|op| self.admit(op, now))
-            .collect::<Result<Vec<_>>>()?;
-        let kinds: Vec<_> = admitted
-            .iter()
-            .map(|o| (o.request.kind(), o.task.clone()))
-            .collect();
-        let ds = self.counted(self.app.store.apply_each(admitted).await)?;
-        for (d, (kind, task)) in ds.iter().zip(&kinds) {
-            self.app.decided(d, *kind, task);
-        }
-        Ok(ds)
+        self.many(ops, false).await
     }
 
     async fn next(&self, query: &NextQuery) -> Result<Option<Decision>> {
