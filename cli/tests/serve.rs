@@ -1926,9 +1926,11 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
     b.eval(&format!(
         "sessionStorage.setItem('baton-token', {OPERATOR:?}); true"
     ));
+    // The worker's confirmed button stays, disabled, until the refresh
+    // its refusal asked for draws a new one: wait for that one.
     b.until(
         "the retry button again",
-        "!!document.querySelector('#failures button[data-action=retry][data-task=etl-load]')",
+        "!!document.querySelector('#failures button[data-action=retry][data-task=etl-load]:not(:disabled):not(.confirm)')",
     );
     b.eval(click_retry);
     b.eval(click_retry);

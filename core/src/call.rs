@@ -105,9 +105,10 @@ pub enum Call {
         wait_ms: Option<u64>,
         #[serde(default)]
         keep_waiting: bool,
-        /// Up to this many grants in one commit (1: the one `next`).
-        #[serde(default = "one_grant")]
-        count: u32,
+        /// Up to this many grants in one commit, answered as a list (even
+        /// of one); `None`: the one `next`, answered as its grant.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u32>,
     },
     /// Every schedule.
     Schedules,
@@ -319,10 +320,6 @@ impl Output {
     }
 }
 
-fn one_grant() -> u32 {
-    1
-}
-
 /// Whether a request's answer shows the grant rather than the record.
 pub fn answers_with_grant(kind: RequestKind) -> bool {
     matches!(
@@ -521,7 +518,7 @@ impl Call {
                 queues,
                 wait_ms,
                 keep_waiting,
-                count: 1,
+                count: None,
             } => {
                 let reply = a
                     .next_as_asked(taker, &queues, wait_ms, keep_waiting)
@@ -533,7 +530,7 @@ impl Call {
                 queues,
                 wait_ms,
                 keep_waiting,
-                count,
+                count: Some(count),
             } => {
                 let replies = a
                     .next_many_as_asked(taker, &queues, wait_ms, keep_waiting, count)

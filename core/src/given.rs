@@ -253,12 +253,12 @@ impl<'a> Given<'a> {
         reader(name, file, limit).map(Some)
     }
 
-    /// How many grants one `next` may make: 1 when not given.
-    fn count(&mut self) -> Result<u32> {
+    /// How many grants one `next` may make, when given.
+    fn count(&mut self) -> Result<Option<u32>> {
         let max = crate::graph::MAX_NEXT_COUNT;
         match self.number("count")? {
-            None => Ok(1),
-            Some(n) if (1..=u64::from(max)).contains(&n) => Ok(n as u32),
+            None => Ok(None),
+            Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u32)),
             Some(n) => Err(Error::invalid(
                 "count",
                 format!("must be from 1 to {max} (got {n})"),

@@ -499,7 +499,7 @@ async fn next(
             queues,
             wait_ms,
             keep_waiting,
-            count: b.count.unwrap_or(1),
+            count: b.count,
         },
     )
     .await

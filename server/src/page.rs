@@ -497,7 +497,7 @@ function action(label, task, run) {
   const b = document.createElement("button"); b.textContent = label; b.dataset.action = label; b.dataset.task = task;
   b.addEventListener("click", async () => {
     if (!b.classList.contains("confirm")) {
-      for (const o of document.querySelectorAll("button.confirm")) { o.classList.remove("confirm"); o.textContent = o.dataset.action; }
+      disarm();
       b.classList.add("confirm"); b.textContent = "confirm " + label + " " + task + "?"; return;
     }
     b.disabled = true;
@@ -533,8 +533,15 @@ function chart(pm) {
   svg.appendChild(label);
   $("chart").replaceChildren(svg);
 }
+// A refresh that answers while an action waits for its confirmation (a
+// periodic one, or the one an earlier action asked for) leaves the page as
+// it is: re-drawn, the armed button would be a new one, and the confirming
+// click a first click again. A confirmed action's button is disabled.
+const armed = () => !!document.querySelector("button.confirm:not(:disabled)");
+function disarm() { for (const o of document.querySelectorAll("button.confirm")) { o.classList.remove("confirm"); o.textContent = o.dataset.action; } }
 async function showList() {
   const { res, json: s } = await api("/v1/status");
+  if (armed()) return;
   if (!res.ok) { notice((s && s.error && s.error.message) || res.statusText, false); return; }
   $("auth").style.display = "none";
   $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (more tasks are due a change than one reading derives: some count in their stored state)" : "");
@@ -563,6 +570,7 @@ async function showTask(id) {
   if (!res.ok) { $("task-head").textContent = id + ": " + ((r && (r.message || (r.error && r.error.message))) || res.statusText); $("task-facts").replaceChildren(); return; }
   const ev = (await api("/v1/tasks/" + encodeURIComponent(id) + "/events?limit=1000")).json;
   const events = (ev && ev.items) || [];
+  if (armed()) return;
   $("task-head").textContent = r.task + " \u2014 " + r.state + ", attempt " + r.attempt + (r.iteration > 1 ? ", iteration " + r.iteration : "");
   const live = r.state === "CLAIMED" || r.state === "RUNNING", ended = ["FAILED", "STALLED", "NOT_STARTED", "CANCELLED"].includes(r.state);
   const acts = [];
@@ -588,12 +596,12 @@ async function refresh() {
   catch (e) { $("meta").textContent = "the server does not answer (" + e + ")"; }
 }
 $("auth").addEventListener("submit", (ev) => { ev.preventDefault(); sessionStorage.setItem("baton-token", $("token").value); refresh(); });
-$("search").addEventListener("input", refresh);
-$("state").addEventListener("change", refresh);
-window.addEventListener("hashchange", refresh);
+$("search").addEventListener("input", () => { disarm(); refresh(); });
+$("state").addEventListener("change", () => { disarm(); refresh(); });
+window.addEventListener("hashchange", () => { disarm(); refresh(); });
 refresh();
 // Refreshes every 2 s, but never while an action waits for its confirmation.
-setInterval(() => { if (!document.querySelector("button.confirm")) refresh(); }, 2000);
+setInterval(() => { if (!armed()) refresh(); }, 2000);
 </script>
 </body>
 </html>
