@@ -230,6 +230,19 @@ pub fn a_step_spawns_its_tasks_once_and_waits_for_them<H: Harness>(ctx: &mut Ctx
     );
     assert!(ctx.block_on(a.get(&id("fresh"))).unwrap().is_none());
     assert_eq!(recorded(ctx, &p).len(), 1);
+    // A task it adds that depends on it, waited for: neither could run.
+    let e = ctx
+        .block_on(a.checkpoint(
+            &p,
+            Step {
+                spawn: vec![node("loop-child", &["parent"])],
+                wait: true,
+                ..step("w1", g.fence, "loop", json!(3))
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("spawn"), "{e}");
+    assert!(ctx.block_on(a.get(&id("loop-child"))).unwrap().is_none());
     // The parent gives its grant back and waits: the children run first.
     ctx.block_on(a.release(&p, &id("w1"), g.fence)).unwrap();
     let next = |ctx: &Ctx<H>| {
