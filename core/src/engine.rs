@@ -259,7 +259,11 @@ fn decide_on(
     }
     let mut upstream = match found {
         None => crate::graph::Upstream::default(),
-        Some(found) => upstream_of(ids.into_iter().zip(found), op.now),
+        Some(found) => upstream_of(
+            ids.into_iter().zip(found),
+            op.now,
+            crate::decide::reads_dependencies(&op.request),
+        ),
     };
     if let Some(key) = key {
         upstream = upstream.with_key(key);

@@ -508,10 +508,12 @@ forward_store!(impl[S: Store + ?Sized] Arc<S> => S);
 forward_store!(impl[S: Store + ?Sized] Box<S> => S);
 
 /// The upstream of a decision, from the snapshots of its dependencies read
-/// in the deciding commit (each derived at `now`).
+/// in the deciding commit (each derived at `now`); with what each depends
+/// on when `dependencies` (the decisions that look: a grant does not).
 pub fn upstream_of(
     found: impl IntoIterator<Item = (TaskId, Option<Snapshot>)>,
     now: Timestamp,
+    dependencies: bool,
 ) -> crate::graph::Upstream {
     let mut queue = None;
     let mut depends = std::collections::BTreeMap::new();
@@ -519,7 +521,7 @@ pub fn upstream_of(
         if let Some(p) = snap.as_ref().and_then(|s| s.record.queue_policy) {
             queue = Some(p);
         }
-        if let Some(s) = snap.as_ref()
+        if let Some(s) = snap.as_ref().filter(|_| dependencies)
             && !s.record.depends_on().is_empty()
         {
             depends.insert(id.clone(), s.record.depends_on().to_vec());

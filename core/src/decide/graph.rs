@@ -288,6 +288,16 @@ fn with_queue(mut ids: Vec<TaskId>, queue: &crate::id::Id) -> Vec<TaskId> {
     ids
 }
 
+/// Whether the decision of `request` looks at what the tasks it reads
+/// depend on ([`crate::graph::Upstream::depends_on`]): a checkpoint that
+/// waits for the tasks it added refuses one that depends on it.
+pub fn reads_dependencies(request: &crate::request::Request) -> bool {
+    matches!(
+        request,
+        crate::request::Request::Checkpoint { wait: true, .. }
+    )
+}
+
 pub fn upstream_ids(request: &crate::request::Request, record: Option<&TaskRecord>) -> Vec<TaskId> {
     use crate::request::Request;
     match request {

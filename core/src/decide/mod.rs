@@ -33,7 +33,7 @@ mod steps;
 
 use build::*;
 use checks::*;
-pub use graph::upstream_ids;
+pub use graph::{reads_dependencies, upstream_ids};
 use lease::{claim_like, create_bare, lease_end};
 use notify::finish;
 use registry::create_declared;
