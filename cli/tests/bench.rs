@@ -49,6 +49,10 @@ fn check(r: &Value, workers: u64, tasks: u64) {
         (Some(0), Some(0)),
         "{r}"
     );
+    // Every grant, completion and stale try went through the history
+    // checker in the same run, and it found nothing wrong.
+    assert_eq!(r["history_violations"].as_u64(), Some(0), "{r}");
+    assert!(r["checked_ops"].as_u64().unwrap() >= 4 * tasks, "{r}");
     assert!(r["p50_ms"].as_f64().unwrap() <= r["p99_ms"].as_f64().unwrap());
     assert!(r["p99_ms"].as_f64().unwrap() <= r["max_ms"].as_f64().unwrap());
 }
@@ -127,6 +131,35 @@ fn as_separate_processes() {
         assert_eq!(rows[0]["processes"].as_bool(), Some(true));
         assert_eq!(rows[0]["order"].as_str(), Some(order));
     }
+    // Batches: up to 8 grants a `next`, completed in one `report`, each
+    // task still granted once, in far fewer commits than grants.
+    let rows = bench(
+        &a,
+        &[
+            "--workers",
+            "3",
+            "--tasks",
+            "30",
+            "--processes",
+            "--order",
+            "next",
+            "--count",
+            "8",
+        ],
+    );
+    check(&rows[0], 3, 30);
+    assert_eq!(rows[0]["count"].as_u64(), Some(8));
+    assert!(
+        rows[0]["grants_per_commit"].as_f64().unwrap() > 1.5,
+        "{}",
+        rows[0]
+    );
+    let out = Command::new(BIN)
+        .args(["--store", "memory:", "bench", "--count", "4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--count without next");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("count"));
     let out = Command::new(BIN)
         .args([
             "--store",

@@ -5,9 +5,11 @@
 //! and claim latency.
 
 use crate::{BenchArgs, BenchWorkerArgs, Order, Report};
+use baton_check::history::now_us;
+use baton_check::{Limits, Line, Observed, Req};
 use baton_core::call::Status;
 use baton_core::graph::{NewNode, NodeSpec};
-use baton_core::{Error, Id, Refusal, Reply};
+use baton_core::{Error, Id, Refusal, Reply, Request};
 use baton_open::{DynAuthority, authority_for};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -30,7 +32,56 @@ pub struct WorkerReport {
     pub errors: u64,
     pub first_error: Option<String>,
     pub commits: Option<u64>,
+    /// Every grant and report as the checker reads a history: when it
+    /// was asked, when it was answered, and what came back.
+    #[serde(default)]
+    pub history: Vec<Line>,
+    #[serde(skip)]
+    ops: u64,
 }
+
+impl WorkerReport {
+    /// Records one operation of client `client` on `task` for the checker.
+    #[allow(clippy::too_many_arguments)]
+    fn log(
+        &mut self,
+        client: u32,
+        t: (u64, u64),
+        task: &Id,
+        owner: &Id,
+        req: Req,
+        answer: Observed,
+    ) {
+        let n = self.ops;
+        self.ops += 1;
+        self.history.push(Line::Invoke {
+            client,
+            n,
+            t: t.0,
+            task: task.as_str().to_owned(),
+            owner: owner.as_str().to_owned(),
+            req,
+        });
+        self.history.push(Line::Return {
+            client,
+            n,
+            t: t.1,
+            answer,
+        });
+    }
+}
+
+/// A grant as the checker sees it: a claim (with the bench's TTL) that
+/// took effect somewhere between `next`'s call and its answer.
+fn claim_req() -> Req {
+    Req::Claim {
+        ttl_ms: TTL_MS,
+        lock_delay_ms: 0,
+    }
+}
+
+/// The lease every bench grant asks for: far longer than any run.
+const TTL_MS: u64 = 600_000;
 
 /// One run's result: the fields scripts read.
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +93,8 @@ pub struct BenchResult {
     pub tasks: usize,
     pub processes: bool,
     pub order: &'static str,
+    /// Grants a `next` could take at once (`--count`).
+    pub count: u32,
     pub attempts: u64,
     pub grants: u64,
     pub commits: Option<u64>,
@@ -57,6 +110,10 @@ pub struct BenchResult {
     pub double_grants: u64,
     pub stale_accepted: u64,
     pub ungranted: u64,
+    /// Grants and reports the history checker read (with the stale
+    /// writer's tries), and what it found wrong (none, or the run failed).
+    pub checked_ops: usize,
+    pub history_violations: usize,
     /// A bare 4 KiB append + `fdatasync` loop beside the store's file, in
     /// the same run (the mean of one just before and one just after): the
     /// disk's ceiling for commits that each sync once. `None` off disk.
@@ -127,12 +184,14 @@ pub fn order_for(order: Order, w: usize, workers: usize, tasks: usize) -> Vec<us
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn worker(
     a: Arc<DynAuthority>,
     w: usize,
     workers: usize,
     tasks: usize,
     order: Order,
+    count: u32,
     prefix: String,
     bar: ProgressBar,
 ) -> WorkerReport {
@@ -140,8 +199,13 @@ async fn worker(
     let Ok(owner) = id(&format!("bench-worker-{w}")) else {
         return rep;
     };
+    let client = u32::try_from(w).unwrap_or(u32::MAX);
     if order == Order::Next {
-        take_next(&a, &owner, &prefix, &bar, &mut rep).await;
+        if count > 1 {
+            take_batches(&a, client, &owner, &prefix, count, &bar, &mut rep).await;
+        } else {
+            take_next(&a, client, &owner, &prefix, &bar, &mut rep).await;
+        }
         return rep;
     }
     for i in order_for(order, w, workers, tasks) {
@@ -149,29 +213,65 @@ async fn worker(
             continue;
         };
         let t0 = Instant::now();
-        let r = a.claim(&task, &owner, Some(600_000)).await;
+        let at = now_us();
+        let r = a.claim(&task, &owner, Some(TTL_MS)).await;
+        let done = now_us();
         rep.latencies_us
             .push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
         rep.attempts += 1;
         bar.inc(1);
-        match r {
-            Ok(Reply::Committed(rec)) | Ok(Reply::Acknowledged(rec)) => {
-                let fence = rec.current_fence().unwrap_or(0);
-                rep.grants.push((i, fence));
-                match a.complete(&task, &owner, fence).await {
-                    Ok(Reply::Committed(_)) => {}
-                    Ok(other) => note(
-                        &mut rep,
-                        format!("the winner could not complete {task}: {other:?}"),
-                    ),
-                    Err(e) => note(&mut rep, e.to_string()),
-                }
-            }
-            Ok(Reply::Refused(_)) => {}
-            Err(e) => note(&mut rep, e.to_string()),
+        let fence = match &r {
+            Ok(Reply::Committed(rec)) | Ok(Reply::Acknowledged(rec)) => rec.current_fence(),
+            _ => None,
+        };
+        if let Err(e) = &r {
+            note(&mut rep, e.to_string());
         }
+        rep.log(
+            client,
+            (at, done),
+            &task,
+            &owner,
+            claim_req(),
+            Observed::of_reply(r),
+        );
+        let Some(fence) = fence else {
+            continue;
+        };
+        rep.grants.push((i, fence));
+        complete(&a, client, &task, &owner, fence, &mut rep).await;
     }
     rep
+}
+
+/// Completes a grant, recording it; anything but a commit is an error.
+async fn complete(
+    a: &DynAuthority,
+    client: u32,
+    task: &Id,
+    owner: &Id,
+    fence: u64,
+    rep: &mut WorkerReport,
+) {
+    let at = now_us();
+    let r = a.complete(task, owner, fence).await;
+    let done = now_us();
+    match &r {
+        Ok(Reply::Committed(_)) => {}
+        Ok(other) => note(
+            rep,
+            format!("the winner could not complete {task}: {other:?}"),
+        ),
+        Err(e) => note(rep, e.to_string()),
+    }
+    rep.log(
+        client,
+        (at, done),
+        task,
+        owner,
+        Req::Complete { fence },
+        Observed::of_reply(r),
+    );
 }
 
 /// The queue `--order next` adds its tasks to.
@@ -199,9 +299,18 @@ async fn add_ready(a: &DynAuthority, prefix: &str, tasks: usize) -> Result<(), E
     Ok(())
 }
 
+/// The index in its run of a task `next` granted.
+fn index_of(task: &Id) -> Option<usize> {
+    task.as_str()
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+}
+
 /// `--order next`: `next` and complete until the queue is drained.
 async fn take_next(
     a: &DynAuthority,
+    client: u32,
     owner: &Id,
     prefix: &str,
     bar: &ProgressBar,
@@ -212,9 +321,11 @@ async fn take_next(
     };
     loop {
         let t0 = Instant::now();
+        let at = now_us();
         let r = a
-            .next(owner, std::slice::from_ref(&queue), Some(600_000), None)
+            .next(owner, std::slice::from_ref(&queue), Some(TTL_MS), None)
             .await;
+        let done = now_us();
         rep.latencies_us
             .push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
         rep.attempts += 1;
@@ -222,28 +333,21 @@ async fn take_next(
         match r {
             Ok(Reply::Committed(rec)) => {
                 let fence = rec.current_fence().unwrap_or(0);
-                let Some(i) = rec
-                    .task
-                    .as_str()
-                    .rsplit('-')
-                    .next()
-                    .and_then(|n| n.parse::<usize>().ok())
-                else {
-                    note(
-                        rep,
-                        format!("next granted a task not of this run: {}", rec.task),
-                    );
+                let task = rec.task.clone();
+                rep.log(
+                    client,
+                    (at, done),
+                    &task,
+                    owner,
+                    claim_req(),
+                    Observed::of_reply(Ok(Reply::Committed(rec))),
+                );
+                let Some(i) = index_of(&task) else {
+                    note(rep, format!("next granted a task not of this run: {task}"));
                     continue;
                 };
                 rep.grants.push((i, fence));
-                match a.complete(&rec.task, owner, fence).await {
-                    Ok(Reply::Committed(_)) => {}
-                    Ok(other) => note(
-                        rep,
-                        format!("the winner could not complete {}: {other:?}", rec.task),
-                    ),
-                    Err(e) => note(rep, e.to_string()),
-                }
+                complete(a, client, &task, owner, fence, rep).await;
             }
             Ok(Reply::Refused(Refusal::Drained { .. })) => return,
             // Another worker holds what is left: it will end soon.
@@ -258,6 +362,139 @@ async fn take_next(
                 note(rep, e.to_string());
                 if rep.errors > 100 {
                     return;
+                }
+            }
+        }
+    }
+}
+
+/// `--order next --count N`: up to N grants a `next`, all completed in
+/// one `report`, until the queue is drained.
+async fn take_batches(
+    a: &DynAuthority,
+    client: u32,
+    owner: &Id,
+    prefix: &str,
+    count: u32,
+    bar: &ProgressBar,
+    rep: &mut WorkerReport,
+) {
+    let Ok(queue) = queue_name(prefix) else {
+        return;
+    };
+    let taker = baton_core::Taker::Owner {
+        owner: owner.clone(),
+        ttl_ms: Some(TTL_MS),
+        lock_delay_ms: None,
+    };
+    loop {
+        let t0 = Instant::now();
+        let at = now_us();
+        let r = a
+            .next_many_for(taker.clone(), std::slice::from_ref(&queue), count)
+            .await;
+        let done = now_us();
+        rep.latencies_us
+            .push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
+        rep.attempts += 1;
+        let replies = match r {
+            Ok(replies) => replies,
+            Err(e) => {
+                note(rep, e.to_string());
+                if rep.errors > 100 {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut reports = Vec::with_capacity(replies.len());
+        for reply in replies {
+            match reply {
+                Reply::Committed(rec) => {
+                    let fence = rec.current_fence().unwrap_or(0);
+                    let task = rec.task.clone();
+                    rep.log(
+                        client,
+                        (at, done),
+                        &task,
+                        owner,
+                        claim_req(),
+                        Observed::of_reply(Ok(Reply::Committed(rec))),
+                    );
+                    bar.inc(1);
+                    let Some(i) = index_of(&task) else {
+                        note(rep, format!("next granted a task not of this run: {task}"));
+                        continue;
+                    };
+                    rep.grants.push((i, fence));
+                    reports.push((task, fence));
+                }
+                Reply::Refused(Refusal::Drained { .. }) => return,
+                Reply::Refused(Refusal::NoneReady { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                other => {
+                    note(rep, format!("next answered {other:?}"));
+                    return;
+                }
+            }
+        }
+        if reports.is_empty() {
+            continue;
+        }
+        let asked = reports
+            .iter()
+            .map(|(task, fence)| {
+                (
+                    task.clone(),
+                    Request::Complete {
+                        owner: owner.clone(),
+                        fence: *fence,
+                    },
+                )
+            })
+            .collect();
+        let at = now_us();
+        let r = a.report_many(asked).await;
+        let done = now_us();
+        match r {
+            Ok(answers) if answers.len() == reports.len() => {
+                for ((task, fence), answer) in reports.iter().zip(answers) {
+                    if !matches!(answer, Reply::Committed(_)) {
+                        note(
+                            rep,
+                            format!("the winner could not complete {task}: {answer:?}"),
+                        );
+                    }
+                    rep.log(
+                        client,
+                        (at, done),
+                        task,
+                        owner,
+                        Req::Complete { fence: *fence },
+                        Observed::of_reply(Ok(answer)),
+                    );
+                }
+            }
+            Ok(answers) => note(
+                rep,
+                format!(
+                    "report answered {} of {} reports",
+                    answers.len(),
+                    reports.len()
+                ),
+            ),
+            Err(e) => {
+                note(rep, e.to_string());
+                for (task, fence) in &reports {
+                    rep.log(
+                        client,
+                        (at, done),
+                        task,
+                        owner,
+                        Req::Complete { fence: *fence },
+                        Observed::of_reply(Err(e.clone())),
+                    );
                 }
             }
         }
@@ -329,6 +566,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
                     workers,
                     args.tasks,
                     args.order,
+                    args.count,
                     prefix.clone(),
                     progress.clone(),
                 ))
@@ -354,8 +592,14 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         (Some(a), Some(b)) => Some((a + b) / 2.0),
         (a, b) => a.or(b),
     };
-    let (double_grants, stale_accepted, ungranted) =
+    let (double_grants, stale_accepted, ungranted, intruder) =
         verify(&a, args.tasks, &prefix, &reports).await?;
+    let mut reports = reports;
+    let limits = Limits::from(a.store().capabilities());
+    let checked = check_history(&mut reports, intruder, limits)?;
+    if !checked.ok() {
+        eprintln!("bench: the checker found the history wrong:\n{checked}");
+    }
     let attempts: u64 = reports.iter().map(|r| r.attempts).sum();
     let grants: u64 = reports.iter().map(|r| r.grants.len() as u64).sum();
     let errors: u64 = reports.iter().map(|r| r.errors).sum();
@@ -385,6 +629,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         tasks: args.tasks,
         processes: args.processes,
         order: args.order.as_str(),
+        count: args.count,
         attempts,
         grants,
         commits,
@@ -400,6 +645,8 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         double_grants,
         stale_accepted,
         ungranted,
+        checked_ops: checked.ops,
+        history_violations: checked.violations.len(),
         ceiling_syncs_per_s,
         commits_vs_ceiling: match (commits.map(|c| c as f64 / secs), ceiling_syncs_per_s) {
             (Some(c), Some(ceil)) if ceil > 0.0 => Some(c / ceil),
@@ -408,13 +655,14 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
     })
 }
 
-/// Every task granted exactly once; no write under a wrong fence accepted.
+/// Every task granted exactly once; no write under a wrong fence accepted
+/// (each try recorded for the checker as the client [`INTRUDER`]).
 async fn verify(
     a: &DynAuthority,
     tasks: usize,
     prefix: &str,
     reports: &[WorkerReport],
-) -> Result<(u64, u64, u64), Error> {
+) -> Result<(u64, u64, u64, Vec<Line>), Error> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let mut per_task: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for r in reports {
@@ -426,27 +674,70 @@ async fn verify(
     let ungranted = (tasks - per_task.len().min(tasks)) as u64;
     let intruder = id("bench-stale-writer")?;
     let intruder = &intruder;
-    let stale: Vec<u64> = stream::iter(per_task.iter())
+    let tried: Vec<(u64, WorkerReport)> = stream::iter(per_task.iter())
         .map(|(i, fences)| async move {
             let mut stale = 0;
+            let mut log = WorkerReport::default();
             let task = id(&task_name(prefix, *i))?;
             let holder = a.holder(&task).await?.ok().flatten();
             if holder.map(|h| h.grant.fence) != fences.first().copied() {
                 stale += 1; // the stored grant is not the one its winner was told
             }
             for wrong in [fences[0].saturating_sub(1).max(1), fences[0] + 1_000_000] {
-                if let Reply::Committed(_) | Reply::Acknowledged(_) =
-                    a.complete(&task, intruder, wrong).await?
-                {
+                let at = now_us();
+                let r = a.complete(&task, intruder, wrong).await?;
+                let done = now_us();
+                if let Reply::Committed(_) | Reply::Acknowledged(_) = r {
                     stale += 1;
                 }
+                log.log(
+                    INTRUDER,
+                    (at, done),
+                    &task,
+                    intruder,
+                    Req::Complete { fence: wrong },
+                    Observed::of_reply(Ok(r)),
+                );
             }
-            Ok::<u64, Error>(stale)
+            Ok::<_, Error>((stale, log))
         })
         .buffer_unordered(crate::next::VERIFY_AT_ONCE)
         .try_collect()
         .await?;
-    Ok((double, stale.iter().sum(), ungranted))
+    let stale = tried.iter().map(|(s, _)| s).sum();
+    // Each task's tries numbered apart: one client, operations in turn.
+    let mut lines = Vec::new();
+    let mut n = 0;
+    for (_, log) in tried {
+        for mut line in log.history {
+            match &mut line {
+                Line::Invoke { n: k, .. } | Line::Return { n: k, .. } => *k += n,
+            }
+            lines.push(line);
+        }
+        n += log.ops;
+    }
+    Ok((double, stale, ungranted, lines))
+}
+
+/// The client number the checker knows the stale writer by.
+const INTRUDER: u32 = u32::MAX;
+
+/// Checks every recorded operation of the run as one history: the
+/// grants' answers, the completions and the stale writer's tries.
+fn check_history(
+    reports: &mut [WorkerReport],
+    intruder: Vec<Line>,
+    limits: Limits,
+) -> Result<baton_check::Report, Error> {
+    let mut lines: Vec<Line> = reports
+        .iter_mut()
+        .flat_map(|r| std::mem::take(&mut r.history))
+        .collect();
+    lines.extend(intruder);
+    let ops = baton_check::ops(lines)
+        .map_err(|e| Error::unavailable(format!("bench: the history does not pair up: {e}")))?;
+    Ok(baton_check::check(&ops, limits))
 }
 
 async fn run_processes(
@@ -489,6 +780,8 @@ async fn run_processes(
                 args.order.as_str(),
                 "--prefix",
                 prefix,
+                "--count",
+                &args.count.to_string(),
             ])
             .arg("--go")
             .arg(&go)
@@ -539,6 +832,7 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Report, Erro
                 w.workers,
                 w.tasks,
                 w.order,
+                w.count,
                 w.prefix.clone(),
                 ProgressBar::hidden(),
             ))
@@ -553,6 +847,7 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Report, Erro
         rep.grants.extend(one.grants);
         rep.latencies_us.extend(one.latencies_us);
         rep.errors += one.errors;
+        rep.history.extend(one.history);
         if rep.first_error.is_none() {
             rep.first_error = one.first_error;
         }
@@ -599,6 +894,12 @@ pub async fn run(store: Option<&str>, args: &BenchArgs, human: bool) -> Result<R
         return Err(Error::invalid(
             "workers",
             "workers and tasks must be at least 1",
+        ));
+    }
+    if args.count > 1 && !args.next && args.order != Order::Next {
+        return Err(Error::invalid(
+            "count",
+            "takes grants by `next`: give it with --next or --order next",
         ));
     }
     if args.connections == 0 || args.connections > 64 {
@@ -777,6 +1078,81 @@ fn svg(results: &[BenchResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton_check::history::Seen;
+    use baton_core::State;
+
+    fn granted(owner: &str, fence: u64) -> Observed {
+        Observed::Done {
+            ack: false,
+            state: State::Claimed,
+            lease: Some(Seen {
+                owner: owner.to_owned(),
+                fence,
+                expired: false,
+            }),
+            steps: Vec::new(),
+        }
+    }
+
+    /// The run's history goes through the checker: one grant and its
+    /// completion pass; a second grant of the task while its first holder
+    /// still holds it (what a broken store would answer two workers) is a
+    /// violation, and so is one after its completion.
+    #[test]
+    fn the_checker_reads_the_runs_grants() {
+        let task = id("bench-t-0").unwrap();
+        let (a, b) = (id("bench-worker-0").unwrap(), id("bench-worker-1").unwrap());
+        let limits = Limits {
+            skew_us: 0,
+            overstay_us: 0,
+            granularity_ms: 1,
+            min_ttl_ms: 1,
+        };
+        let run = |second_at: Option<u64>| {
+            let mut first = WorkerReport::default();
+            first.log(
+                0,
+                (10, 20),
+                &task,
+                &a,
+                claim_req(),
+                granted("bench-worker-0", 5),
+            );
+            let done = Observed::Done {
+                ack: false,
+                state: State::Succeeded,
+                lease: Some(Seen {
+                    owner: "bench-worker-0".to_owned(),
+                    fence: 5,
+                    expired: false,
+                }),
+                steps: Vec::new(),
+            };
+            first.log(0, (30, 40), &task, &a, Req::Complete { fence: 5 }, done);
+            let mut second = WorkerReport::default();
+            let Some(second_at) = second_at else {
+                return check_history(&mut [first, second], Vec::new(), limits).unwrap();
+            };
+            second.log(
+                1,
+                (second_at, second_at + 5),
+                &task,
+                &b,
+                claim_req(),
+                granted("bench-worker-1", 9),
+            );
+            check_history(&mut [first, second], Vec::new(), limits).unwrap()
+        };
+        let alone = run(None);
+        assert!(alone.ok(), "{alone}");
+        assert_eq!(alone.ops, 2);
+        let doubled = run(Some(21));
+        assert!(!doubled.ok(), "two holders at once passed: {doubled}");
+        assert_eq!(doubled.ops, 3);
+        // A grant after the completion would be wrong too (a completed task
+        // is never granted again): the checker holds the store to that.
+        assert!(!run(Some(50)).ok());
+    }
 
     #[test]
     fn orders_cover_the_tasks() {

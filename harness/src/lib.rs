@@ -122,9 +122,10 @@ pub struct BenchArgs {
     /// store grows as a run goes); each figure is the median over rounds.
     #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u64).range(1..=99))]
     pub rounds: u64,
-    /// With --next: each `next` takes up to N grants in one commit
-    /// (`next --count`) and they are reported in one call (`report`).
-    #[arg(long, default_value_t = 1, requires = "next", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// With --next or --order next: each `next` takes up to N grants in
+    /// one commit (`next --count`) and they are reported in one call
+    /// (`report`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub count: u32,
 }
 
@@ -151,4 +152,7 @@ pub struct BenchWorkerArgs {
     /// Start when this file exists.
     #[arg(long)]
     pub go: PathBuf,
+    /// With --order next: grants a `next` may take at once.
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
 }
