@@ -227,6 +227,8 @@ pub enum Command {
     /// Example: baton run nightly-backup --owner host-7 --ttl 30s -- ./backup.sh --full
     ///
     /// Example: baton run --next --queue ci --owner w1 -- ./job.sh
+    ///
+    /// Example: baton run --next --count 8 --queue ci --owner w1 -- ./job.sh
     #[serde(skip)]
     Run {
         /// The task (or `--next` for the next ready one).
@@ -238,6 +240,11 @@ pub enum Command {
         /// With `--next`: a queue to take from (repeatable; default: default).
         #[arg(long, requires = "next")]
         queue: Vec<String>,
+        /// With `--next`: take up to N grants in one commit (1 to 1000) and
+        /// run the command once for each, all at once, each under its own
+        /// kept lease and reported on its own.
+        #[arg(long, requires = "next", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        count: Option<u32>,
         /// Your worker id: who holds (or asks for) the lease.
         #[arg(long)]
         owner: String,

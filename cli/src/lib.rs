@@ -110,6 +110,7 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
             task,
             next,
             queue,
+            count: _,
             owner,
             ttl,
             lock_delay,
@@ -154,6 +155,9 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
     StoreUrl::parse(store)?;
     let mut spec = supervise::Spec::new(store, task, next, holder, ttl.as_deref(), evidence, opts)?;
     spec.human = cli.format == Some(Format::Human);
+    if let Command::Run { count: Some(n), .. } = &cli.command {
+        spec.count = *n;
+    }
     Ok(Some(spec))
 }
 

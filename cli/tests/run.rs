@@ -1242,3 +1242,104 @@ fn run_next_keeps_waiting_for_work_and_runs_what_is_added() {
     ];
     assert!(refused(&short) >= Duration::from_millis(1400));
 }
+
+/// `run --next --count 3`: three grants in one commit, the three children
+/// at once (each waits until the others have started), each under its own
+/// lease and reported on its own; the first run to end, failing, stops
+/// nothing of the others (a run's tree is its own), and the wrapper exits
+/// with the first non-zero status in grant order.
+#[test]
+fn a_batch_runs_its_grants_at_once_and_no_run_stops_anothers() {
+    let env = Env::new(Backend::Sqlite);
+    for t in ["a", "b", "c"] {
+        let (code, r) = env.baton(&["add", t, "--queue", "q"]);
+        assert_eq!(code, 0, "{r}");
+    }
+    let dir = env.path("");
+    let script = format!(
+        "cd {dir}; echo $$ > $BATON_TASK.pid; \
+         [ $BATON_TASK = a ] && exit 3; \
+         n=0; until [ -e b.pid ] && [ -e c.pid ]; do n=$((n+1)); [ $n -gt 500 ] && exit 9; sleep 0.01; done; \
+         sleep 1; echo $BATON_FENCE > $BATON_TASK.done",
+        dir = dir.display()
+    );
+    let report = env.path("report");
+    let out = env
+        .cmd(&[
+            "run", "--next", "--count", "3", "--queue", "q", "--owner", "w", "--grace", "300ms",
+            "--report",
+        ])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let lines: Vec<Value> = std::fs::read_to_string(&report)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "one report line per run: {lines:?}");
+    let by = |t: &str| lines.iter().find(|l| l["task"] == t).unwrap().clone();
+    assert_eq!(by("a")["outcome"], "failed");
+    for t in ["b", "c"] {
+        let r = by(t);
+        assert_eq!(r["outcome"], "completed", "{r}");
+        let fence = std::fs::read_to_string(env.path(&format!("{t}.done"))).unwrap();
+        assert_eq!(fence.trim(), r["fence"].to_string(), "its own lease");
+    }
+    let mut fences: Vec<u64> = lines.iter().map(|l| l["fence"].as_u64().unwrap()).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 3, "a fence each");
+    for (t, state) in [("a", "FAILED"), ("b", "SUCCEEDED"), ("c", "SUCCEEDED")] {
+        let (_, r) = env.baton(&["task", "show", t]);
+        assert_eq!(r["state"], state, "{t}: {r}");
+    }
+}
+
+/// A batch's wrapper signalled: every child is stopped and every grant
+/// given back (the next `next --count` gets them all again); SIGKILLed:
+/// every run's guardian kills its child.
+#[test]
+fn a_batchs_wrapper_signalled_or_killed_stops_every_child() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGTERM, Signal::SIGKILL] {
+        let env = Env::new(Backend::Sqlite);
+        for t in ["a", "b"] {
+            env.baton(&["add", t, "--queue", "q"]);
+        }
+        let script = format!(
+            "echo $$ > {dir}/$BATON_TASK.tmp; mv {dir}/$BATON_TASK.tmp {dir}/$BATON_TASK.pid; while :; do sleep 0.02; done",
+            dir = env.path("").display()
+        );
+        let mut wrapper = spawn_run(
+            &env,
+            &[
+                "run", "--next", "--count", "2", "--queue", "q", "--owner", "w", "--ttl", "30s",
+                "--grace", "300ms",
+            ],
+            &script,
+            &env.path("report"),
+        );
+        let pids = [pid_in(&env.path("a.pid")), pid_in(&env.path("b.pid"))];
+        signal(&wrapper, sig);
+        wrapper.wait().unwrap();
+        for pid in pids {
+            gone_within(pid, Duration::from_secs(3), &format!("a child after {sig}"));
+        }
+        if sig == Signal::SIGTERM {
+            let lines = std::fs::read_to_string(env.path("report")).unwrap();
+            assert_eq!(lines.matches("\"released\"").count(), 2, "{lines}");
+            let out = env
+                .cmd(&["next", "--owner", "x", "--queue", "q", "--count", "2"])
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).lines().count(),
+                2,
+                "both given back: {out:?}"
+            );
+        }
+    }
+}

@@ -116,6 +116,7 @@ async fn supervised_run(
         evidence: Vec::new(),
         command: vec!["sleep".into(), "30".into()],
         human: false,
+        count: 1,
     };
     tl.note(format!(
         "baton run {task} -- sleep 30: a 2s lease renewed by the wrapper; the store stops answering 600ms in"

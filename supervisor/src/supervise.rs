@@ -12,9 +12,9 @@ use crate::RunOptions;
 use crate::exit::{self, exit_code_for};
 use crate::term as output;
 use crate::term::report_error;
-use crate::tree::{Stopper, Tree, Watchdog};
+use crate::tree::{Root, Stopper, Tree, Watchdog};
 use baton_core::{
-    Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Store, TaskId, Timestamp,
+    Error, Grant, Id, KeepOptions, Keeper, Loss, Outcome, Refusal, Reply, Store, TaskId, Timestamp,
 };
 use baton_open::authority_for;
 
@@ -107,6 +107,9 @@ pub struct Spec {
     /// Write the report on standard error as a sentence (`--format
     /// human`) rather than JSON; a `--report` file is JSON always.
     pub human: bool,
+    /// `run --next --count N`: up to N grants in one commit, the command
+    /// run once for each, all at once (1: one grant, one run).
+    pub count: u32,
 }
 
 impl Spec {
@@ -152,6 +155,7 @@ impl Spec {
         }
         Ok(Spec {
             human: false,
+            count: 1,
             store: store.to_owned(),
             task: match (task, &next) {
                 (Some(t), None) => Some(Id::parse("task", t)?),
@@ -217,7 +221,7 @@ pub async fn supervised<S: Store + 'static>(
 ) -> Finished {
     let started = Instant::now();
     let nothing = |exit| Finished { exit, report: None };
-    let grant = match claim(auth, spec).await {
+    let grants = match claim(auth, spec).await {
         Ok(Ok(g)) => g,
         Ok(Err(refusal)) => {
             let mut body = serde_json::to_value(&refusal)
@@ -232,6 +236,43 @@ pub async fn supervised<S: Store + 'static>(
         }
         Err(e) => return nothing(own(report_error(&e))),
     };
+    if let [grant] = grants.as_slice() {
+        return run_one(auth, spec, grant.clone(), started).await;
+    }
+    // A batch: every run at once, in this future (so each child is forked
+    // from the main thread, as `spawn` needs); the wrapper's status is the
+    // first run's in grant order that did not end 0. A `--report` file
+    // gets one line per run, appended as each ends.
+    if let Some(path) = &spec.report
+        && let Err(e) = std::fs::write(path, "")
+    {
+        output::write_stderr(&format!(
+            "{{\"warning\": \"cannot write the report to {}: {e}\"}}",
+            path.display()
+        ));
+    }
+    let runs = futures_util::future::join_all(
+        grants
+            .into_iter()
+            .map(|g| run_one(auth, spec, g, Instant::now())),
+    )
+    .await;
+    let exit = runs.iter().map(|f| f.exit).find(|&e| e != 0).unwrap_or(0);
+    Finished {
+        exit,
+        report: Some(Value::Array(
+            runs.into_iter().filter_map(|f| f.report).collect(),
+        )),
+    }
+}
+
+/// Runs the command under one grant: keep, stop in time, report.
+async fn run_one<S: Store + 'static>(
+    auth: &Arc<baton_core::Authority<S>>,
+    spec: &Spec,
+    grant: Grant,
+    started: Instant,
+) -> Finished {
     let opened_at = auth.now();
     // What is left of the lease when it was answered, counted down from
     // then by this process's monotonic clock: a grant answered (or a
@@ -277,13 +318,17 @@ pub async fn supervised<S: Store + 'static>(
     // What the child leaves behind comes to the wrapper, and a guardian
     // kills the child's group if the wrapper dies (see `tree`).
     crate::tree::become_subreaper();
-    let mut guardian = match crate::tree::Guardian::start() {
-        Ok(g) => g,
-        Err(e) => {
-            let reason = format!("cannot start the guardian of the command's processes: {e}");
-            return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
-        }
-    };
+    // The guardian and the child are held as roots from their start until
+    // the run ends: another run of the same wrapper (`--count`) leaves
+    // them alone.
+    let (mut guardian, _guardian_root) =
+        match Root::start(crate::tree::Guardian::start, |g| g.pid()) {
+            Ok(g) => g,
+            Err(e) => {
+                let reason = format!("cannot start the guardian of the command's processes: {e}");
+                return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
+            }
+        };
     if let Some(reason) = too_late() {
         return give_back(auth, spec, &grant, LOST, reason, opened_at, started).await;
     }
@@ -296,7 +341,15 @@ pub async fn supervised<S: Store + 'static>(
             return give_back(auth, spec, &grant, CANNOT_RUN, reason, opened_at, started).await;
         }
     };
-    let mut child = match spawn(spec, &grant, token.as_deref(), checkpoints.path()) {
+    let started_child = Root::start(
+        || spawn(spec, &grant, token.as_deref(), checkpoints.path()),
+        |c| {
+            c.id()
+                .and_then(|p| i32::try_from(p).ok())
+                .map(Pid::from_raw)
+        },
+    );
+    let (mut child, _child_root) = match started_child {
         Ok(c) => c,
         Err(e) => {
             // Nothing ran: give the task back rather than fail it.
@@ -561,13 +614,37 @@ fn indeterminate(e: &Error) -> Report {
 async fn claim<S: Store + 'static>(
     a: &Arc<baton_core::Authority<S>>,
     spec: &Spec,
-) -> Result<Result<Grant, Refusal>, Error> {
+) -> Result<Result<Vec<Grant>, Refusal>, Error> {
     let deadline = spec
         .wait_ms
         .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
     let mut backoff = 100u64;
     loop {
         let reply = match (&spec.task, &spec.next, &spec.holder) {
+            (
+                _,
+                Some(queues),
+                Holder::Bare {
+                    owner,
+                    lock_delay_ms,
+                },
+            ) if spec.count > 1 => {
+                let taker = baton_core::Taker::Owner {
+                    owner: owner.clone(),
+                    ttl_ms: spec.ttl_ms,
+                    lock_delay_ms: *lock_delay_ms,
+                };
+                let replies = a.next_many_for(taker, queues, spec.count).await?;
+                let grants: Vec<Grant> = replies.iter().filter_map(Reply::grant).collect();
+                if !grants.is_empty() {
+                    return Ok(Ok(grants));
+                }
+                // Nothing granted: the one refusal `next` answers.
+                match replies.into_iter().next() {
+                    Some(r) => r,
+                    None => Reply::Refused(Refusal::NotFound),
+                }
+            }
             (
                 _,
                 Some(queues),
@@ -614,7 +691,7 @@ async fn claim<S: Store + 'static>(
                         return Ok(Err(r.clone()));
                     }
                 }
-                return Ok(Ok(g));
+                return Ok(Ok(vec![g]));
             }
             (_, Some(r)) => {
                 let waitable = matches!(
@@ -925,7 +1002,17 @@ fn write_report(
     };
     match &spec.report {
         Some(path) => {
-            if let Err(e) = std::fs::write(path, format!("{line}\n")) {
+            let written = if spec.count > 1 {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()))
+            } else {
+                std::fs::write(path, format!("{line}\n"))
+            };
+            if let Err(e) = written {
                 output::write_stderr(&format!(
                     "{{\"warning\": \"cannot write the report to {}: {e}\"}}",
                     path.display()

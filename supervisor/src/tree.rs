@@ -43,6 +43,47 @@ pub fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
+/// The wrapper's own children that lead what a run answers for (each
+/// run's child and its guardian), while that run lasts: `run --next
+/// --count` runs several trees at once under one wrapper, and one run's
+/// tree never takes in another's.
+static ROOTS: std::sync::Mutex<BTreeSet<i32>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// A root held for as long as this lives.
+#[derive(Debug)]
+pub struct Root(Pid);
+
+impl Root {
+    /// Starts a process with `start` and holds it (its pid by `pid`) as a
+    /// root from the moment it exists: another run's stop, which signals
+    /// under the same lock, never sees it unheld.
+    pub fn start<T>(
+        start: impl FnOnce() -> std::io::Result<T>,
+        pid: impl Fn(&T) -> Option<Pid>,
+    ) -> std::io::Result<(T, Option<Root>)> {
+        let mut held = roots();
+        let started = start()?;
+        let root = pid(&started).map(|p| {
+            held.insert(p.as_raw());
+            Root(p)
+        });
+        Ok((started, root))
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        roots().remove(&self.0.as_raw());
+    }
+}
+
+fn roots() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    // A panic while the set was held leaves it as it was: still usable.
+    ROOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Every process below `root` (not `root` itself), from `/proc`.
 pub fn descendants(root: Pid) -> Vec<Pid> {
     let mut children: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
@@ -118,8 +159,9 @@ impl Tree {
         // group's signal alone: each process gets one signal, and what a
         // signal handler starts after it (a shell trap's command
         // substitution) gets none.
+        let roots = roots();
         let outside: Vec<Pid> = self
-            .below()
+            .below(&roots)
             .into_iter()
             .filter(|p| stat_of(p.as_raw()).map(|s| s.group) != Some(self.group.as_raw()))
             .collect();
@@ -128,16 +170,25 @@ impl Tree {
         for p in outside {
             let _ = kill(p, sig);
         }
+        drop(roots);
     }
 
     /// The processes below the child (which, once reaped, has left them to
     /// the wrapper), the guardian and its own children excepted.
-    fn below(&self) -> Vec<Pid> {
+    fn below(&self, roots: &BTreeSet<i32>) -> Vec<Pid> {
         let mut out = descendants(self.group);
-        let guarded: BTreeSet<Pid> = match self.guardian {
-            Some(g) => std::iter::once(g).chain(descendants(g)).collect(),
-            None => BTreeSet::new(),
-        };
+        // The guardian, and every other run's child and guardian, with
+        // all below them.
+        let others: Vec<Pid> = roots
+            .iter()
+            .map(|&p| Pid::from_raw(p))
+            .filter(|p| *p != self.group)
+            .chain(self.guardian)
+            .collect();
+        let guarded: BTreeSet<Pid> = others
+            .iter()
+            .flat_map(|&g| std::iter::once(g).chain(descendants(g)))
+            .collect();
         out.extend(
             descendants(nix::unistd::getpid())
                 .into_iter()
@@ -180,7 +231,7 @@ impl Tree {
     /// Processes of the tree still running (zombies waiting to be reaped
     /// do not count).
     fn remaining(&self) -> usize {
-        let mut members: BTreeSet<Pid> = self.below().into_iter().collect();
+        let mut members: BTreeSet<Pid> = self.below(&roots().clone()).into_iter().collect();
         if alive(self.group) {
             members.insert(self.group);
         }
@@ -192,9 +243,11 @@ impl Tree {
     /// leaving the guardian's and tokio's own children to their owners.
     fn reap(&self) {
         let me = nix::unistd::getpid();
+        let roots = roots().clone();
         for p in descendants(me) {
             if Some(p) == self.guardian
                 || p == self.group
+                || roots.contains(&p.as_raw())
                 || parent_of(p.as_raw()) != Some(me.as_raw())
             {
                 continue;
