@@ -298,6 +298,56 @@ impl<S: Store + 'static> Keeper<S> {
     }
 }
 
+/// How a kept grant ends when it ends with others ([`Keeper::report_all`]).
+#[derive(Debug, Clone)]
+pub enum Ending {
+    /// Completed or failed, as [`Keeper::finish`] reports it.
+    Finish(Outcome),
+    /// Given back, as [`Keeper::release`].
+    Release,
+}
+
+impl<S: Store + 'static> Keeper<S> {
+    /// Stops renewing each grant and reports them all in one call
+    /// ([`Authority::report_many`]: each decided on its own fence, one
+    /// commit where the store batches). Bare grants only: a declared
+    /// task's run reports alone. Sent again while the store does not
+    /// answer (a repeat is acknowledged, not applied twice).
+    pub async fn report_all(kept: Vec<(Keeper<S>, Ending)>) -> Result<Vec<Reply>> {
+        let Some(auth) = kept.first().map(|(k, _)| Arc::clone(&k.auth)) else {
+            return Ok(Vec::new());
+        };
+        let mut reports = Vec::with_capacity(kept.len());
+        for (mut k, ending) in kept {
+            if k.run_id.is_some() {
+                return Err(crate::Error::invalid(
+                    "reports",
+                    "a declared task's run reports on its own (finish)",
+                ));
+            }
+            k.halt().await;
+            let g = k.grant();
+            let request = match ending {
+                Ending::Finish(Outcome::Success { .. }) => crate::Request::Complete {
+                    owner: g.owner,
+                    fence: g.fence,
+                },
+                Ending::Finish(Outcome::Failure { error }) => crate::Request::Fail {
+                    owner: g.owner,
+                    fence: g.fence,
+                    error: Some(error),
+                },
+                Ending::Release => crate::Request::Release {
+                    owner: g.owner,
+                    fence: g.fence,
+                },
+            };
+            reports.push((g.task, request));
+        }
+        retry_report(|| auth.report_many(reports.clone())).await
+    }
+}
+
 impl<S: Store + 'static> Drop for Keeper<S> {
     /// Dropping a keeper stops its renewals.
     fn drop(&mut self) {
@@ -309,10 +359,10 @@ impl<S: Store + 'static> Drop for Keeper<S> {
 const REPORT_TRIES: u32 = 8;
 
 /// Sends a report until the store answers it (bounded, with backoff).
-async fn retry_report<F, Fut>(mut send: F) -> Result<Reply>
+async fn retry_report<T, F, Fut>(mut send: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Reply>>,
+    Fut: std::future::Future<Output = Result<T>>,
 {
     let mut wait = FIRST_BACKOFF_MS * 2;
     let mut tries = 0;

@@ -66,7 +66,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use graph::{Census, Lane, NextQuery, Node, NodeSpec, Readiness, Taker, Upstream};
 pub use id::{Id, OwnerId, TaskId};
 #[cfg(feature = "keeper")]
-pub use keeper::{KeepOptions, Keeper, Kept, Loss, Outcome, Schedule};
+pub use keeper::{Ending, KeepOptions, Keeper, Kept, Loss, Outcome, Schedule};
 pub use manifest::Manifest;
 pub use memory::MemoryStore;
 pub use model::{

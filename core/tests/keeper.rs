@@ -6,8 +6,8 @@
 use baton_core::conformance::fixtures::manifest;
 use baton_core::fault::{Fault, FaultStore};
 use baton_core::{
-    Authority, EventKind, Grant, Id, KeepOptions, Keeper, Loss, ManualClock, MemoryStore, Outcome,
-    Refusal, State, Timestamp,
+    Authority, Ending, EventKind, Grant, Id, KeepOptions, Keeper, Loss, ManualClock, MemoryStore,
+    Outcome, Refusal, State, Timestamp,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -274,5 +274,57 @@ async fn a_waiting_next_ends_by_the_authoritys_clock() {
     assert!(
         matches!(reply, baton_core::Reply::Refused(Refusal::NoneReady { .. })),
         "{reply:?}"
+    );
+}
+
+/// Kept grants ended together: one call, each decided on its own fence (a
+/// superseded one refused, the others landing), sent again when its answer
+/// was lost (the repeat acknowledged), and none renewed after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_all_ends_each_grant_on_its_own_fence_in_one_call() {
+    let (a, clock) = world();
+    let mut kept = Vec::new();
+    for t in ["a", "b", "c"] {
+        kept.push(a.keep(claim(&a, t, 3_000).await, KeepOptions::default()));
+    }
+    // The same owner claims c again: the kept grant's fence is superseded.
+    let newer = claim(&a, "c", 3_000).await;
+    a.store().inject_next(Fault::IndeterminateAfter);
+    let endings = [
+        Ending::Finish(Outcome::Success {
+            evidence: Default::default(),
+        }),
+        Ending::Finish(Outcome::Failure {
+            error: json!({"type": "ValueError"}),
+        }),
+        Ending::Release,
+    ];
+    let replies = Keeper::report_all(kept.into_iter().zip(endings).collect())
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), 3);
+    assert!(replies[0].is_idempotent(), "{:?}", replies[0]);
+    assert_eq!(replies[0].record().unwrap().state, State::Succeeded);
+    assert_eq!(replies[1].record().unwrap().state, State::Failed);
+    assert!(
+        matches!(replies[2].refusal(), Some(Refusal::StaleFence { .. })),
+        "{:?}",
+        replies[2]
+    );
+    let holder = a.holder(&id("c")).await.unwrap().unwrap().unwrap();
+    assert_eq!(holder.grant.fence, newer.fence, "the newer grant stands");
+    for _ in 0..3 {
+        clock.advance_ms(1_000);
+        settle().await;
+    }
+    for t in ["a", "b"] {
+        assert_eq!(renewed_events(&a, t).await, 0, "{t} renewed after its end");
+    }
+    // Nothing to end: nothing sent.
+    assert!(
+        Keeper::<baton_core::fault::FaultStore<MemoryStore>>::report_all(Vec::new())
+            .await
+            .unwrap()
+            .is_empty()
     );
 }

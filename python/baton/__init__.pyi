@@ -523,6 +523,25 @@ class Authority:
         keep_waiting: bool = False,
         count: int,
     ) -> Union[builtins.list[Grant], Refusal]: ...
+    def work(
+        self,
+        owner: str,
+        fn: Callable[[Grant], Any],
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        count: int = 16,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        max_tasks: Optional[int] = None,
+        stop: Optional[threading.Event] = None,
+    ) -> dict[str, Any]:
+        """The worker loop: up to `count` grants a `next` (one commit), each kept renewed until its turn;
+        `fn(grant)` for each in turn; the batch reported in one call (completed, or failed with the
+        exception's type and message). Ends when nothing is granted (`drained`, or `none_ready` without
+        `wait`), after `max_tasks`, or once `stop` is set. Returns completed, failed, refused, lost,
+        batches and stopped (the refusal that ended it)."""
     @overload
     def task_next(
         self,

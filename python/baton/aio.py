@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
+import threading
 from types import TracebackType
 from typing import Any, Callable, Optional, Type
 
@@ -204,6 +205,28 @@ class Authority:
             self._inner.lease(task, owner, ttl, renew_every=renew_every, grace=grace, wait=wait)
         )
 
+    async def work(self, owner: str, fn: Callable[..., Any], queues: Any = None, **kwargs: Any) -> Any:
+        """`baton.Authority.work` off the event loop: `fn` may be a
+        coroutine function (each call awaited on this loop while the
+        worker's thread waits for it). Cancelling the call stops the loop
+        once its current batch is reported."""
+        if "stop" in kwargs:
+            raise TypeError("work() here stops by cancellation, not stop=")
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        each = fn
+        if inspect.iscoroutinefunction(fn):
+
+            def each(grant: Any) -> Any:
+                return asyncio.run_coroutine_threadsafe(fn(grant), loop).result()
+
+        done = _POOL.submit(self._inner.work, owner, each, queues, stop=stop, **kwargs)
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+
     async def __aenter__(self) -> "Authority":
         return self
 
@@ -226,7 +249,7 @@ def _awaited(name: str) -> Callable[..., Any]:
 
 
 for _name in dir(_native.Authority):
-    if _name.startswith("_") or _name in ("lease", "url"):
+    if _name.startswith("_") or _name in ("lease", "url", "work"):
         continue
     if callable(getattr(_native.Authority, _name)):
         setattr(Authority, _name, _awaited(_name))

@@ -213,6 +213,21 @@ class Authority:
         keep_waiting: bool = False,
         count: int,
     ) -> Union[builtins.list[Grant], Refusal]: ...
+    async def work(
+        self,
+        owner: str,
+        fn: Callable[[Grant], Any],
+        queues: Union[str, Sequence[str], None] = None,
+        *,
+        count: int = 16,
+        ttl: Optional[_Seconds] = None,
+        lock_delay: Optional[_Seconds] = None,
+        wait: Optional[_Seconds] = None,
+        keep_waiting: bool = False,
+        max_tasks: Optional[int] = None,
+    ) -> dict[str, Any]:
+        """`baton.Authority.work` off the event loop: `fn` may be a coroutine function (awaited on
+        this loop); cancelling the call stops the loop after its current batch is reported."""
     @overload
     async def task_next(
         self,

@@ -90,7 +90,7 @@ impl Authority {
     /// The catalogue's operation `op` made by core from `given` (its
     /// inputs by the catalogue's names): core reads each and keeps the
     /// rules between them.
-    fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
+    pub(crate) fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
         Given::new(given)
             .and_then(|g| baton_core::given::call(op, g))
             .map_err(|mut e| {
@@ -847,6 +847,59 @@ impl Authority {
             "count": count,
         });
         Self::answer(slf, Self::made("next", given)?)
+    }
+
+    /// The worker loop: up to `count` grants a `next` (one commit), each
+    /// kept renewed while it waits its turn and runs; `fn(grant)` called
+    /// for each in turn, and the batch reported in one call: completed
+    /// when `fn` returned, failed with its exception's type and message
+    /// when it raised (Ctrl-C gives the batch's unfinished grants back
+    /// and goes on). Ends when `next` grants nothing (`drained`, or
+    /// `none_ready` without `wait`), after `max_tasks` grants, or once
+    /// `stop` (a `threading.Event`) is set. Returns a dict: completed,
+    /// failed, refused (reports refused: a grant superseded meanwhile),
+    /// lost (grants whose lease was lost before their turn, given back
+    /// unrun), batches, stopped (the refusal that ended it, or None).
+    #[pyo3(signature = (owner, r#fn, queues = None, *, count = 16, ttl = None, lock_delay = None, wait = None, keep_waiting = false, max_tasks = None, stop = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn work(
+        slf: &Bound<'_, Self>,
+        owner: &str,
+        r#fn: &Bound<'_, PyAny>,
+        queues: Option<&Bound<'_, PyAny>>,
+        count: u32,
+        ttl: Option<&Bound<'_, PyAny>>,
+        lock_delay: Option<&Bound<'_, PyAny>>,
+        wait: Option<&Bound<'_, PyAny>>,
+        keep_waiting: bool,
+        max_tasks: Option<u64>,
+        stop: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        if !r#fn.is_callable() {
+            return Err(errors::invalid("fn", "must be callable: fn(grant)"));
+        }
+        let wait_ms = millis("wait", wait)?;
+        let ttl_ms = millis("ttl", ttl)?;
+        let next = serde_json::json!({
+            "owner": owner,
+            "queues": queue_list(queues)?,
+            "ttl": ttl_ms,
+            "lock_delay": millis("lock_delay", lock_delay)?,
+            "wait": wait_ms,
+            "keep_waiting": keep_waiting,
+        });
+        crate::work::work(
+            slf,
+            crate::work::Work {
+                func: r#fn,
+                next,
+                count,
+                ttl_ms,
+                waits: wait_ms.is_some_and(|w| w > 0),
+                max_tasks,
+                stop: stop.filter(|s| !s.is_none()),
+            },
+        )
     }
 
     /// `next` for declared tasks: claims the ready one for the run registered for it.

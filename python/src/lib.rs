@@ -16,6 +16,7 @@ mod guard;
 mod lease;
 mod runtime;
 mod shape;
+mod work;
 
 pub(crate) use runtime::{ProcessBound, runtime};
 
