@@ -32,40 +32,118 @@ pub struct WorkerReport {
     pub errors: u64,
     pub first_error: Option<String>,
     pub commits: Option<u64>,
-    /// Every grant and report as the checker reads a history: when it
-    /// was asked, when it was answered, and what came back.
+    /// Every grant and report, for the checker: recorded compactly while
+    /// the run is timed, made into a history's lines after it.
     #[serde(default)]
-    pub history: Vec<Line>,
-    #[serde(skip)]
-    ops: u64,
+    pub history: Vec<Logged>,
+    /// When the worker's last operation ended (microseconds on the host's
+    /// monotonic clock): a run of processes ends there, not when the last
+    /// process has written its report.
+    #[serde(default)]
+    pub finished_us: Option<u64>,
+}
+
+/// One operation as a worker records it while the run is timed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Logged {
+    client: u32,
+    t: (u64, u64),
+    /// The task's index in the run.
+    task: usize,
+    req: Req,
+    answer: Answered,
+}
+
+/// An answer as recorded: the usual one (a record whose lease, if any, is
+/// the asker's) without an allocation, any other in full.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Answered {
+    Own {
+        ack: bool,
+        state: baton_core::State,
+        /// The lease's fence, and whether the store marked it expired.
+        lease: Option<(u64, bool)>,
+    },
+    Other(Observed),
+}
+
+impl Answered {
+    /// What `owner` was answered.
+    fn of(owner: &Id, r: Result<Reply, Error>) -> Answered {
+        match &r {
+            Ok(Reply::Committed(rec)) | Ok(Reply::Acknowledged(rec))
+                if rec.checkpoints.is_empty()
+                    && rec.lease.as_ref().is_none_or(|l| &l.owner == owner) =>
+            {
+                Answered::Own {
+                    ack: matches!(r, Ok(Reply::Acknowledged(_))),
+                    state: rec.state,
+                    lease: rec.lease.as_ref().map(|l| (l.fence, l.expired)),
+                }
+            }
+            _ => Answered::Other(Observed::of_reply(r)),
+        }
+    }
+}
+
+/// The owner id of client `client` (a worker, or the stale writer).
+fn owner_of(client: u32) -> String {
+    if client == INTRUDER {
+        "bench-stale-writer".to_owned()
+    } else {
+        format!("bench-worker-{client}")
+    }
+}
+
+/// The run's history: each client's operations numbered in the order it
+/// recorded them.
+fn lines(logged: Vec<Logged>, prefix: &str) -> Vec<Line> {
+    let mut next: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut out = Vec::with_capacity(logged.len() * 2);
+    for op in logged {
+        let n = next.entry(op.client).or_default();
+        let owner = owner_of(op.client);
+        let answer = match op.answer {
+            Answered::Own { ack, state, lease } => Observed::Done {
+                ack,
+                state,
+                lease: lease.map(|(fence, expired)| baton_check::history::Seen {
+                    owner: owner.clone(),
+                    fence,
+                    expired,
+                }),
+                steps: Vec::new(),
+            },
+            Answered::Other(o) => o,
+        };
+        out.push(Line::Invoke {
+            client: op.client,
+            n: *n,
+            t: op.t.0,
+            task: task_name(prefix, op.task),
+            owner,
+            req: op.req,
+        });
+        out.push(Line::Return {
+            client: op.client,
+            n: *n,
+            t: op.t.1,
+            answer,
+        });
+        *n += 1;
+    }
+    out
 }
 
 impl WorkerReport {
-    /// Records one operation of client `client` on `task` for the checker.
-    #[allow(clippy::too_many_arguments)]
-    fn log(
-        &mut self,
-        client: u32,
-        t: (u64, u64),
-        task: &Id,
-        owner: &Id,
-        req: Req,
-        answer: Observed,
-    ) {
-        let n = self.ops;
-        self.ops += 1;
-        self.history.push(Line::Invoke {
+    /// Records one operation of client `client` on task `task` (its index)
+    /// for the checker.
+    fn log(&mut self, client: u32, t: (u64, u64), task: usize, req: Req, answer: Answered) {
+        self.history.push(Logged {
             client,
-            n,
-            t: t.0,
-            task: task.as_str().to_owned(),
-            owner: owner.as_str().to_owned(),
+            t,
+            task,
             req,
-        });
-        self.history.push(Line::Return {
-            client,
-            n,
-            t: t.1,
             answer,
         });
     }
@@ -206,6 +284,7 @@ async fn worker(
         } else {
             take_next(&a, client, &owner, &prefix, &bar, &mut rep).await;
         }
+        rep.finished_us = Some(now_us());
         return rep;
     }
     for i in order_for(order, w, workers, tasks) {
@@ -227,20 +306,14 @@ async fn worker(
         if let Err(e) = &r {
             note(&mut rep, e.to_string());
         }
-        rep.log(
-            client,
-            (at, done),
-            &task,
-            &owner,
-            claim_req(),
-            Observed::of_reply(r),
-        );
+        rep.log(client, (at, done), i, claim_req(), Answered::of(&owner, r));
         let Some(fence) = fence else {
             continue;
         };
         rep.grants.push((i, fence));
-        complete(&a, client, &task, &owner, fence, &mut rep).await;
+        complete(&a, client, (&task, i), &owner, fence, &mut rep).await;
     }
+    rep.finished_us = Some(now_us());
     rep
 }
 
@@ -248,7 +321,7 @@ async fn worker(
 async fn complete(
     a: &DynAuthority,
     client: u32,
-    task: &Id,
+    (task, i): (&Id, usize),
     owner: &Id,
     fence: u64,
     rep: &mut WorkerReport,
@@ -267,10 +340,9 @@ async fn complete(
     rep.log(
         client,
         (at, done),
-        task,
-        owner,
+        i,
         Req::Complete { fence },
-        Observed::of_reply(r),
+        Answered::of(owner, r),
     );
 }
 
@@ -334,20 +406,14 @@ async fn take_next(
             Ok(Reply::Committed(rec)) => {
                 let fence = rec.current_fence().unwrap_or(0);
                 let task = rec.task.clone();
-                rep.log(
-                    client,
-                    (at, done),
-                    &task,
-                    owner,
-                    claim_req(),
-                    Observed::of_reply(Ok(Reply::Committed(rec))),
-                );
                 let Some(i) = index_of(&task) else {
                     note(rep, format!("next granted a task not of this run: {task}"));
                     continue;
                 };
+                let answer = Answered::of(owner, Ok(Reply::Committed(rec)));
+                rep.log(client, (at, done), i, claim_req(), answer);
                 rep.grants.push((i, fence));
-                complete(a, client, &task, owner, fence, rep).await;
+                complete(a, client, (&task, i), owner, fence, rep).await;
             }
             Ok(Reply::Refused(Refusal::Drained { .. })) => return,
             // Another worker holds what is left: it will end soon.
@@ -413,21 +479,15 @@ async fn take_batches(
                 Reply::Committed(rec) => {
                     let fence = rec.current_fence().unwrap_or(0);
                     let task = rec.task.clone();
-                    rep.log(
-                        client,
-                        (at, done),
-                        &task,
-                        owner,
-                        claim_req(),
-                        Observed::of_reply(Ok(Reply::Committed(rec))),
-                    );
                     bar.inc(1);
                     let Some(i) = index_of(&task) else {
                         note(rep, format!("next granted a task not of this run: {task}"));
                         continue;
                     };
+                    let answer = Answered::of(owner, Ok(Reply::Committed(rec)));
+                    rep.log(client, (at, done), i, claim_req(), answer);
                     rep.grants.push((i, fence));
-                    reports.push((task, fence));
+                    reports.push((task, i, fence));
                 }
                 Reply::Refused(Refusal::Drained { .. }) => return,
                 Reply::Refused(Refusal::NoneReady { .. }) => {
@@ -444,7 +504,7 @@ async fn take_batches(
         }
         let asked = reports
             .iter()
-            .map(|(task, fence)| {
+            .map(|(task, _, fence)| {
                 (
                     task.clone(),
                     Request::Complete {
@@ -459,20 +519,20 @@ async fn take_batches(
         let done = now_us();
         match r {
             Ok(answers) if answers.len() == reports.len() => {
-                for ((task, fence), answer) in reports.iter().zip(answers) {
+                for ((task, i, fence), answer) in reports.iter().zip(answers) {
                     if !matches!(answer, Reply::Committed(_)) {
                         note(
                             rep,
                             format!("the winner could not complete {task}: {answer:?}"),
                         );
                     }
+                    let answer = Answered::of(owner, Ok(answer));
                     rep.log(
                         client,
                         (at, done),
-                        task,
-                        owner,
+                        *i,
                         Req::Complete { fence: *fence },
-                        Observed::of_reply(Ok(answer)),
+                        answer,
                     );
                 }
             }
@@ -486,14 +546,13 @@ async fn take_batches(
             ),
             Err(e) => {
                 note(rep, e.to_string());
-                for (task, fence) in &reports {
+                for (_, i, fence) in &reports {
                     rep.log(
                         client,
                         (at, done),
-                        task,
-                        owner,
+                        *i,
                         Req::Complete { fence: *fence },
-                        Observed::of_reply(Err(e.clone())),
+                        Answered::Other(Observed::of_reply(Err(e.clone()))),
                     );
                 }
             }
@@ -596,7 +655,7 @@ pub async fn run_one(store: &str, args: &BenchArgs, workers: usize) -> Result<Be
         verify(&a, args.tasks, &prefix, &reports).await?;
     let mut reports = reports;
     let limits = Limits::from(a.store().capabilities());
-    let checked = check_history(&mut reports, intruder, limits)?;
+    let checked = check_history(&mut reports, intruder, &prefix, limits)?;
     if !checked.ok() {
         eprintln!("bench: the checker found the history wrong:\n{checked}");
     }
@@ -662,7 +721,7 @@ async fn verify(
     tasks: usize,
     prefix: &str,
     reports: &[WorkerReport],
-) -> Result<(u64, u64, u64, Vec<Line>), Error> {
+) -> Result<(u64, u64, u64, Vec<Logged>), Error> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let mut per_task: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for r in reports {
@@ -693,10 +752,9 @@ async fn verify(
                 log.log(
                     INTRUDER,
                     (at, done),
-                    &task,
-                    intruder,
+                    *i,
                     Req::Complete { fence: wrong },
-                    Observed::of_reply(Ok(r)),
+                    Answered::of(intruder, Ok(r)),
                 );
             }
             Ok::<_, Error>((stale, log))
@@ -705,19 +763,8 @@ async fn verify(
         .try_collect()
         .await?;
     let stale = tried.iter().map(|(s, _)| s).sum();
-    // Each task's tries numbered apart: one client, operations in turn.
-    let mut lines = Vec::new();
-    let mut n = 0;
-    for (_, log) in tried {
-        for mut line in log.history {
-            match &mut line {
-                Line::Invoke { n: k, .. } | Line::Return { n: k, .. } => *k += n,
-            }
-            lines.push(line);
-        }
-        n += log.ops;
-    }
-    Ok((double, stale, ungranted, lines))
+    let logged = tried.into_iter().flat_map(|(_, log)| log.history).collect();
+    Ok((double, stale, ungranted, logged))
 }
 
 /// The client number the checker knows the stale writer by.
@@ -727,15 +774,16 @@ const INTRUDER: u32 = u32::MAX;
 /// grants' answers, the completions and the stale writer's tries.
 fn check_history(
     reports: &mut [WorkerReport],
-    intruder: Vec<Line>,
+    intruder: Vec<Logged>,
+    prefix: &str,
     limits: Limits,
 ) -> Result<baton_check::Report, Error> {
-    let mut lines: Vec<Line> = reports
+    let mut logged: Vec<Logged> = reports
         .iter_mut()
         .flat_map(|r| std::mem::take(&mut r.history))
         .collect();
-    lines.extend(intruder);
-    let ops = baton_check::ops(lines)
+    logged.extend(intruder);
+    let ops = baton_check::ops(lines(logged, prefix))
         .map_err(|e| Error::unavailable(format!("bench: the history does not pair up: {e}")))?;
     Ok(baton_check::check(&ops, limits))
 }
@@ -796,6 +844,7 @@ async fn run_processes(
     std::fs::write(&go, b"")
         .map_err(|e| Error::unavailable(format!("cannot signal the workers: {e}")))?;
     let start = Instant::now();
+    let go_us = now_us();
     let mut reports = Vec::new();
     for child in children {
         let out = child
@@ -811,7 +860,17 @@ async fn run_processes(
         progress.inc(rep.attempts);
         reports.push(rep);
     }
-    Ok((reports, start.elapsed().as_secs_f64()))
+    // From the start to the last worker's last operation (each process
+    // writes its report after it); the wall clock when one did not say.
+    let last = reports
+        .iter()
+        .map(|r| r.finished_us)
+        .collect::<Option<Vec<_>>>();
+    let seconds = match last.and_then(|l| l.into_iter().max()) {
+        Some(end) if end > go_us => (end - go_us) as f64 / 1e6,
+        _ => start.elapsed().as_secs_f64(),
+    };
+    Ok((reports, seconds))
 }
 
 /// The hidden `bench-worker` subcommand: one worker, its report as JSON.
@@ -848,6 +907,7 @@ pub async fn run_worker(store: &str, w: &BenchWorkerArgs) -> Result<Report, Erro
         rep.latencies_us.extend(one.latencies_us);
         rep.errors += one.errors;
         rep.history.extend(one.history);
+        rep.finished_us = rep.finished_us.max(one.finished_us);
         if rep.first_error.is_none() {
             rep.first_error = one.first_error;
         }
@@ -1081,43 +1141,26 @@ mod tests {
     use baton_check::history::Seen;
     use baton_core::State;
 
-    fn granted(owner: &str, fence: u64) -> Observed {
-        Observed::Done {
-            ack: false,
-            state: State::Claimed,
-            lease: Some(Seen {
-                owner: owner.to_owned(),
-                fence,
-                expired: false,
-            }),
-            steps: Vec::new(),
-        }
-    }
-
     /// The run's history goes through the checker: one grant and its
     /// completion pass; a second grant of the task while its first holder
     /// still holds it (what a broken store would answer two workers) is a
     /// violation, and so is one after its completion.
     #[test]
     fn the_checker_reads_the_runs_grants() {
-        let task = id("bench-t-0").unwrap();
-        let (a, b) = (id("bench-worker-0").unwrap(), id("bench-worker-1").unwrap());
         let limits = Limits {
             skew_us: 0,
             overstay_us: 0,
             granularity_ms: 1,
             min_ttl_ms: 1,
         };
+        let granted = |fence| Answered::Own {
+            ack: false,
+            state: State::Claimed,
+            lease: Some((fence, false)),
+        };
         let run = |second_at: Option<u64>| {
             let mut first = WorkerReport::default();
-            first.log(
-                0,
-                (10, 20),
-                &task,
-                &a,
-                claim_req(),
-                granted("bench-worker-0", 5),
-            );
+            first.log(0, (10, 20), 0, claim_req(), granted(5));
             let done = Observed::Done {
                 ack: false,
                 state: State::Succeeded,
@@ -1128,20 +1171,18 @@ mod tests {
                 }),
                 steps: Vec::new(),
             };
-            first.log(0, (30, 40), &task, &a, Req::Complete { fence: 5 }, done);
-            let mut second = WorkerReport::default();
-            let Some(second_at) = second_at else {
-                return check_history(&mut [first, second], Vec::new(), limits).unwrap();
-            };
-            second.log(
-                1,
-                (second_at, second_at + 5),
-                &task,
-                &b,
-                claim_req(),
-                granted("bench-worker-1", 9),
+            first.log(
+                0,
+                (30, 40),
+                0,
+                Req::Complete { fence: 5 },
+                Answered::Other(done),
             );
-            check_history(&mut [first, second], Vec::new(), limits).unwrap()
+            let mut second = WorkerReport::default();
+            if let Some(at) = second_at {
+                second.log(1, (at, at + 5), 0, claim_req(), granted(9));
+            }
+            check_history(&mut [first, second], Vec::new(), "bench-t", limits).unwrap()
         };
         let alone = run(None);
         assert!(alone.ok(), "{alone}");

@@ -47,4 +47,5 @@ pub mod testing;
 mod txn;
 
 pub use options::PostgresOptions;
+pub use schema::CURRENT_VERSION as SCHEMA_VERSION;
 pub use store::{FOLD_EVERY, PostgresStore};

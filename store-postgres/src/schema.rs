@@ -8,6 +8,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_no_store_lock.sql"),
     include_str!("../migrations/0003_retention.sql"),
     include_str!("../migrations/0004_counts.sql"),
+    include_str!("../migrations/0005_statement_counts.sql"),
 ];
 
 /// The schema version this build writes.

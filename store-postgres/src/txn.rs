@@ -75,9 +75,12 @@ struct Stmts {
     held: Statement,
     drop_events: Statement,
     drop_notes: Statement,
+    update_many: Statement,
+    event_many: Statement,
+    note_many: Statement,
 }
 
-const SQL: [&str; 13] = [
+const SQL: [&str; 16] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
     // Before them, the records of their concurrency keys, in key order:
@@ -127,6 +130,23 @@ const SQL: [&str; 13] = [
     // drop_events, drop_notes: a prune's (sequences never go back).
     "DELETE FROM events WHERE task_id = $1",
     "DELETE FROM outbox WHERE task_id = $1 AND acked_at IS NOT NULL",
+    // update_many, event_many, note_many: a batch's rows of one kind in
+    // one statement (a batch of grants or reports writes one of each, not
+    // one per task: the server starts one executor, and the count
+    // triggers run once, for the statement). Events and notifications
+    // are numbered in the batch's order.
+    "UPDATE tasks SET state = u.state, due_at = u.due_at, revision = u.revision, record = u.record,
+       ready_key = u.ready_key, held_key = u.held_key, counted_queue = u.counted_queue
+     FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[], $7::bytea[],
+                 $8::text[])
+          AS u(task_id, state, due_at, revision, record, ready_key, held_key, counted_queue)
+     WHERE tasks.task_id = u.task_id COLLATE \"C\"",
+    "INSERT INTO events (task_id, kind, body)
+     SELECT t, k, b FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(t, k, b, i)
+     ORDER BY i",
+    "INSERT INTO outbox (intent_id, task_id, body)
+     SELECT n, t, b FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(n, t, b, i)
+     ORDER BY i",
 ];
 
 impl Stmts {
@@ -152,6 +172,9 @@ impl Stmts {
             held: next()?,
             drop_events: next()?,
             drop_notes: next()?,
+            update_many: next()?,
+            event_many: next()?,
+            note_many: next()?,
         })
     }
 
@@ -274,7 +297,11 @@ impl Pending {
     {
         type Sent<'a> = BoxFuture<'a, std::result::Result<u64, tokio_postgres::Error>>;
         let mut sent: Vec<Sent<'a>> = Vec::new();
+        let updates = self.tasks.iter().filter(|(_, _, insert)| !insert).count();
         for (task, r, insert) in &self.tasks {
+            if updates > 1 && !insert {
+                continue; // with the others, below
+            }
             let stmt = if *insert { &st.insert } else { &st.update };
             let p: Vec<&(dyn ToSql + Sync)> = vec![
                 task,
@@ -288,21 +315,57 @@ impl Pending {
             ];
             sent.push(client.execute_raw(stmt, p).boxed());
         }
-        for (task, kind, key, count, body) in &self.events {
-            let p: Vec<&(dyn ToSql + Sync)> = match key {
-                None => vec![task, kind, body],
-                Some(key) => vec![task, kind, key, count, body],
-            };
-            let stmt = if key.is_some() {
-                &st.conflict
-            } else {
-                &st.event
-            };
-            sent.push(client.execute_raw(stmt, p).boxed());
+        if updates > 1 {
+            sent.push(self.update_many(client, st).boxed());
         }
-        for (intent, task, body) in &self.notes {
-            let p: Vec<&(dyn ToSql + Sync)> = vec![intent, task, body];
-            sent.push(client.execute_raw(&st.note, p).boxed());
+        // A conflict event counts on an earlier one: the events go one by
+        // one then, in order.
+        let plain = self.events.iter().all(|e| e.2.is_none());
+        if plain && self.events.len() > 1 {
+            let cols = (
+                self.events.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+                self.events.iter().map(|e| e.1).collect::<Vec<_>>(),
+                self.events.iter().map(|e| e.4.as_str()).collect::<Vec<_>>(),
+            );
+            sent.push(
+                async move {
+                    let p: [&(dyn ToSql + Sync); 3] = [&cols.0, &cols.1, &cols.2];
+                    client.execute_raw(&st.event_many, p).await
+                }
+                .boxed(),
+            );
+        } else {
+            for (task, kind, key, count, body) in &self.events {
+                let p: Vec<&(dyn ToSql + Sync)> = match key {
+                    None => vec![task, kind, body],
+                    Some(key) => vec![task, kind, key, count, body],
+                };
+                let stmt = if key.is_some() {
+                    &st.conflict
+                } else {
+                    &st.event
+                };
+                sent.push(client.execute_raw(stmt, p).boxed());
+            }
+        }
+        if self.notes.len() > 1 {
+            let cols = (
+                self.notes.iter().map(|n| n.0.as_str()).collect::<Vec<_>>(),
+                self.notes.iter().map(|n| n.1.as_str()).collect::<Vec<_>>(),
+                self.notes.iter().map(|n| n.2.as_str()).collect::<Vec<_>>(),
+            );
+            sent.push(
+                async move {
+                    let p: [&(dyn ToSql + Sync); 3] = [&cols.0, &cols.1, &cols.2];
+                    client.execute_raw(&st.note_many, p).await
+                }
+                .boxed(),
+            );
+        } else {
+            for (intent, task, body) in &self.notes {
+                let p: Vec<&(dyn ToSql + Sync)> = vec![intent, task, body];
+                sent.push(client.execute_raw(&st.note, p).boxed());
+            }
         }
         for task in &self.drops {
             sent.push(client.execute_raw(&st.drop_events, [task]).boxed());
@@ -320,6 +383,37 @@ impl Pending {
                 r?;
             }
             Ok(())
+        }
+    }
+}
+
+impl Pending {
+    /// Every updated row (none inserted) in one statement, as columns.
+    fn update_many<'a>(
+        &'a self,
+        client: &'a tokio_postgres::Client,
+        st: &'a Stmts,
+    ) -> impl std::future::Future<Output = std::result::Result<u64, tokio_postgres::Error>> + 'a
+    {
+        let rows: Vec<(&String, &TaskRow)> = self
+            .tasks
+            .iter()
+            .filter(|(_, _, insert)| !insert)
+            .map(|(t, r, _)| (t, r))
+            .collect();
+        let task: Vec<&str> = rows.iter().map(|(t, _)| t.as_str()).collect();
+        let state: Vec<&str> = rows.iter().map(|(_, r)| r.state).collect();
+        let due: Vec<Option<i64>> = rows.iter().map(|(_, r)| r.due).collect();
+        let revision: Vec<i64> = rows.iter().map(|(_, r)| r.revision).collect();
+        let record: Vec<&str> = rows.iter().map(|(_, r)| r.record.as_str()).collect();
+        let ready: Vec<Option<&[u8]>> = rows.iter().map(|(_, r)| r.ready.as_deref()).collect();
+        let held: Vec<Option<&[u8]>> = rows.iter().map(|(_, r)| r.held.as_deref()).collect();
+        let counted: Vec<Option<&str>> = rows.iter().map(|(_, r)| r.counted.as_deref()).collect();
+        async move {
+            let p: [&(dyn ToSql + Sync); 8] = [
+                &task, &state, &due, &revision, &record, &ready, &held, &counted,
+            ];
+            client.execute_raw(&st.update_many, p).await
         }
     }
 }

@@ -263,7 +263,10 @@ fn processes_opening_a_fresh_database_at_once_do_not_race() {
     let mut fences: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     fences.sort_unstable();
     assert_eq!(fences, (1..=8).collect::<Vec<_>>());
-    assert_eq!(pg.sql("SELECT version FROM fresh.schema_version"), "4");
+    assert_eq!(
+        pg.sql("SELECT version FROM fresh.schema_version"),
+        baton_store_postgres::SCHEMA_VERSION.to_string()
+    );
     assert_eq!(pg.sql("SELECT count(*) FROM fresh.counters"), "1");
     // A store is reopened without migrating again.
     let rt = rt();

@@ -32,7 +32,10 @@ fn a_version_1_store_migrates_on_open_and_goes_on() {
     let store = rt
         .block_on(PostgresStore::open_url(&pg.url("old")))
         .unwrap();
-    assert_eq!(pg.sql("SELECT version FROM old.schema_version"), "4");
+    assert_eq!(
+        pg.sql("SELECT version FROM old.schema_version"),
+        baton_store_postgres::SCHEMA_VERSION.to_string()
+    );
     let a = Authority::new(store.clone(), Arc::new(SystemClock));
 
     // The records as they were.
