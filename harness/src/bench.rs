@@ -379,6 +379,33 @@ fn index_of(task: &Id) -> Option<usize> {
         .and_then(|n| n.parse().ok())
 }
 
+/// Records a grant `next` made (asked and answered at `t`): its task, the
+/// task's index in the run and the fence, or `None` (an error noted) for
+/// a task not of this run.
+fn granted(
+    rep: &mut WorkerReport,
+    client: u32,
+    t: (u64, u64),
+    owner: &Id,
+    rec: baton_core::TaskRecord,
+) -> Option<(Id, usize, u64)> {
+    let fence = rec.current_fence().unwrap_or(0);
+    let task = rec.task.clone();
+    let Some(i) = index_of(&task) else {
+        note(rep, format!("next granted a task not of this run: {task}"));
+        return None;
+    };
+    rep.log(
+        client,
+        t,
+        i,
+        claim_req(),
+        Answered::of(owner, Ok(Reply::Committed(rec))),
+    );
+    rep.grants.push((i, fence));
+    Some((task, i, fence))
+}
+
 /// `--order next`: `next` and complete until the queue is drained.
 async fn take_next(
     a: &DynAuthority,
@@ -404,16 +431,9 @@ async fn take_next(
         bar.inc(1);
         match r {
             Ok(Reply::Committed(rec)) => {
-                let fence = rec.current_fence().unwrap_or(0);
-                let task = rec.task.clone();
-                let Some(i) = index_of(&task) else {
-                    note(rep, format!("next granted a task not of this run: {task}"));
-                    continue;
-                };
-                let answer = Answered::of(owner, Ok(Reply::Committed(rec)));
-                rep.log(client, (at, done), i, claim_req(), answer);
-                rep.grants.push((i, fence));
-                complete(a, client, (&task, i), owner, fence, rep).await;
+                if let Some((task, i, fence)) = granted(rep, client, (at, done), owner, rec) {
+                    complete(a, client, (&task, i), owner, fence, rep).await;
+                }
             }
             Ok(Reply::Refused(Refusal::Drained { .. })) => return,
             // Another worker holds what is left: it will end soon.
@@ -477,17 +497,8 @@ async fn take_batches(
         for reply in replies {
             match reply {
                 Reply::Committed(rec) => {
-                    let fence = rec.current_fence().unwrap_or(0);
-                    let task = rec.task.clone();
                     bar.inc(1);
-                    let Some(i) = index_of(&task) else {
-                        note(rep, format!("next granted a task not of this run: {task}"));
-                        continue;
-                    };
-                    let answer = Answered::of(owner, Ok(Reply::Committed(rec)));
-                    rep.log(client, (at, done), i, claim_req(), answer);
-                    rep.grants.push((i, fence));
-                    reports.push((task, i, fence));
+                    reports.extend(granted(rep, client, (at, done), owner, rec));
                 }
                 Reply::Refused(Refusal::Drained { .. }) => return,
                 Reply::Refused(Refusal::NoneReady { .. }) => {

@@ -28,7 +28,7 @@ use crate::conn::{At, Cause, Inner, at, classify, encode};
 use baton_core::commit::{Answer, Job};
 use baton_core::engine::{Engine, Need, Supply};
 use baton_core::graph::{Lane, ReadyEntry, held_range, ready_range};
-use baton_core::next::NEXT_FIRST_PAGE;
+use baton_core::next::{NEXT_FIRST_PAGE, NEXT_PAGE};
 use baton_core::{Decision, Error, Id, Result, Snapshot, TaskId, Timestamp};
 use deadpool_postgres::Object;
 use futures_util::future::{BoxFuture, FutureExt, join_all};
@@ -78,9 +78,10 @@ struct Stmts {
     update_many: Statement,
     event_many: Statement,
     note_many: Statement,
+    held_now: Statement,
 }
 
-const SQL: [&str; 16] = [
+const SQL: [&str; 17] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
     // Before them, the records of their concurrency keys, in key order:
@@ -147,6 +148,14 @@ const SQL: [&str; 16] = [
     "INSERT INTO outbox (intent_id, task_id, body)
      SELECT n, t, b FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(n, t, b, i)
      ORDER BY i",
+    // held_now: `held` up to the server's clock, read when sent (after
+    // `clock`, in the first round trip of a `next`): what expired by the
+    // transaction's time, and perhaps a lease that ended since, which core
+    // passes over as live.
+    "SELECT task_id, record FROM tasks
+     WHERE held_key > $1
+       AND held_key < $1 || int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint + 1)
+     ORDER BY held_key LIMIT $2 FOR UPDATE SKIP LOCKED",
 ];
 
 impl Stmts {
@@ -175,6 +184,7 @@ impl Stmts {
             update_many: next()?,
             event_many: next()?,
             note_many: next()?,
+            held_now: next()?,
         })
     }
 
@@ -455,6 +465,9 @@ struct PgTx<'a> {
     /// its expired leases (core reads the two one after the other), kept
     /// until this transaction writes.
     ready_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
+    /// A queue's expired leases, read in the first round trip of a
+    /// transaction whose one job is a `next` of that queue.
+    expired_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
     channel: String,
     wrote: bool,
     /// Set when the server aborted the transaction for a conflict a new
@@ -692,6 +705,13 @@ impl PgTx<'_> {
         limit: usize,
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
+        if limit == NEXT_PAGE
+            && let Some((l, q, page)) = self.expired_ahead.take()
+            && l == lane
+            && &q == queue
+        {
+            return Ok(page);
+        }
         let (start, end) = held_range(lane, queue, now);
         let (from, to) = ready_range(lane, queue, None);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -842,11 +862,44 @@ async fn attempt(
             client.query(&st.lock, &lock_p).await
         }
     };
-    // In this order on the wire: the clock and fences after the locks.
-    let (begun, locked, clock) = futures_util::join!(
+    // A transaction whose one job is a `next` of one queue reads that
+    // queue's expired leases and first ready page in its first round trip
+    // too (core asks for them first, and they depend on nothing decided).
+    let ahead = match jobs {
+        [Job::Next(q)] if q.queues.len() == 1 => {
+            let lane = q.lane();
+            let queue = q.queues[0].clone();
+            let start = baton_core::graph::ReadyEntry::prefix(lane, &queue);
+            let (from, to) = ready_range(lane, &queue, None);
+            Some((lane, queue, start, from, to))
+        }
+        _ => None,
+    };
+    let (page, first) = (
+        i64::try_from(NEXT_PAGE).unwrap_or(i64::MAX),
+        i64::try_from(NEXT_FIRST_PAGE).unwrap_or(i64::MAX),
+    );
+    let pages = async {
+        match &ahead {
+            Some((_, _, start, from, to)) => {
+                let held_p: [&(dyn ToSql + Sync); 2] = [start, &page];
+                let ready_p: [&(dyn ToSql + Sync); 3] = [from, to, &first];
+                futures_util::try_join!(
+                    client.query(&st.held_now, &held_p),
+                    client.query(&st.ready, &ready_p)
+                )
+                .map(Some)
+            }
+            None => Ok(None),
+        }
+    };
+    // In this order on the wire: the clock and fences after the locks,
+    // the pages after the clock.
+    let (begun, locked, clock, pages) = futures_util::join!(
         client.batch_execute("BEGIN"),
         lock,
-        client.query_one(&st.clock, &clock_p)
+        client.query_one(&st.clock, &clock_p),
+        pages
     );
     let mut t = PgTx {
         inner,
@@ -857,6 +910,7 @@ async fn attempt(
         fences: VecDeque::new(),
         pending: Pending::default(),
         ready_ahead: None,
+        expired_ahead: None,
         channel: ready_channel(&inner.schema),
         wrote: false,
         retry: None,
@@ -868,6 +922,14 @@ async fn attempt(
         let now = Timestamp(clock.get(0));
         t.fences = clock.get::<_, Vec<i64>>(1).into();
         t.remember(&locked);
+        if let (Some((lane, queue, ..)), Some((expired, ready))) =
+            (&ahead, pages.map_err(|e| t.fail(&e))?)
+        {
+            let expired = t.hold_rows(expired, now)?;
+            let ready = t.hold_rows(ready, now)?;
+            t.expired_ahead = Some((*lane, queue.clone(), expired));
+            t.ready_ahead = Some((*lane, queue.clone(), ready));
+        }
         let mut engine = Engine::new(jobs.iter().map(|job| at(job, now)), t.rules());
         t.drive(&mut engine).await?;
         Ok::<_, Error>(engine.finish())
