@@ -90,7 +90,7 @@ impl Authority {
     /// The catalogue's operation `op` made by core from `given` (its
     /// inputs by the catalogue's names): core reads each and keeps the
     /// rules between them.
-    pub(crate) fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
+    fn made(op: &str, given: serde_json::Value) -> PyResult<Call> {
         Given::new(given)
             .and_then(|g| baton_core::given::call(op, g))
             .map_err(|mut e| {
@@ -888,11 +888,18 @@ impl Authority {
             "wait": wait_ms,
             "keep_waiting": keep_waiting,
         });
+        let make_next = |n: u64| {
+            let mut given = next.clone();
+            given["count"] = serde_json::json!(n);
+            Self::made("next", given)
+        };
         crate::work::work(
-            slf,
+            slf.py(),
             crate::work::Work {
+                authority: slf.get().open()?,
+                bound: slf.clone().into_any().unbind(),
                 func: r#fn,
-                next,
+                make_next: &make_next,
                 count,
                 ttl_ms,
                 waits: wait_ms.is_some_and(|w| w > 0),

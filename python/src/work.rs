@@ -5,7 +5,6 @@
 //! own fence). No rule is here: `next`'s inputs are read by the
 //! catalogue, its answer and every report decided by core.
 
-use crate::authority::Authority;
 use crate::{convert, errors, runtime};
 use baton_core::call::{Answer, Call};
 use baton_core::keeper::{Ending, KeepOptions, Keeper, Outcome};
@@ -29,8 +28,12 @@ struct Tally {
 
 /// The loop's arguments, as Python gave them.
 pub(crate) struct Work<'py> {
+    /// The store, and the Python authority its grants report through.
+    pub authority: Arc<baton_open::DynAuthority>,
+    pub bound: Py<PyAny>,
     pub func: &'py Bound<'py, PyAny>,
-    pub next: serde_json::Value,
+    /// `next` as the catalogue makes it, for up to this many grants.
+    pub make_next: &'py dyn Fn(u64) -> PyResult<Call>,
     pub count: u32,
     pub ttl_ms: Option<u64>,
     pub waits: bool,
@@ -40,8 +43,7 @@ pub(crate) struct Work<'py> {
 
 type Kept = Keeper<Arc<dyn Store>>;
 
-pub(crate) fn work(slf: &Bound<'_, Authority>, w: Work<'_>) -> PyResult<Py<PyAny>> {
-    let py = slf.py();
+pub(crate) fn work(py: Python<'_>, w: Work<'_>) -> PyResult<Py<PyAny>> {
     if w.count == 0 || w.count > 1000 {
         return Err(errors::to_py(baton_core::Error::invalid(
             "count",
@@ -49,7 +51,7 @@ pub(crate) fn work(slf: &Bound<'_, Authority>, w: Work<'_>) -> PyResult<Py<PyAny
         )));
     }
     let rt = runtime()?;
-    let auth = slf.get().open()?;
+    let auth = Arc::clone(&w.authority);
     let mut tally = Tally::default();
     let mut stopped: Py<PyAny> = py.None();
     loop {
@@ -64,15 +66,12 @@ pub(crate) fn work(slf: &Bound<'_, Authority>, w: Work<'_>) -> PyResult<Py<PyAny
         if left == 0 || asked_to_stop {
             break;
         }
-        let mut given = w.next.clone();
-        given["count"] = serde_json::json!(left.min(u64::from(w.count)));
-        let call: Call = Authority::made("next", given)?;
+        let call = (w.make_next)(left.min(u64::from(w.count)))?;
+        let a = Arc::clone(&auth);
         let out = if w.waits {
-            slf.get()
-                .call_interruptible(py, move |a| async move { call.run(&a).await })?
+            runtime::call_interruptible(py, a, move |a| async move { call.run(&a).await })?
         } else {
-            slf.get()
-                .call(py, move |a| async move { call.run(&a).await })?
+            runtime::call(py, a, move |a| async move { call.run(&a).await })?
         };
         let replies = match out.answer {
             Answer::Replies(r) => r,
@@ -121,7 +120,7 @@ pub(crate) fn work(slf: &Bound<'_, Authority>, w: Work<'_>) -> PyResult<Py<PyAny
                 .get(i)
                 .and_then(|v| v["token"].as_str())
                 .map(str::to_owned);
-            let bound = Some(slf.clone().into_any().unbind());
+            let bound = Some(w.bound.clone_ref(py));
             let grant = convert::reply_from(py, &replies[i], true, bound, token)?;
             match w.func.call1((grant,)) {
                 Ok(_) => ended.push((
