@@ -835,7 +835,7 @@ impl Authority {
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
-        count: Option<u64>,
+        count: Option<i64>,
     ) -> PyResult<Py<PyAny>> {
         let given = serde_json::json!({
             "owner": owner,
@@ -867,12 +867,12 @@ impl Authority {
         owner: &str,
         r#fn: &Bound<'_, PyAny>,
         queues: Option<&Bound<'_, PyAny>>,
-        count: u32,
+        count: i64,
         ttl: Option<&Bound<'_, PyAny>>,
         lock_delay: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
-        max_tasks: Option<u64>,
+        max_tasks: Option<i64>,
         stop: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         if !r#fn.is_callable() {
@@ -918,7 +918,7 @@ impl Authority {
         ttl: Option<&Bound<'_, PyAny>>,
         wait: Option<&Bound<'_, PyAny>>,
         keep_waiting: bool,
-        count: Option<u64>,
+        count: Option<i64>,
     ) -> PyResult<Py<PyAny>> {
         let given = serde_json::json!({
             "executor": executor,

@@ -34,31 +34,43 @@ pub(crate) struct Work<'py> {
     pub func: &'py Bound<'py, PyAny>,
     /// `next` as the catalogue makes it, for up to this many grants.
     pub make_next: &'py dyn Fn(u64) -> PyResult<Call>,
-    pub count: u32,
+    /// As Python gave them: checked here (a negative number is bad input
+    /// naming its field, not an overflow).
+    pub count: i64,
     pub ttl_ms: Option<u64>,
     pub waits: bool,
-    pub max_tasks: Option<u64>,
+    pub max_tasks: Option<i64>,
     pub stop: Option<&'py Bound<'py, PyAny>>,
 }
 
 type Kept = Keeper<Arc<dyn Store>>;
 
 pub(crate) fn work(py: Python<'_>, w: Work<'_>) -> PyResult<Py<PyAny>> {
-    if w.count == 0 || w.count > 1000 {
-        return Err(errors::to_py(baton_core::Error::invalid(
-            "count",
-            format!("must be 1 to 1000 (got {})", w.count),
-        )));
-    }
+    let count = match u32::try_from(w.count) {
+        Ok(n @ 1..=1000) => n,
+        _ => {
+            return Err(errors::invalid(
+                "count",
+                format!("must be 1 to 1000 (got {})", w.count),
+            ));
+        }
+    };
+    let max_tasks = match w.max_tasks.map(u64::try_from).transpose() {
+        Ok(m) => m,
+        Err(_) => {
+            return Err(errors::invalid(
+                "max_tasks",
+                format!("must be 0 or more (got {:?})", w.max_tasks),
+            ));
+        }
+    };
     let rt = runtime()?;
     let auth = Arc::clone(&w.authority);
     let mut tally = Tally::default();
     let mut stopped: Py<PyAny> = py.None();
     loop {
         let ran = tally.completed + tally.failed + tally.refused + tally.lost;
-        let left = w
-            .max_tasks
-            .map_or(u64::from(w.count), |m| m.saturating_sub(ran));
+        let left = max_tasks.map_or(u64::from(count), |m| m.saturating_sub(ran));
         let asked_to_stop = match w.stop {
             Some(s) => s.call_method0("is_set")?.is_truthy()?,
             None => false,
@@ -66,7 +78,7 @@ pub(crate) fn work(py: Python<'_>, w: Work<'_>) -> PyResult<Py<PyAny>> {
         if left == 0 || asked_to_stop {
             break;
         }
-        let call = (w.make_next)(left.min(u64::from(w.count)))?;
+        let call = (w.make_next)(left.min(u64::from(count)))?;
         let a = Arc::clone(&auth);
         let out = if w.waits {
             runtime::call_interruptible(py, a, move |a| async move { call.run(&a).await })?

@@ -32,6 +32,9 @@ def test_a_batch_is_the_grants_n_nexts_would_make(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.next("w", count=1001)
     assert e.value.field == "count"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.next("w", count=-1)
+    assert e.value.field == "count"
 
 
 def take(url, start, out):

@@ -83,9 +83,13 @@ def test_max_tasks_and_stop_end_the_loop(auth):
     stop = threading.Event()
     done = auth.work("w", lambda g: stop.set(), "q", count=2, stop=stop)
     assert done["completed"] == 2 and done["batches"] == 1
+    for bad in (0, -1, 1001):
+        with pytest.raises(baton.InvalidInput) as e:
+            auth.work("w", lambda g: None, "q", count=bad)
+        assert e.value.field == "count"
     with pytest.raises(baton.InvalidInput) as e:
-        auth.work("w", lambda g: None, "q", count=0)
-    assert e.value.field == "count"
+        auth.work("w", lambda g: None, "q", max_tasks=-1)
+    assert e.value.field == "max_tasks"
     with pytest.raises(baton.InvalidInput) as e:
         auth.work("w", "not callable", "q")
     assert e.value.field == "fn"
