@@ -1678,6 +1678,13 @@ impl Browser {
 
     /// One DevTools call and its result.
     fn call(&mut self, method: &str, params: Value) -> Value {
+        let v = self.answer(method, params);
+        assert!(v.get("error").is_none(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// One DevTools call and its whole answer (an error included).
+    fn answer(&mut self, method: &str, params: Value) -> Value {
         self.id += 1;
         let id = self.id;
         let msg = serde_json::json!({"id": id, "method": method, "params": params});
@@ -1689,8 +1696,7 @@ impl Browser {
             let Ok(text) = m.to_text() else { continue };
             let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
             if v["id"].as_u64() == Some(id) {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
+                return v;
             }
         }
     }
@@ -1705,14 +1711,15 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
-    /// Evaluates `js`; `None` when it threw (a page still loading).
+    /// Evaluates `js`; `None` when it threw (a page still loading) or the
+    /// page navigated away while it ran (a reload under way).
     fn try_eval(&mut self, js: &str) -> Option<Value> {
-        let r = self.call(
+        let v = self.answer(
             "Runtime.evaluate",
             serde_json::json!({"expression": js, "awaitPromise": true, "returnByValue": true}),
         );
-        r.get("exceptionDetails")
-            .is_none()
+        let r = &v["result"];
+        (v.get("error").is_none() && r.get("exceptionDetails").is_none())
             .then(|| r["result"]["value"].clone())
     }
 
