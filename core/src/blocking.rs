@@ -140,6 +140,11 @@ impl<B: Blocking> Store for BlockingStore<B> {
     }
 
     async fn apply_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        // Through the committer, the batch shares a commit (and its fsync)
+        // with every other caller's jobs queued meanwhile.
+        if let Some(committer) = &self.committer {
+            return committer.submit_each(ops).await;
+        }
         crate::commit::jobs_together(
             None,
             self.name.to_string(),

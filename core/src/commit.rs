@@ -34,10 +34,97 @@ pub const MAX_BATCH: usize = 256;
 
 pub use crate::engine::{Answer, Job};
 
-/// A caller waiting for its job's answer.
-struct Queued {
-    job: Job,
-    answer: tokio::sync::oneshot::Sender<Result<Answer>>,
+/// A caller waiting for its answer: one job's, or the answers of several
+/// jobs it asked to commit together (they are never split across batches).
+// A single job is every request's path: boxing it would add an allocation
+// per request to spare the rarer batch a few bytes of channel slot.
+#[allow(clippy::large_enum_variant)]
+enum Queued {
+    One {
+        job: Job,
+        answer: tokio::sync::oneshot::Sender<Result<Answer>>,
+    },
+    Each {
+        jobs: Vec<Job>,
+        answer: tokio::sync::oneshot::Sender<Result<Vec<Answer>>>,
+    },
+}
+
+impl Queued {
+    /// How many jobs this entry adds to a batch.
+    fn len(&self) -> usize {
+        match self {
+            Queued::One { .. } => 1,
+            Queued::Each { jobs, .. } => jobs.len(),
+        }
+    }
+
+    /// A group ([`Job::All`]) is committed in a batch of its own.
+    fn alone(&self) -> bool {
+        matches!(
+            self,
+            Queued::One {
+                job: Job::All(_),
+                ..
+            }
+        )
+    }
+
+    fn jobs(&self) -> &[Job] {
+        match self {
+            Queued::One { job, .. } => std::slice::from_ref(job),
+            Queued::Each { jobs, .. } => jobs,
+        }
+    }
+
+    /// Answers the caller with its share of a batch's answers, taken from
+    /// the front of `answers`.
+    fn answer(self, answers: &mut std::vec::IntoIter<Answer>) {
+        match self {
+            Queued::One { answer, .. } => {
+                let _ =
+                    answer.send(answers.next().ok_or_else(|| {
+                        Error::unavailable("a batch came back with too few answers")
+                    }));
+            }
+            Queued::Each { jobs, answer } => {
+                let mine: Vec<Answer> = answers.take(jobs.len()).collect();
+                let _ = answer.send(if mine.len() == jobs.len() {
+                    Ok(mine)
+                } else {
+                    Err(Error::unavailable("a batch came back with too few answers"))
+                });
+            }
+        }
+    }
+
+    /// Answers the caller with an error: nothing of its jobs was applied.
+    fn fail(self, e: Error) {
+        match self {
+            Queued::One { answer, .. } => {
+                let _ = answer.send(Err(e));
+            }
+            Queued::Each { answer, .. } => {
+                let _ = answer.send(Err(e));
+            }
+        }
+    }
+
+    /// Commits this entry's jobs alone (after a batch panicked) and answers.
+    fn commit_alone<F>(self, name: &str, commit: &mut F)
+    where
+        F: FnMut(&[Job]) -> Result<Vec<Answer>>,
+    {
+        let n = self.len();
+        match isolate(name, || commit(self.jobs())) {
+            Ok(answers) if answers.len() == n => self.answer(&mut answers.into_iter()),
+            Ok(answers) => self.fail(Error::unavailable(format!(
+                "{name}: a commit of {n} jobs answered {}",
+                answers.len()
+            ))),
+            Err(e) => self.fail(e),
+        }
+    }
 }
 
 /// The committer thread and its inbox. Dropping it stops the thread and
@@ -197,17 +284,65 @@ impl GroupCommitter {
     /// Queues `job` and waits for its answer (or, when the committer is
     /// idle and allows it, commits it on this thread).
     pub async fn submit_job(&self, job: Job) -> Result<Answer> {
-        if let Some(commit) = &self.inline
-            && !(self.inline_blocks_on && on_current_thread_runtime())
-            && self
-                .in_flight
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
+        if let Some(commit) = self.inline_commit() {
             let _done = InFlight(&self.in_flight);
             let answers = blocking(|| isolate(&self.name, || commit(std::slice::from_ref(&job))))?;
             return self.one_answer(answers);
         }
+        let _done = self.admit()?;
+        let (answer, reply) = tokio::sync::oneshot::channel();
+        self.send(Queued::One { job, answer })?;
+        reply.await.map_err(|_| self.stopped())?
+    }
+
+    /// Queues `ops` to be decided in order in one commit (shared with
+    /// other callers' jobs, never split across commits), each on its own:
+    /// a refusal of one refuses no other. One decision per operation, in
+    /// order; an error means none of them was applied.
+    pub async fn submit_each(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
+        let n = ops.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let jobs: Vec<Job> = ops.into_iter().map(Job::One).collect();
+        let answers = if let Some(commit) = self.inline_commit() {
+            let _done = InFlight(&self.in_flight);
+            let answers = blocking(|| isolate(&self.name, || commit(&jobs)))?;
+            if answers.len() == n {
+                tell(&self.observer, n);
+            }
+            answers
+        } else {
+            let _done = self.admit()?;
+            let (answer, reply) = tokio::sync::oneshot::channel();
+            self.send(Queued::Each { jobs, answer })?;
+            reply.await.map_err(|_| self.stopped())??
+        };
+        if answers.len() != n {
+            return Err(Error::unavailable(format!(
+                "{}: a commit of {n} jobs answered {}",
+                self.name,
+                answers.len()
+            )));
+        }
+        answers.into_iter().map(Answer::into_one).collect()
+    }
+
+    /// The commit function, when this caller finds the committer idle and
+    /// may run it on its own thread (counted in flight until its
+    /// [`InFlight`] drops).
+    fn inline_commit(&self) -> Option<&SharedCommit> {
+        let commit = self.inline.as_ref()?;
+        (!(self.inline_blocks_on && on_current_thread_runtime())
+            && self
+                .in_flight
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok())
+        .then_some(commit)
+    }
+
+    /// Counts a queued caller in, or refuses it past the bound.
+    fn admit(&self) -> Result<InFlight<'_>> {
         if self.in_flight.fetch_add(1, Ordering::AcqRel) >= self.bound {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::unavailable(format!(
@@ -215,26 +350,29 @@ impl GroupCommitter {
                 self.name, self.bound
             )));
         }
-        let _done = InFlight(&self.in_flight);
-        let (answer, reply) = tokio::sync::oneshot::channel();
+        Ok(InFlight(&self.in_flight))
+    }
+
+    fn send(&self, queued: Queued) -> Result<()> {
         let sent = match self.inbox.lock() {
-            Ok(inbox) => inbox
-                .as_ref()
-                .is_some_and(|i| i.send(Queued { job, answer }).is_ok()),
+            Ok(inbox) => inbox.as_ref().is_some_and(|i| i.send(queued).is_ok()),
             Err(_) => false,
         };
-        if !sent {
-            return Err(Error::unavailable(format!(
+        if sent {
+            Ok(())
+        } else {
+            Err(Error::unavailable(format!(
                 "{}: the commit thread has stopped",
                 self.name
-            )));
+            )))
         }
-        reply.await.map_err(|_| {
-            Error::unavailable(format!(
-                "{}: the commit thread stopped before answering",
-                self.name
-            ))
-        })?
+    }
+
+    fn stopped(&self) -> Error {
+        Error::unavailable(format!(
+            "{}: the commit thread stopped before answering",
+            self.name
+        ))
     }
 }
 
@@ -317,58 +455,58 @@ where
                 Err(_) => return,
             },
         };
-        let alone = matches!(first.job, Job::All(_));
+        let alone = first.alone();
+        let mut size = first.len();
         let mut batch = vec![first];
-        while !alone && batch.len() < MAX_BATCH {
+        while !alone && size < MAX_BATCH {
             match queue.try_recv() {
-                // A group waits for a batch of its own.
-                Ok(q) if matches!(q.job, Job::All(_)) => {
+                // A group waits for a batch of its own, and callers' jobs
+                // past the batch's bound for the next.
+                Ok(q) if q.alone() || size + q.len() > MAX_BATCH => {
                     carried = Some(q);
                     break;
                 }
-                Ok(q) => batch.push(q),
+                Ok(q) => {
+                    size += q.len();
+                    batch.push(q);
+                }
                 Err(_) => break,
             }
         }
-        let ops: Vec<Job> = batch.iter().map(|q| q.job.clone()).collect();
-        match catch(|| commit(&ops)) {
-            Ok(Ok(decisions)) if decisions.len() == batch.len() => {
-                tell(observer, batch.len());
-                for (q, d) in batch.into_iter().zip(decisions) {
-                    let _ = q.answer.send(Ok(d));
+        let jobs: Vec<Job> = batch.iter().flat_map(|q| q.jobs()).cloned().collect();
+        match catch(|| commit(&jobs)) {
+            Ok(Ok(answers)) if answers.len() == jobs.len() => {
+                tell(observer, jobs.len());
+                let mut answers = answers.into_iter();
+                for q in batch {
+                    q.answer(&mut answers);
                 }
             }
-            Ok(Ok(decisions)) => {
+            Ok(Ok(answers)) => {
                 let e = Error::unavailable(format!(
                     "{name}: a batch of {} operations came back with {} decisions",
-                    batch.len(),
-                    decisions.len()
+                    jobs.len(),
+                    answers.len()
                 ));
                 for q in batch {
-                    let _ = q.answer.send(Err(e.clone()));
+                    q.fail(e.clone());
                 }
             }
             Ok(Err(e)) => {
                 for q in batch {
-                    let _ = q.answer.send(Err(e.clone()));
+                    q.fail(e.clone());
                 }
             }
-            Err(panic) if batch.len() == 1 => {
+            Err(panic) if batch.len() == 1 && jobs.len() == 1 => {
                 for q in batch {
-                    let _ = q.answer.send(Err(panicked(name, &panic)));
+                    q.fail(panicked(name, &panic));
                 }
             }
             Err(_) => {
-                // Nothing of the batch was applied; find the one that panics.
+                // Nothing of the batch was applied; find the one that panics
+                // (a caller's jobs asked together stay together).
                 for q in batch {
-                    let one = isolate(name, || commit(std::slice::from_ref(&q.job))).and_then(
-                        |mut ds| {
-                            ds.pop().ok_or_else(|| {
-                                Error::unavailable(format!("{name}: a commit decided nothing"))
-                            })
-                        },
-                    );
-                    let _ = q.answer.send(one);
+                    q.commit_alone(name, &mut commit);
                 }
             }
         }
@@ -706,5 +844,105 @@ mod tests {
         let e = rt.block_on(c.submit(claim("boom"))).unwrap_err();
         assert!(e.message.contains("panicked"), "{e}");
         assert!(rt.block_on(c.submit(claim("after"))).unwrap().mints_fence());
+    }
+
+    /// A caller's batch of operations (`submit_each`) is committed in one
+    /// commit, shared with other callers' jobs queued meanwhile, never
+    /// split across commits even past [`MAX_BATCH`]; a panic in one
+    /// caller's batch refuses that batch alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_callers_batch_shares_a_commit_and_is_never_split() {
+        let batches = std::sync::Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+        let log = batches.clone();
+        let store = MemoryStore::new();
+        let c = GroupCommitter::start_shared("test", "test-commit", move |jobs| {
+            log.lock().unwrap().push(
+                jobs.iter()
+                    .map(|j| match j {
+                        Job::One(op) => op.task.as_str().to_owned(),
+                        _ => panic!("only single operations in this test"),
+                    })
+                    .collect(),
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let mut out = Vec::new();
+            for job in jobs {
+                let Job::One(op) = job else { unreachable!() };
+                assert!(op.task.as_str() != "boom", "a bug while deciding");
+                out.push(Answer::One(poll_to_end(store.apply(op.clone()))?));
+            }
+            Ok(out)
+        })
+        .unwrap();
+        let c = std::sync::Arc::new(c);
+        // 16 callers of 30 operations each (480 jobs, past MAX_BATCH), one
+        // batch holding the panicking task, and single callers between.
+        let mut joins = Vec::new();
+        for k in 0..16 {
+            let c = c.clone();
+            joins.push(tokio::spawn(async move {
+                let names: Vec<String> = (0..30)
+                    .map(|i| {
+                        if k == 5 && i == 7 {
+                            "boom".to_owned()
+                        } else {
+                            format!("b{k}-{i}")
+                        }
+                    })
+                    .collect();
+                let ops = names.iter().map(|n| claim(n)).collect();
+                (k, names, c.submit_each(ops).await)
+            }));
+        }
+        let singles: Vec<_> = (0..16)
+            .map(|i| {
+                let c = c.clone();
+                tokio::spawn(async move { c.submit(claim(&format!("s{i}"))).await })
+            })
+            .collect();
+        for j in joins {
+            let (k, names, got) = j.await.unwrap();
+            if k == 5 {
+                let e = got.unwrap_err();
+                assert!(e.message.contains("a bug while deciding"), "{e}");
+                continue;
+            }
+            let ds = got.unwrap();
+            assert_eq!(ds.len(), 30);
+            for (d, n) in ds.iter().zip(&names) {
+                assert!(d.mints_fence(), "{n} granted");
+                let task = d.record_to_write().map(|r| r.task.as_str());
+                assert_eq!(task, Some(n.as_str()), "answers in the caller's order");
+            }
+        }
+        for s in singles {
+            assert!(s.await.unwrap().unwrap().mints_fence());
+        }
+        let batches = batches.lock().unwrap();
+        let committed: Vec<&Vec<String>> = batches
+            .iter()
+            .filter(|b| !b.iter().any(|t| t == "boom"))
+            .collect();
+        for k in (0..16).filter(|k| *k != 5) {
+            let prefix = format!("b{k}-");
+            let holding: Vec<_> = committed
+                .iter()
+                .filter(|b| b.iter().any(|t| t.starts_with(&prefix)))
+                .collect();
+            assert_eq!(holding.len(), 1, "caller {k}'s batch in one commit");
+            assert_eq!(
+                holding[0].iter().filter(|t| t.starts_with(&prefix)).count(),
+                30
+            );
+        }
+        assert!(
+            committed.iter().all(|b| b.len() <= MAX_BATCH),
+            "a batch's bound holds"
+        );
+        assert!(
+            committed.iter().any(|b| b.len() > 30),
+            "callers shared a commit: {:?}",
+            committed.iter().map(|b| b.len()).collect::<Vec<_>>()
+        );
     }
 }
