@@ -26,7 +26,7 @@ use crate::decide::{Decision, Judged, LeaseRules, Verdict};
 use crate::error::{Error, Result};
 use crate::graph::{Lane, NextQuery, ReadyEntry};
 use crate::id::{Id, TaskId};
-use crate::next::{NEXT_FIRST_PAGE, NEXT_PAGE, NEXT_SCAN};
+use crate::next::{NEXT_PAGE, NEXT_SCAN};
 use crate::request::{Operation, Preconditions};
 use crate::store::{Snapshot, upstream_of};
 use crate::time::Timestamp;
@@ -440,6 +440,7 @@ struct Scan {
 
 impl Scan {
     fn new(query: NextQuery, spread: usize, max_writes: usize) -> Scan {
+        let page_size = crate::next::first_page(query.count);
         let cursors = query
             .queues
             .iter()
@@ -450,7 +451,7 @@ impl Scan {
             cursors,
             expired_at: 0,
             page_at: 0,
-            page_size: NEXT_FIRST_PAGE,
+            page_size,
             candidates: Vec::new(),
             trying: VecDeque::new(),
             current: None,

@@ -102,3 +102,36 @@ fn a_group_with_a_refusal_keeps_nothing() {
     assert_eq!(ds.len(), 2, "the group ends at its refusal");
     assert!(!matches!(ds[1].verdict, Verdict::Commit(_) | Verdict::Ack));
 }
+
+/// The first page of a queue's ready index a `next` reads is as large as
+/// the grants it may make (so a batch of 16 reads one page of 16, not
+/// pages of 2, 8 and 32), within the first and the largest page.
+#[test]
+fn a_batchs_first_read_of_the_ready_index_is_its_count() {
+    for (count, first) in [(1, 2), (2, 2), (16, 16), (64, 64), (1000, 64)] {
+        let query = crate::graph::NextQuery {
+            taker: crate::graph::Taker::Owner {
+                owner: Id::parse("owner", "w").unwrap(),
+                ttl_ms: Some(1000),
+                lock_delay_ms: None,
+            },
+            queues: vec![Id::parse("queue", "q").unwrap()],
+            now: Timestamp(1_767_225_600_000),
+            clock: Default::default(),
+            count,
+        };
+        let mut e = Engine::new([Job::Next(query)], LeaseRules::default());
+        let Some(Need::Expired { .. }) = e.step().unwrap() else {
+            panic!("expired leases first")
+        };
+        e.supply(Supply::Page(Vec::new())).unwrap();
+        let Some(Need::Ready { limit, after, .. }) = e.step().unwrap() else {
+            panic!("then the ready index")
+        };
+        assert!(after.is_none());
+        assert_eq!(limit, first, "count {count}");
+        // An empty index ends the scan with no grant.
+        e.supply(Supply::Page(Vec::new())).unwrap();
+        assert!(e.step().unwrap().is_none());
+    }
+}

@@ -82,8 +82,19 @@ pub(crate) fn sort_key(r: &TaskRecord) -> (u64, Timestamp, TaskId) {
 /// first read takes [`NEXT_FIRST_PAGE`], each after it four times more).
 pub const NEXT_PAGE: usize = 64;
 /// What the first read of a queue's index takes: most `next`s grant the
-/// first candidate, and every candidate read is a record decoded.
+/// first candidate, and every candidate read is a record decoded. A batch
+/// of N grants reads N at first ([`first_page`]).
 pub const NEXT_FIRST_PAGE: usize = 2;
+
+/// The first read of each queue's index for a `next` of up to `count`
+/// grants: as many as it may grant (within [`NEXT_FIRST_PAGE`] and
+/// [`NEXT_PAGE`]), so a batch whose first candidates are takeable reads one
+/// page, not pages of 2, 8 and 32 (each record read is decoded).
+pub fn first_page(count: u32) -> usize {
+    usize::try_from(count)
+        .unwrap_or(NEXT_PAGE)
+        .clamp(NEXT_FIRST_PAGE, NEXT_PAGE)
+}
 /// The most candidates one `next` looks at before it answers that it took none.
 pub const NEXT_SCAN: usize = 1024;
 

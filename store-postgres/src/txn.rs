@@ -464,7 +464,7 @@ struct PgTx<'a> {
     /// The first page of a queue's ready index, read in the round trip of
     /// its expired leases (core reads the two one after the other), kept
     /// until this transaction writes.
-    ready_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
+    ready_ahead: Option<(Lane, Id, usize, Vec<Snapshot>)>,
     /// A queue's expired leases, read in the first round trip of a
     /// transaction whose one job is a `next` of that queue.
     expired_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
@@ -680,8 +680,8 @@ impl PgTx<'_> {
         now: Timestamp,
     ) -> Result<Vec<Snapshot>> {
         if after.is_none()
-            && limit == NEXT_FIRST_PAGE
-            && let Some((l, q, page)) = self.ready_ahead.take()
+            && let Some((l, q, read, page)) = self.ready_ahead.take()
+            && read == limit
             && l == lane
             && &q == queue
         {
@@ -729,7 +729,7 @@ impl PgTx<'_> {
             .await?;
         let expired = self.hold_rows(expired, now)?;
         let ready = self.hold_rows(ready, now)?;
-        self.ready_ahead = Some((lane, queue.clone(), ready));
+        self.ready_ahead = Some((lane, queue.clone(), NEXT_FIRST_PAGE, ready));
         Ok(expired)
     }
 
@@ -875,9 +875,14 @@ async fn attempt(
         }
         _ => None,
     };
+    // The first page core asks for: as many as the `next` may grant.
+    let first_page = match jobs {
+        [Job::Next(q)] => baton_core::next::first_page(q.count),
+        _ => NEXT_FIRST_PAGE,
+    };
     let (page, first) = (
         i64::try_from(NEXT_PAGE).unwrap_or(i64::MAX),
-        i64::try_from(NEXT_FIRST_PAGE).unwrap_or(i64::MAX),
+        i64::try_from(first_page).unwrap_or(i64::MAX),
     );
     let pages = async {
         match &ahead {
@@ -928,7 +933,7 @@ async fn attempt(
             let expired = t.hold_rows(expired, now)?;
             let ready = t.hold_rows(ready, now)?;
             t.expired_ahead = Some((*lane, queue.clone(), expired));
-            t.ready_ahead = Some((*lane, queue.clone(), ready));
+            t.ready_ahead = Some((*lane, queue.clone(), first_page, ready));
         }
         let mut engine = Engine::new(jobs.iter().map(|job| at(job, now)), t.rules());
         t.drive(&mut engine).await?;

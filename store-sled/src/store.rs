@@ -532,7 +532,15 @@ impl Inner {
             })
             .sum();
         let (want_ready, want_held) = match widen {
-            0 => ((n + 1) * NEXT_FIRST_PAGE, NEXT_PAGE * 2 + 2 * n),
+            // The first page of each `next` (as many as it may grant).
+            0 => (
+                nexts
+                    .iter()
+                    .map(|q| baton_core::next::first_page(q.count))
+                    .sum::<usize>()
+                    + NEXT_FIRST_PAGE,
+                NEXT_PAGE * 2 + 2 * n,
+            ),
             w => {
                 let times = 4usize.saturating_pow(w - 1);
                 (
