@@ -498,7 +498,25 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
     if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Call(Call::Graph)) {
         return Err(Error::invalid("format", "dot is for `graph show` only"));
     }
-    let a = authority_for(&store).await?;
+    // A read of a local store that is not there yet creates none: it is
+    // answered as the empty store a write would create, and says so.
+    let absent = if only_reads(&cli.command) {
+        baton_open::absent_store(&store)?
+    } else {
+        None
+    };
+    let a = match absent {
+        Some(path) => {
+            output::write_stderr(
+                &serde_json::json!({"note": format!(
+                    "no store at {path} yet: answered as an empty store (a read creates none; a write such as `baton add` or `baton claim` makes it)"
+                )})
+                .to_string(),
+            );
+            authority_for("memory:").await?
+        }
+        None => authority_for(&store).await?,
+    };
     plan.execute(&a).await
 }
 

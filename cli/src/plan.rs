@@ -58,6 +58,23 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
 
 /// The catalogue's operation `cmd` names, made by core from its fields.
 fn made(cmd: &Command) -> Result<Call, Error> {
+    let (op, fields) = op_of(cmd)?;
+    let given = Given::new(fields)?.reading(Box::new(read_input));
+    baton_core::given::call(op.name, given)
+}
+
+/// Whether `cmd` only reads the store (the catalogue's operation it names
+/// changes nothing, or it follows the event feed): it must not create one.
+pub(super) fn only_reads(cmd: &Command) -> bool {
+    match cmd {
+        Command::Events { .. } => true,
+        Command::Schedule(ScheduleCommand::Run { .. }) => false,
+        _ => op_of(cmd).is_ok_and(|(op, _)| !op.write),
+    }
+}
+
+/// The catalogue's entry `cmd` names, and the command's fields.
+fn op_of(cmd: &Command) -> Result<(&'static catalogue::Op, Value), Error> {
     let not_one = || {
         Error::invalid(
             "command",
@@ -68,7 +85,7 @@ fn made(cmd: &Command) -> Result<Call, Error> {
     // A command serializes as its words down to its fields:
     // {"task": {"claim": {...}}}, or {"graph": "show"} with none.
     let mut words: Vec<String> = Vec::new();
-    let op = loop {
+    loop {
         let (word, inner) = match fields {
             Value::String(word) => (word, json!({})),
             Value::Object(o) if o.len() == 1 => o.into_iter().next().ok_or_else(not_one)?,
@@ -81,11 +98,9 @@ fn made(cmd: &Command) -> Result<Call, Error> {
             .iter()
             .find(|o| o.cli == Some(path.as_str()))
         {
-            break op;
+            return Ok((op, fields));
         }
-    };
-    let given = Given::new(fields)?.reading(Box::new(read_input));
-    baton_core::given::call(op.name, given)
+    }
 }
 
 /// Reads what input `name` takes from the file `file` names, or from

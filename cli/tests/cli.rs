@@ -22,6 +22,7 @@ per_backend!(
     bad_input_is_exit_2_names_the_field_and_changes_nothing,
     a_closed_output_pipe_is_a_normal_exit,
     an_answer_that_cannot_be_written_is_not_a_success,
+    a_read_never_creates_a_store,
 );
 
 struct Env {
@@ -1186,4 +1187,64 @@ fn run_reports_in_words_with_format_human() {
     assert_eq!(r.code, 0, "{r:?}");
     let v: Value = serde_json::from_str(r.stderr.trim()).unwrap();
     assert_eq!(v["outcome"].as_str(), Some("completed"));
+}
+
+/// Every read the CLI offers, on a store that is not there yet, answers
+/// as the empty store a write would create (an empty list, a task not
+/// found), says on stderr that there is no store there, and creates
+/// nothing: no database, log, gate or sled directory, in the working
+/// directory (the default store) or where `--store` points. A write then
+/// creates it and the reads answer from it.
+fn a_read_never_creates_a_store(backend: Backend) {
+    let env = Env::on(backend);
+    // Each read, and its exit status on an empty store.
+    let reads: &[(&[&str], i32)] = &[
+        (&["task", "list"], 0),
+        (&["task", "list", "--state", "BLOCKED"], 0),
+        (&["task", "show", "t1"], 5),
+        (&["task", "events", "t1"], 5),
+        (&["task", "gate", "t1"], 5),
+        (&["events"], 0),
+        (&["holder", "t1"], 5),
+        (&["verify", "t1", "--fence", "1"], 5),
+        (&["graph", "show"], 0),
+        (&["schedule", "list"], 0),
+        (&["queue", "show", "q"], 0),
+        (&["limit", "show", "k"], 0),
+        (&["limit", "list"], 0),
+        (&["outbox", "pending"], 0),
+    ];
+    let empty = |what: &str| {
+        let left: Vec<_> = std::fs::read_dir(env.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{what} created {left:?}");
+    };
+    for (args, code) in reads {
+        let r = env.run(args);
+        assert_eq!(r.code, *code, "{args:?}: {r:?}");
+        let note: Value = serde_json::from_str(r.stderr.lines().next().unwrap_or("")).unwrap();
+        let note = note["note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains(&env.db().display().to_string()) && note.contains("creates none"),
+            "{args:?}: {r:?}"
+        );
+        empty(&format!("{args:?}"));
+        if backend == Backend::Sqlite {
+            // The default store, in the working directory.
+            let r = env.run_bare(args);
+            assert_eq!(r.code, *code, "{args:?} on the default store: {r:?}");
+            assert!(r.stderr.contains("no store at baton.db"), "{r:?}");
+            empty(&format!("{args:?} on the default store"));
+        }
+    }
+    assert_eq!(env.run(&["task", "list"]).stdout, "", "no task: no line");
+    // A write creates the store; the reads then answer from it, with no note.
+    env.ok(&["claim", "t1", "--owner", "w", "--ttl", "30s"]);
+    assert!(env.db().exists());
+    let listed = env.run(&["task", "list"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stderr.is_empty(), "{listed:?}");
+    assert_eq!(env.ok(&["holder", "t1"])["owner"], "w");
 }

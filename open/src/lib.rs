@@ -25,7 +25,7 @@ mod url;
 
 pub use baton_core::*;
 pub use url::{
-    DEFAULT_STORE, DynAuthority, FENCE_KEY_ENV, Opened, StoreUrl, authority_for,
+    DEFAULT_STORE, DynAuthority, FENCE_KEY_ENV, Opened, StoreUrl, absent_store, authority_for,
     authority_with_token, fence_keys_from_env, open_url, read_fence_keys, store_for, token,
     use_token,
 };

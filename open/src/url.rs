@@ -223,6 +223,21 @@ pub async fn authority_for(url: &str) -> Result<DynAuthority, Error> {
     authority_with_token(url, None).await
 }
 
+/// The path a local file store URL (`sqlite:`, `sled:`) names when there
+/// is nothing there yet, else `None`. Opening such a store creates it (the
+/// file, its log and its gate, and the schema written): a caller that only
+/// reads answers as an empty store would instead (an empty `memory:`).
+pub fn absent_store(url: &str) -> Result<Option<String>, Error> {
+    Ok(match StoreUrl::parse(url)? {
+        StoreUrl::Sqlite { path, .. } | StoreUrl::Sled { path, .. }
+            if !std::path::Path::new(&path).exists() =>
+        {
+            Some(path)
+        }
+        _ => None,
+    })
+}
+
 /// Like [`authority_for`], with the token an `http://` store sends
 /// (`None`: [`use_token`]'s, else `BATON_TOKEN`). Other stores ignore it.
 pub async fn authority_with_token(url: &str, token: Option<String>) -> Result<DynAuthority, Error> {
