@@ -214,8 +214,8 @@ pub enum TaskCommand {
         /// or READY, BLOCKED for graph tasks.
         #[arg(long)]
         state: Option<String>,
-        /// Only graph tasks of this queue (with READY or BLOCKED).
-        #[arg(long, requires = "state")]
+        /// Only the tasks placed in this queue (bare tasks have none).
+        #[arg(long)]
         queue: Option<String>,
         #[command(flatten)]
         #[serde(flatten)]

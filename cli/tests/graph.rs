@@ -705,6 +705,67 @@ fn task_list_shows_blocked_and_ready_graph_tasks() {
     );
 }
 
+/// Below a failed task, every task of the chain (a->b->c->d) is BLOCKED in
+/// the plain list as in `--state BLOCKED`, not only the first; `--queue`
+/// alone lists the queue's tasks; a bad state is refused naming READY and
+/// BLOCKED among the states `--state` takes.
+#[test]
+fn task_list_agrees_with_blocked_at_any_depth_and_filters_by_queue() {
+    let env = Env::new(Backend::Sqlite);
+    let graph = r#"[{"task": "a", "queue": "ci"}, {"task": "b", "after": ["a"], "queue": "ci"},
+        {"task": "c", "after": ["b"], "queue": "ci"}, {"task": "d", "after": ["c"]},
+        {"task": "e", "queue": "ci"}]"#;
+    assert_eq!(env.add_graph(graph).0, 0);
+    let (code, g) = env.baton(&["claim", "a", "--owner", "w"]);
+    assert_eq!(code, 0, "{g:?}");
+    let fence = g[0]["fence"].to_string();
+    let (code, _) = env.baton(&["fail", "a", "--owner", "w", "--fence", &fence]);
+    assert_eq!(code, 0);
+    let (code, all) = env.baton(&["task", "list"]);
+    assert_eq!(code, 0, "{all:?}");
+    let shown: Vec<(String, String)> = all
+        .iter()
+        .map(|v| {
+            let t = v["task"].as_str().unwrap().to_owned();
+            let s = v["shown"]
+                .as_str()
+                .or(v["state"].as_str())
+                .unwrap()
+                .to_owned();
+            (t, s)
+        })
+        .collect();
+    let blocked_plain: Vec<&str> = shown
+        .iter()
+        .filter(|(_, s)| s == "BLOCKED")
+        .map(|(t, _)| t.as_str())
+        .collect();
+    assert_eq!(blocked_plain, ["b", "c", "d"], "{shown:?}");
+    let (code, blocked) = env.baton(&["task", "list", "--state", "BLOCKED"]);
+    assert_eq!(code, 0, "{blocked:?}");
+    let blocked: Vec<&str> = blocked
+        .iter()
+        .map(|v| v["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(blocked, blocked_plain, "the two lists agree");
+    // --queue alone: the queue's tasks, whatever their state.
+    let (code, ci) = env.baton(&["task", "list", "--queue", "ci"]);
+    assert_eq!(code, 0, "{ci:?}");
+    let ci: Vec<&str> = ci.iter().map(|v| v["task"].as_str().unwrap()).collect();
+    assert_eq!(ci, ["a", "b", "c", "e"]);
+    let (code, failed) = env.baton(&["task", "list", "--queue", "ci", "--state", "FAILED"]);
+    assert_eq!(code, 0, "{failed:?}");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    // A state that is none: the error names every state there is.
+    let (code, bad) = env.baton(&["task", "list", "--state", "STUCK"]);
+    assert_eq!(code, 2, "{bad:?}");
+    let message = bad[0]["error"]["message"].as_str().unwrap();
+    assert_eq!(bad[0]["error"]["field"], "state");
+    for s in ["SUCCEEDED", "READY", "BLOCKED"] {
+        assert!(message.contains(s), "{message}");
+    }
+}
+
 /// The issue's schedule that stopped every other: `--after ghost` is
 /// refused when set; a schedule whose period is taken by a task defined
 /// otherwise fails alone, `schedule tick` exits 0 having made the next

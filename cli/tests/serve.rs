@@ -636,6 +636,30 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(ready, 1, "the server's beat made the period's task");
+    // A queue without a state lists the queue's tasks (core reads the
+    // query by the catalogue's rules, as for `baton task list --queue`).
+    let (s, r) = http(a, "GET", "/v1/tasks?queue=cron", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{r}"
+    );
+    let (s, r) = http(a, "GET", "/v1/tasks?queue=elsewhere", None, "").unwrap();
+    assert_eq!(
+        (s, r["items"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{r}"
+    );
+    let (s, r) = http(a, "GET", "/v1/tasks?state=STUCK", None, "").unwrap();
+    assert_eq!(
+        (s, r["error"]["field"].as_str()),
+        (400, Some("state")),
+        "{r}"
+    );
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("BLOCKED"),
+        "{r}"
+    );
     let (s, r) = http(a, "POST", "/v1/scheduler/tick", None, "").unwrap();
     assert_eq!(
         (s, r["items"].as_array().map(Vec::len)),

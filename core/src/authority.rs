@@ -754,6 +754,18 @@ impl<S: Store> Authority<S> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<TaskRecord>> {
+        self.list_in(state, None, after, limit).await
+    }
+
+    /// [`Authority::list`] of the tasks placed in `queue` (a graph task's
+    /// queue; bare tasks have none) when it is given.
+    pub async fn list_in(
+        &self,
+        state: Option<State>,
+        queue: Option<&Id>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>> {
         let limit = limit.clamp(1, MAX_PAGE);
         let now = self.clock.now();
         let clauses = state.map(Clause::for_derived);
@@ -776,7 +788,8 @@ impl<S: Store> Authority<S> {
                     continue;
                 }
                 let rec = derive(&snap.record, snap.judged, now);
-                if state.is_none_or(|s| rec.state == s) {
+                let placed = |q: &Id| rec.node.as_ref().is_some_and(|n| &n.spec.queue == q);
+                if state.is_none_or(|s| rec.state == s) && queue.is_none_or(placed) {
                     items.push(rec);
                 }
             }

@@ -55,9 +55,11 @@ pub enum Call {
     },
     /// The release gate.
     Gate { task: TaskId },
-    /// A page of tasks, by derived state.
+    /// A page of tasks, by derived state, in a queue if given.
     List {
         state: Option<State>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<Id>,
         after: Option<String>,
         limit: usize,
     },
@@ -399,16 +401,20 @@ impl Call {
             },
             Call::List {
                 state,
+                queue,
                 after,
                 limit,
             } => {
-                let p = a.list(state, after.as_deref(), limit).await?;
+                let p = a
+                    .list_in(state, queue.as_ref(), after.as_deref(), limit)
+                    .await?;
                 let mut items = Vec::with_capacity(p.items.len());
                 for r in &p.items {
                     let mut v = json!(r);
                     // A claimable graph task is shown as a person asks
                     // about it: READY, BLOCKED (behind a dependency that
-                    // ended without success), or waiting (REGISTERED).
+                    // ended without success, at any depth), or waiting
+                    // (REGISTERED).
                     if r.state == State::Registered && !r.depends_on().is_empty() {
                         let shown = match a.readiness(r).await? {
                             Readiness::Ready => "READY",
@@ -694,6 +700,7 @@ mod tests {
         assert_eq!((out.status, out.list), (Status::NotFound, false));
         let out = Call::List {
             state: None,
+            queue: None,
             after: None,
             limit: 10,
         }

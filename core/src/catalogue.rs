@@ -793,7 +793,7 @@ pub const OPERATIONS: &[Op] = &[
     },
     Op {
         name: "list",
-        summary: "Tasks in id order, by derived state (or the graph's READY or BLOCKED, by queue)",
+        summary: "Tasks in id order, by derived state (or the graph's READY or BLOCKED) and queue",
         write: false,
         operator: false,
         cli: Some("task list"),

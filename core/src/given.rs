@@ -679,7 +679,8 @@ fn cancel(g: &mut Given<'_>) -> Result<Call> {
     })
 }
 
-/// Tasks by state; `READY` or `BLOCKED` lists the graph's, by queue.
+/// Tasks by state, in a queue if given; `READY` or `BLOCKED` lists the
+/// graph's claimable tasks.
 fn list(g: &mut Given<'_>) -> Result<Call> {
     let state = g.text("state")?;
     let queue = g.opt_id("queue")?;
@@ -695,20 +696,28 @@ fn list(g: &mut Given<'_>) -> Result<Call> {
             queue,
             limit,
         },
-        None if queue.is_some() => {
-            return Err(Error::invalid(
-                "queue",
-                "filters only state READY or BLOCKED",
-            ));
-        }
         None => Call::List {
-            state: state
-                .as_deref()
-                .map(|s| State::parse("state", s))
-                .transpose()?,
+            state: state.as_deref().map(list_state).transpose()?,
+            queue,
             after,
             limit,
         },
+    })
+}
+
+/// A state `list` filters by: a task's state, or else bad input naming
+/// every state it takes (READY and BLOCKED too).
+fn list_state(name: &str) -> Result<State> {
+    State::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = State::ALL
+            .iter()
+            .map(|s| s.as_str())
+            .chain(["READY", "BLOCKED"])
+            .collect();
+        Error::invalid(
+            "state",
+            format!("must be one of {} (got {name:?})", names.join(", ")),
+        )
     })
 }
 

@@ -197,7 +197,7 @@ fn a_limit_is_a_number_or_none_and_errors_and_evidence_take_either_form() {
 }
 
 #[test]
-fn a_list_by_graph_state_takes_a_queue_and_no_other_does() {
+fn a_list_takes_a_queue_with_any_state_or_none() {
     assert!(matches!(
         made("list", json!({"state": "ready", "queue": "ci"})),
         Ok(Call::ListGraph {
@@ -205,9 +205,32 @@ fn a_list_by_graph_state_takes_a_queue_and_no_other_does() {
             ..
         })
     ));
+    let ci = Id::parse("queue", "ci").unwrap();
     assert_eq!(
-        refused_on("list", json!({"state": "SUCCEEDED", "queue": "ci"})),
-        "queue"
+        made("list", json!({"state": "SUCCEEDED", "queue": "ci"})).unwrap(),
+        Call::List {
+            state: Some(State::Succeeded),
+            queue: Some(ci.clone()),
+            after: None,
+            limit: 100
+        }
+    );
+    assert_eq!(
+        made("list", json!({"queue": "ci"})).unwrap(),
+        Call::List {
+            state: None,
+            queue: Some(ci),
+            after: None,
+            limit: 100
+        }
+    );
+    assert_eq!(refused_on("list", json!({"queue": ""})), "queue");
+    // A state that is none: the error names READY and BLOCKED too.
+    let e = made("list", json!({"state": "STUCK"})).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("state"));
+    assert!(
+        e.message.contains("BLOCKED") && e.message.contains("READY"),
+        "{e}"
     );
     assert_eq!(refused_on("list", json!({"limit": 0})), "limit");
     // An event cursor is a sequence number; a list's is an id.

@@ -642,10 +642,50 @@ impl<S: Store> Authority<S> {
         Ok(census)
     }
 
-    /// Where `record`'s dependencies stand now.
+    /// Where `record`'s dependencies stand now. Waiting behind a task that
+    /// is itself blocked, at any depth, is blocked (as in [`Self::graph`]
+    /// and the census): the walk up reads at most [`GRAPH_READ_LIMIT`]
+    /// records, and past that answers waiting.
     pub async fn readiness(&self, record: &TaskRecord) -> Result<Readiness> {
-        let up = self.upstream(record, &mut BTreeMap::new()).await?;
-        Ok(up.readiness(record.depends_on()))
+        let now = self.now();
+        let mut cache = BTreeMap::new();
+        let up = self.upstream(record, &mut cache).await?;
+        let direct = up.readiness(record.depends_on());
+        let Readiness::Waiting { on } = &direct else {
+            return Ok(direct);
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for first in on {
+            let mut todo = vec![first.clone()];
+            while let Some(t) = todo.pop() {
+                if !seen.insert(t.clone()) || seen.len() > GRAPH_READ_LIMIT {
+                    continue;
+                }
+                let Some(snap) = self.store.read(&t, now).await? else {
+                    continue;
+                };
+                let r = crate::decide::derive(&snap.record, snap.judged, now);
+                if !matches!(r.state, State::Registered | State::Declared) {
+                    continue;
+                }
+                let above = self.upstream(&r, &mut cache).await?;
+                match above.readiness(r.depends_on()) {
+                    Readiness::Blocked { .. } | Readiness::Unknown { .. } => {
+                        return Ok(Readiness::Blocked {
+                            upstream: first.clone(),
+                            state: cache
+                                .get(first)
+                                .copied()
+                                .flatten()
+                                .unwrap_or(State::Registered),
+                        });
+                    }
+                    Readiness::Waiting { on } => todo.extend(on),
+                    Readiness::Ready => {}
+                }
+            }
+        }
+        Ok(direct)
     }
 
     /// The graph: every task with a place in it (at most

@@ -426,7 +426,9 @@ class Authority:
     # reads
     def get(self, task: str) -> Optional[Record]: ...
     def gate(self, task: str) -> Union[dict[str, Any], Refusal]: ...
-    def list(self, state: Optional[str] = None, *, after: Optional[str] = None, limit: int = 100) -> Page:
+    def list(
+        self, state: Optional[str] = None, *, queue: Optional[str] = None, after: Optional[str] = None, limit: int = 100
+    ) -> Page:
         """Records by derived state, in task-id order; READY or BLOCKED: the
         graph's claimable tasks in that state, as dicts."""
     def events(

@@ -119,7 +119,9 @@ class Authority:
     async def finalize(self, task: str, operator: str, error: Optional[_Json] = None) -> Union[Record, Refusal]: ...
     async def get(self, task: str) -> Optional[Record]: ...
     async def gate(self, task: str) -> Union[dict[str, Any], Refusal]: ...
-    async def list(self, state: Optional[str] = None, *, after: Optional[str] = None, limit: int = 100) -> Page:
+    async def list(
+        self, state: Optional[str] = None, *, queue: Optional[str] = None, after: Optional[str] = None, limit: int = 100
+    ) -> Page:
         """Records by derived state, in task-id order."""
     async def events(
         self, task: Optional[str] = None, *, after: Union[str, int, None] = None, limit: int = 100

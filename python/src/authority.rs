@@ -654,18 +654,20 @@ impl Authority {
         )
     }
 
-    /// Tasks (as `Record`s) by derived state, in task-id order: a `Page`.
-    /// `READY` or `BLOCKED`: the work graph's claimable tasks in that
-    /// state, as dicts (as `graph()` shows each), as `baton task list
-    /// --state READY` lists them.
-    #[pyo3(signature = (state = None, *, after = None, limit = 100))]
+    /// Tasks (as `Record`s) by derived state, in task-id order: a `Page`;
+    /// with `queue`, only the tasks placed in it. `READY` or `BLOCKED`: the
+    /// work graph's claimable tasks in that state, as dicts (as `graph()`
+    /// shows each), as `baton task list --state READY` lists them.
+    #[pyo3(signature = (state = None, *, queue = None, after = None, limit = 100))]
     fn list(
         slf: &Bound<'_, Self>,
         state: Option<&str>,
+        queue: Option<&str>,
         after: Option<String>,
         limit: usize,
     ) -> PyResult<Py<PyAny>> {
-        let given = serde_json::json!({"state": state, "after": after, "limit": limit});
+        let given =
+            serde_json::json!({"state": state, "queue": queue, "after": after, "limit": limit});
         Self::paged(slf, Self::made("list", given)?)
     }
 

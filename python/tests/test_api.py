@@ -146,6 +146,22 @@ def test_lists_events_and_the_outbox(auth):
     assert auth.sweep(dry_run=True) == []
 
 
+def test_list_by_queue_and_blocked_below_a_failure_at_any_depth(auth):
+    auth.add("a", queue="ci")
+    auth.add("b", queue="ci", after=["a"])
+    auth.add("c", after=["b"])
+    auth.add("other")
+    assert [r.task for r in auth.list(queue="ci")] == ["a", "b"]
+    g = auth.claim("a", "w")
+    auth.fail("a", "w", g.fence)
+    blocked = [n["task"] for n in auth.list("BLOCKED")]
+    assert blocked == ["b", "c"]
+    assert [r.task for r in auth.list("FAILED", queue="ci")] == ["a"]
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.list("STUCK")
+    assert e.value.field == "state" and "BLOCKED" in str(e.value)
+
+
 def test_the_work_graph(auth):
     assert auth.add("fetch", queue="q", priority=5).state == "REGISTERED"
     auth.add("build", queue="q", after=["fetch"])

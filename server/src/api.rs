@@ -16,10 +16,7 @@ use baton_core::authority::refusal_json;
 use baton_core::call::{Call, Status};
 use baton_core::catalogue;
 use baton_core::graph::Taker;
-use baton_core::workgraph::GraphState;
-use baton_core::{
-    Authority, Error, Id, Preconditions, Refusal, Request, State as TaskState, TaskId,
-};
+use baton_core::{Authority, Error, Preconditions, Refusal, Request, TaskId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -409,46 +406,20 @@ async fn events_waiting(
 }
 
 async fn list(AsCaller(a): AsCaller, Query(q): Query<PageQuery>) -> Handled {
-    let limit = limit(&q)?;
-    let queue = q
-        .queue
-        .as_deref()
-        .map(|s| Id::parse("queue", s))
-        .transpose()?;
-    let upper = q.state.as_deref().map(str::to_ascii_uppercase);
-    let graph_state = match upper.as_deref() {
-        Some("READY") => Some(GraphState::Ready),
-        Some("BLOCKED") => Some(GraphState::Blocked),
-        _ => None,
-    };
-    if let Some(state) = graph_state {
-        return run(
-            &a,
-            Call::ListGraph {
-                state,
-                queue,
-                limit,
-            },
-        )
-        .await;
+    // Core's `list` reads the query's inputs by the catalogue's rules.
+    let mut fields = serde_json::Map::new();
+    for (name, value) in [
+        ("state", &q.state),
+        ("queue", &q.queue),
+        ("after", &q.after),
+    ] {
+        if let Some(v) = value {
+            fields.insert(name.to_owned(), json!(v));
+        }
     }
-    if queue.is_some() {
-        return Err(Error::invalid("queue", "filters only state READY or BLOCKED").into());
-    }
-    let state = match upper.as_deref() {
-        None => None,
-        Some(s) => Some(TaskState::parse("state", s)?),
-    };
-    let after = q.after;
-    run(
-        &a,
-        Call::List {
-            state,
-            after,
-            limit,
-        },
-    )
-    .await
+    fields.insert("limit".to_owned(), json!(limit(&q)?));
+    let call = baton_core::given::call("list", baton_core::given::Given::new(fields.into())?)?;
+    run(&a, call).await
 }
 
 /// `POST /v1/next?wait=30s`: `{"owner": ...}` for a bare task,
