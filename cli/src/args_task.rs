@@ -120,7 +120,7 @@ pub enum TaskCommand {
         #[command(flatten)]
         #[serde(flatten)]
         run: Run,
-        /// KEY=sha256:HEX, once per key.
+        /// KEY=sha256:HEX, or KEY=@PATH (the file's bytes hashed, as `task run` does), once per key.
         #[arg(long)]
         evidence: Vec<String>,
     },

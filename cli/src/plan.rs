@@ -58,9 +58,30 @@ pub(super) fn plan(cmd: &Command) -> Result<Plan, Error> {
 
 /// The catalogue's operation `cmd` names, made by core from its fields.
 fn made(cmd: &Command) -> Result<Call, Error> {
-    let (op, fields) = op_of(cmd)?;
+    let (op, mut fields) = op_of(cmd)?;
+    for input in op.inputs.iter().filter(|i| i.kind == Kind::Evidence) {
+        hash_named_files(&mut fields, input.name)?;
+    }
     let given = Given::new(fields)?.reading(Box::new(read_input));
     baton_core::given::call(op.name, given)
+}
+
+/// Each `KEY=@PATH` of the evidence input `name` as `KEY=sha256:HEX` of
+/// the file's bytes (reading files is the command line's part; the
+/// evidence's rules are core's).
+fn hash_named_files(fields: &mut Value, name: &str) -> Result<(), Error> {
+    let Some(Value::Array(items)) = fields.get_mut(name) else {
+        return Ok(());
+    };
+    for item in items.iter_mut() {
+        let Some((key, path)) = item.as_str().and_then(|s| s.split_once("=@")) else {
+            continue;
+        };
+        let hash = baton_supervisor::hash_file(std::path::Path::new(path))
+            .map_err(|e| Error::invalid(name, format!("{key}: cannot read {path}: {e}")))?;
+        *item = Value::String(format!("{key}={hash}"));
+    }
+    Ok(())
 }
 
 /// Whether `cmd` only reads the store (the catalogue's operation it names

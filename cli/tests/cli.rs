@@ -385,12 +385,33 @@ fn registry_commands_from_declare_to_gate(backend: Backend) {
         (1, Some("evidence_missing"))
     );
     assert_eq!(missing.json()["keys"], json!(["log"]));
+    // KEY=@PATH hashes the file, as `task run` does; a file that cannot be
+    // read is bad input naming the evidence, and nothing changes.
+    let log = e.dir.path().join("build.log");
+    std::fs::write(&log, "hello\n").unwrap();
+    let unreadable = e.run(
+        &[
+            &["task", "succeed", "rel"][..],
+            &run,
+            &["--evidence", "log=@/nonexistent/build.log"],
+        ]
+        .concat(),
+    );
+    assert_eq!(unreadable.code, 2, "{unreadable:?}");
+    assert_eq!(unreadable.error()["field"], "evidence");
+    assert!(
+        unreadable.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/build.log")
+    );
+    assert_eq!(e.ok(&["task", "show", "rel"])["state"], "RUNNING");
     let ok = e.ok(&[
         &["task", "succeed", "rel"][..],
         &run,
         &[
             "--evidence",
-            &format!("log={}", hash('a')),
+            &format!("log=@{}", log.display()),
             "--evidence",
             &format!("extra={}", hash('b')),
         ],
@@ -400,7 +421,10 @@ fn registry_commands_from_declare_to_gate(backend: Backend) {
     let gate = e.ok(&["task", "gate", "rel"]);
     assert_eq!(
         (gate["passed"].as_bool(), gate["evidence"]["log"].as_str()),
-        (Some(true), Some(hash('a').as_str()))
+        (
+            Some(true),
+            Some("sha256:5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03")
+        )
     );
     let show = e.ok(&["task", "show", "rel"]);
     assert_eq!(show["run_id"].as_str(), Some("r1"));

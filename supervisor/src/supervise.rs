@@ -903,27 +903,38 @@ fn child_status(status: &std::process::ExitStatus) -> Value {
 
 /// Hashes each evidence file (`sha256:HEX`), or says which cannot be read.
 fn hash_evidence(files: &[(String, PathBuf)]) -> Result<BTreeMap<String, String>, Value> {
-    use sha2::{Digest, Sha256};
     let mut out = BTreeMap::new();
     for (key, path) in files {
-        let mut hasher = Sha256::new();
-        let read = std::fs::File::open(path).and_then(|mut f| std::io::copy(&mut f, &mut hasher));
-        if let Err(e) = read {
-            return Err(json!({
-                "code": "evidence_unreadable",
-                "key": key,
-                "path": path.display().to_string(),
-                "message": e.to_string(),
-            }));
+        match hash_file(path) {
+            Ok(hash) => {
+                out.insert(key.clone(), hash);
+            }
+            Err(e) => {
+                return Err(json!({
+                    "code": "evidence_unreadable",
+                    "key": key,
+                    "path": path.display().to_string(),
+                    "message": e.to_string(),
+                }));
+            }
         }
-        let hex: String = hasher
+    }
+    Ok(out)
+}
+
+/// The file at `path` as a piece of evidence: `sha256:HEX` of its bytes.
+pub fn hash_file(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    std::fs::File::open(path).and_then(|mut f| std::io::copy(&mut f, &mut hasher))?;
+    Ok(format!(
+        "sha256:{}",
+        hasher
             .finalize()
             .iter()
             .map(|b| format!("{b:02x}"))
-            .collect();
-        out.insert(key.clone(), format!("sha256:{hex}"));
-    }
-    Ok(out)
+            .collect::<String>()
+    ))
 }
 
 /// The run's report as a person reads it: what happened, under which
