@@ -947,12 +947,30 @@ fn the_demo_runs_and_finds_no_double_grant() {
     );
     assert!(text.contains("double grants    0"), "{text}");
     assert!(text.contains("stale fence"), "{text}");
-    // It ends with what to look at, on the store it kept.
-    let look = text
+    // It ends with what to look at, on the store it kept, with commands
+    // that run as printed: this binary is not on the PATH, so they name it
+    // by its path.
+    let me = std::fs::canonicalize(BIN).unwrap().display().to_string();
+    let list = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("baton --store "))
-        .and_then(|l| l.split_whitespace().next())
+        .find(|l| l.trim().ends_with("--format human task list"))
         .unwrap_or_else(|| panic!("no command to look with: {text}"));
+    assert!(list.trim().starts_with(&format!("{me} --store ")), "{list}");
+    let ran = Command::new("sh")
+        .args(["-c", list.trim()])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{list}: {ran:?}");
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains("SUCCEEDED"),
+        "{ran:?}"
+    );
+    let look = list
+        .trim()
+        .strip_prefix(&format!("{me} --store "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap();
     let events = Command::new(BIN)
         .args(["--store", look, "events", "--limit", "5"])
         .output()

@@ -663,8 +663,34 @@ pub async fn run(store: Option<&str>, json: bool) -> Result<Report, Error> {
     ] {
         text.push_str(&format!("  {k:<16} {v}\n"));
     }
+    let baton = program();
     text.push_str(&format!(
-        "\nlook at what happened (the store is kept):\n  baton --store {url} --format human events | less\n  baton --store {url} --format human task list\n  baton --store {url} --format human graph show\n  baton --store {url} serve    # then open http://127.0.0.1:7440/\n"
+        "\nlook at what happened (the store is kept):\n  {baton} --store {url} --format human events | less\n  {baton} --store {url} --format human task list\n  {baton} --store {url} --format human graph show\n  {baton} --store {url} serve    # then open http://127.0.0.1:7440/\n"
     ));
     Ok(Report::text(text, status))
+}
+
+/// How to run this binary again from a shell: `baton` when that is what
+/// the PATH finds, else its own path (as `cargo run` leaves it, in
+/// `target/debug`), quoted for the shell where it needs to be.
+fn program() -> String {
+    let Ok(me) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return "baton".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .any(|dir| std::fs::canonicalize(dir.join("baton")).is_ok_and(|found| found == me))
+    });
+    if on_path {
+        return "baton".to_owned();
+    }
+    let shown = me.display().to_string();
+    if shown
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
+    {
+        shown
+    } else {
+        format!("'{}'", shown.replace('\'', r"'\''"))
+    }
 }
