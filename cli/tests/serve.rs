@@ -399,6 +399,124 @@ fn next_graph_and_sweep_are_admitted_and_counted_like_every_write() {
     assert!(metrics.contains(&refused), "{refused} not in {metrics}");
 }
 
+/// The value of the metric line that starts with `name ` (labels and all).
+fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// What an alert needs is on `/metrics`, counted wherever the decision was
+/// made: a lease the server's own sweeper ends (no request touches the
+/// task) is an expiration and a failure; a failure tried again and one for
+/// good are counted, dead letters and live leases are gauged, and however
+/// many queues the store has, the per-queue gauges name a bounded number.
+#[test]
+fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start_with(&store, &["--sweep-every", "100ms"]);
+    let a = server.addr;
+    let mut graph: Vec<Value> = ["sleepy", "held", "broken", "flaky"]
+        .iter()
+        .map(|t| serde_json::json!({"task": t, "queue": *t}))
+        .collect();
+    // 70 more queues of one task each, past the labelled bound.
+    graph.extend(
+        (0..70).map(|i| serde_json::json!({"task": format!("t{i}"), "queue": format!("q{i}")})),
+    );
+    // A queue's policy is taken by the tasks added after it.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/queues/flaky/policy",
+        None,
+        r#"{"retry":{"max_attempts":3,"backoff_ms":3600000},"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/graph",
+        None,
+        &Value::from(graph).to_string(),
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let next = |queue: &str, ttl_ms: u64| {
+        let body = format!(r#"{{"owner":"w","queues":["{queue}"],"ttl_ms":{ttl_ms}}}"#);
+        let (s, g) = http(a, "POST", "/v1/next", None, &body).unwrap();
+        assert_eq!((s, g["task"].as_str()), (200, Some(queue)), "{g}");
+        g["fence"].as_u64().unwrap()
+    };
+    let fail = |task: &str, fence: u64| {
+        let body = format!(r#"{{"owner":"w","fence":{fence},"error":{{"exit":1}}}}"#);
+        let (s, r) = http(a, "POST", &format!("/v1/tasks/{task}/fail"), None, &body).unwrap();
+        assert_eq!(s, 200, "{r}");
+        r["state"].as_str().unwrap().to_owned()
+    };
+    next("sleepy", 300);
+    next("held", 600_000);
+    let fence = next("broken", 600_000);
+    assert_eq!(fail("broken", fence), "FAILED");
+    let fence = next("flaky", 600_000);
+    assert_eq!(fail("flaky", fence), "REGISTERED", "tried again");
+    // Nobody asks anything of `sleepy` but to read its events: the
+    // sweeper alone writes its expiry.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, r) = http(a, "GET", "/v1/tasks/sleepy/events", None, "").unwrap();
+        assert_eq!(s, 200, "{r}");
+        let kinds: Vec<&str> = r["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["kind"].as_str())
+            .collect();
+        if kinds.contains(&"STALLED") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never swept: {kinds:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metrics = scrape(a, "none");
+    let expect = [
+        ("baton_lease_expirations_total", 1.0),
+        // broken's, flaky's and sleepy's.
+        ("baton_failures_total", 3.0),
+        ("baton_retries_scheduled_total", 1.0),
+        ("baton_grants_total", 4.0),
+        ("baton_live_leases", 1.0),
+        (r#"baton_dead_letter_tasks{queue="broken"}"#, 1.0),
+        (r#"baton_dead_letter_tasks{queue="flaky"}"#, 0.0),
+        (r#"baton_tasks{queue="held",state="CLAIMED"}"#, 1.0),
+        // 74 queues, 64 named; the ten with one waiting task each (the
+        // same size, so the last by name) are added up.
+        ("baton_unlabelled_queues", 10.0),
+        (
+            r#"baton_tasks_in_unlabelled_queues{state="REGISTERED"}"#,
+            10.0,
+        ),
+        ("baton_dead_letter_tasks_in_unlabelled_queues", 0.0),
+    ];
+    for (name, want) in expect {
+        assert_eq!(metric(&metrics, name), Some(want), "{name} in {metrics}");
+    }
+    let named: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("baton_tasks{queue=\""))
+        .filter_map(|l| l.split('"').next())
+        .collect();
+    assert_eq!(named.len(), 64, "{named:?}");
+    let version = format!(
+        r#"baton_build_info{{version="{}"}} 1"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(metrics.contains(&version), "{version} in {metrics}");
+}
+
 #[test]
 fn a_server_without_tokens_listens_only_on_loopback() {
     let dir = tempfile::tempdir().unwrap();

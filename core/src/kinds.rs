@@ -48,6 +48,13 @@ impl State {
         )
     }
 
+    /// Ended for good without success and not by anyone's choice (FAILED,
+    /// STALLED, NOT_STARTED; CANCELLED is an operator's): what a
+    /// dead-letter queue holds until someone retries or prunes it.
+    pub fn is_dead_letter(self) -> bool {
+        matches!(self, State::Failed | State::Stalled | State::NotStarted)
+    }
+
     /// States in which a grant is being worked: a lease can be live only here.
     pub fn is_held(self) -> bool {
         matches!(self, State::Claimed | State::Running)
@@ -215,6 +222,24 @@ impl EventKind {
 
     pub fn from_name(name: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// Whether an event of this kind, made by `actor`, is a failure: an
+    /// attempt that ended without success (its holder reported a failure,
+    /// its lease expired or reached its time limit) or a wait that ended
+    /// the task (its start deadline passed). Each is one failure whether or
+    /// not a retry follows: a holder's failure that is tried again is its
+    /// RETRY_SCHEDULED, while a stall's retry follows the STALLED that
+    /// counted it.
+    pub fn is_failure(self, actor: &Actor) -> bool {
+        match self {
+            EventKind::Failed
+            | EventKind::Stalled
+            | EventKind::TimedOut
+            | EventKind::NotStarted => true,
+            EventKind::RetryScheduled => *actor != Actor::System,
+            _ => false,
+        }
     }
 }
 

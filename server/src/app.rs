@@ -7,13 +7,11 @@ use crate::metrics::Metrics;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_core::access::Caller;
-use baton_core::decide::Decision;
 use baton_core::refusal::RefusalNote;
 use baton_core::{Authority, Clock, Error, Store};
 use baton_store_http::wire::{self, ErrorBody};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -35,14 +33,16 @@ pub(crate) struct SweepStatus {
 
 /// What every handler shares.
 pub(crate) struct App {
+    /// The store, every decision made through it counted (`counted.rs`).
     pub store: Arc<dyn Store>,
     pub authority: Authority<Arc<dyn Store>>,
     pub clock: Arc<dyn Clock>,
     pub tokens: Option<Tokens>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// Refusals answered and not yet written to the store's refusal log
-    /// (the sweeper's beat writes them; the newest are kept if it cannot).
-    pub unsaved: Mutex<VecDeque<RefusalNote>>,
+    /// (the sweeper's beat writes them; the newest are kept if it cannot):
+    /// `store` keeps them.
+    pub unsaved: crate::counted::Unsaved,
     /// What the server's own sweeper last did (`None`: it does not sweep).
     pub sweeper: Mutex<Option<SweepStatus>>,
     /// Turns true when the server begins to stop: blocking queries end.
@@ -137,24 +137,6 @@ impl App {
         match token.and_then(|t| tokens.check(t.trim())) {
             Some(c) => Ok(Some(c)),
             None => Err(ApiError::unauthorized(token.is_some())),
-        }
-    }
-
-    /// Counts a decision, and keeps it for the refusal log if it refused.
-    pub fn decided(&self, d: &Decision, kind: baton_core::RequestKind, task: &baton_core::TaskId) {
-        self.metrics.decided(d, kind);
-        if let baton_core::Verdict::Refuse { refusal, .. } = &d.verdict
-            && let Ok(mut unsaved) = self.unsaved.lock()
-        {
-            if unsaved.len() >= RefusalNote::KEPT {
-                unsaved.pop_front();
-            }
-            unsaved.push_back(RefusalNote {
-                task: task.clone(),
-                request: kind,
-                refusal: baton_core::authority::refusal_json(refusal),
-                at: self.now(),
-            });
         }
     }
 

@@ -4,9 +4,10 @@
 //! caller may use it ([`CallerStore`]). Every write through it, whichever
 //! endpoint asked (the store protocol, the task API's verbs, `next`, a
 //! graph's add, a sweep), is admitted by core's access rule for the
-//! caller, re-timed to the server's clock, validated, applied, and counted
-//! in the metrics; the operator's acts (`ack`, a sweep, asked of core's
-//! `CallerPermits`) need an operator. No handler checks a token or counts a decision itself.
+//! caller, re-timed to the server's clock, validated, and applied on the
+//! server's store, which counts it in the metrics (`counted.rs`); the
+//! operator's acts (`ack`, a sweep, asked of core's `CallerPermits`) need
+//! an operator. No handler checks a token or counts a decision itself.
 
 use crate::app::{ApiError, Shared, Who};
 use async_trait::async_trait;
@@ -16,8 +17,8 @@ use baton_core::access::{self, Caller};
 use baton_core::decide::Decision;
 use baton_core::graph::NextQuery;
 use baton_core::{
-    Authority, Capabilities, Event, ListQuery, Notification, Operation, RequestKind, Result,
-    Snapshot, Store, TaskId, Timestamp,
+    Authority, Capabilities, Event, ListQuery, Notification, Operation, Result, Snapshot, Store,
+    TaskId, Timestamp,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -41,28 +42,18 @@ impl fmt::Debug for CallerStore {
 
 impl CallerStore {
     /// `ops` admitted for the caller and applied on the server's store,
-    /// all or nothing (`together`) or each on its own, every decision
-    /// counted.
+    /// all or nothing (`together`) or each on its own.
     async fn many(&self, ops: Vec<Operation>, together: bool) -> Result<Vec<Decision>> {
         let now = self.app.now();
         let admitted = ops
             .into_iter()
             .map(|op| self.admit(op, now))
             .collect::<Result<Vec<_>>>()?;
-        let kinds: Vec<_> = admitted
-            .iter()
-            .map(|o| (o.request.kind(), o.task.clone()))
-            .collect();
-        let applied = if together {
+        if together {
             self.app.store.apply_all(admitted).await
         } else {
             self.app.store.apply_each(admitted).await
-        };
-        let ds = self.counted(applied)?;
-        for (d, (kind, task)) in ds.iter().zip(&kinds) {
-            self.app.decided(d, *kind, task);
         }
-        Ok(ds)
     }
 
     pub(crate) fn caller(&self) -> Option<&Caller> {
@@ -90,11 +81,6 @@ impl CallerStore {
         op.request.validate()?;
         Ok(op)
     }
-
-    /// A store error, counted.
-    fn counted<T>(&self, r: Result<T>) -> Result<T> {
-        r.inspect_err(|e| self.app.metrics.store_error(e))
-    }
 }
 
 #[async_trait]
@@ -107,17 +93,12 @@ impl Store for CallerStore {
     }
 
     async fn read(&self, task: &TaskId, _now: Timestamp) -> Result<Option<Snapshot>> {
-        let r = self.app.store.read(task, self.app.now()).await;
-        self.counted(r)
+        self.app.store.read(task, self.app.now()).await
     }
 
     async fn apply(&self, op: Operation) -> Result<Decision> {
         let op = self.admit(op, self.app.now())?;
-        let kind = op.request.kind();
-        let task = op.task.clone();
-        let d = self.counted(self.app.store.apply(op).await)?;
-        self.app.decided(&d, kind, &task);
-        Ok(d)
+        self.app.store.apply(op).await
     }
 
     async fn apply_all(&self, ops: Vec<Operation>) -> Result<Vec<Decision>> {
@@ -147,13 +128,7 @@ impl Store for CallerStore {
         let mut q = query.clone();
         q.now = self.app.now();
         q.clock = baton_core::CommitClock::new(self.app.clock.clone());
-        let ds = self.counted(self.app.store.next_many(&q).await)?;
-        for d in &ds {
-            if let Some(r) = d.current.as_ref().or(d.record_to_write()) {
-                self.app.decided(d, RequestKind::Claim, &r.task);
-            }
-        }
-        Ok(ds)
+        self.app.store.next_many(&q).await
     }
 
     async fn watch_ready(&self, query: &NextQuery, max_ms: u64) -> Result<bool> {
@@ -178,7 +153,7 @@ impl Store for CallerStore {
         };
         let mut stopping = self.app.stopping.clone();
         tokio::select! {
-            w = self.app.store.watch_ready(&q, max_ms) => self.counted(w),
+            w = self.app.store.watch_ready(&q, max_ms) => w,
             _ = stopping.wait_for(|s| *s) => Ok(true),
         }
     }
@@ -187,25 +162,21 @@ impl Store for CallerStore {
         let mut q = query.clone();
         q.now = self.app.now();
         q.limit = q.limit.clamp(1, baton_core::authority::MAX_PAGE);
-        let r = self.app.store.list(&q).await;
-        self.counted(r)
+        self.app.store.list(&q).await
     }
 
     async fn events(&self, task: Option<&TaskId>, after: u64, limit: usize) -> Result<Vec<Event>> {
         let limit = limit.clamp(1, baton_core::authority::MAX_PAGE);
-        let r = self.app.store.events(task, after, limit).await;
-        self.counted(r)
+        self.app.store.events(task, after, limit).await
     }
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         let limit = limit.clamp(1, baton_core::authority::MAX_PAGE);
-        let r = self.app.store.pending(after, limit).await;
-        self.counted(r)
+        self.app.store.pending(after, limit).await
     }
 
     async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
-        let r = self.app.store.counts().await;
-        self.counted(r)
+        self.app.store.counts().await
     }
 
     /// Signs `fence` only while it is the fence of `task`'s live lease
@@ -216,7 +187,7 @@ impl Store for CallerStore {
         let Some(keys) = &self.app.fence_keys else {
             return Ok(None);
         };
-        let snap = self.counted(self.app.store.read(task, self.app.now()).await)?;
+        let snap = self.app.store.read(task, self.app.now()).await?;
         let Some(snap) = snap else {
             return Ok(None);
         };
@@ -234,8 +205,7 @@ impl Store for CallerStore {
     async fn ack(&self, intent_ids: &[String], _now: Timestamp) -> Result<u64> {
         access::require_operator(self.caller.as_ref(), "an outbox acknowledgement")?;
         baton_core::model::validate_intent_ids(intent_ids)?;
-        let r = self.app.store.ack(intent_ids, self.app.now()).await;
-        self.counted(r)
+        self.app.store.ack(intent_ids, self.app.now()).await
     }
 }
 

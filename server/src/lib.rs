@@ -19,6 +19,7 @@ pub mod auth;
 mod bodies;
 mod caller;
 mod conns;
+mod counted;
 pub mod metrics;
 mod openapi;
 mod origin;

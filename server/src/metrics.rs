@@ -29,6 +29,16 @@ pub struct ByState {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ByQueue {
+    pub queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ByStateOnly {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ByKind {
     pub kind: String,
 }
@@ -39,6 +49,11 @@ pub struct ByRoute {
     pub status: u16,
 }
 
+/// The most queues the per-queue gauges name, the queues with the most
+/// tasks first; the rest are added up in gauges without a queue label, so
+/// a store with many queues cannot make a scrape unbounded.
+pub const MAX_QUEUE_LABELS: usize = 64;
+
 /// The server's metrics and the registry that encodes them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -48,7 +63,14 @@ pub struct Metrics {
     stale_fences: Family<ByRequest, Counter>,
     expirations: Counter,
     recoveries: Counter,
+    failures: Counter,
+    retries: Counter,
     tasks: Family<ByState, Gauge>,
+    tasks_elsewhere: Family<ByStateOnly, Gauge>,
+    dead_letters: Family<ByQueue, Gauge>,
+    dead_letters_elsewhere: Gauge,
+    unlabelled_queues: Gauge,
+    live_leases: Gauge,
     batch: Histogram,
     latency: Family<ByRoute, Histogram>,
     store_errors: Family<ByKind, Counter>,
@@ -80,7 +102,7 @@ impl Metrics {
         let expirations = Counter::default();
         registry.register(
             "lease_expirations",
-            "Grants whose lease expired unreleased, as recorded (STALLED events)",
+            "Grants whose lease ended unreleased, as recorded: expired (STALLED) or at the task's time limit (TIMED_OUT); whoever wrote it, a request or the server's sweeper",
             expirations.clone(),
         );
         let recoveries = Counter::default();
@@ -89,11 +111,61 @@ impl Metrics {
             "Tasks recovered after an expired lease",
             recoveries.clone(),
         );
+        let failures = Counter::default();
+        registry.register(
+            "failures",
+            "Failures as recorded: attempts that ended without success (failure reported, lease expired or timed out) and start deadlines passed, each once whether or not a retry follows",
+            failures.clone(),
+        );
+        let retries = Counter::default();
+        registry.register(
+            "retries_scheduled",
+            "Failed attempts put off to be tried again by their retry policy (RETRY_SCHEDULED events)",
+            retries.clone(),
+        );
         let tasks = Family::<ByState, Gauge>::default();
         registry.register(
             "tasks",
-            "Tasks by derived state: the counts the store keeps with each commit, read at scrape",
+            "Tasks by queue and derived state: the counts the store keeps with each commit, read at scrape (the queues with the most tasks; see baton_tasks_in_unlabelled_queues)",
             tasks.clone(),
+        );
+        let tasks_elsewhere = Family::<ByStateOnly, Gauge>::default();
+        registry.register(
+            "tasks_in_unlabelled_queues",
+            "Tasks by derived state in the queues past the most the per-queue gauges name",
+            tasks_elsewhere.clone(),
+        );
+        let unlabelled_queues = Gauge::default();
+        registry.register(
+            "unlabelled_queues",
+            "Queues with tasks that the per-queue gauges do not name (they name the queues with the most tasks)",
+            unlabelled_queues.clone(),
+        );
+        let dead_letters = Family::<ByQueue, Gauge>::default();
+        registry.register(
+            "dead_letter_tasks",
+            "Tasks ended for good without success (FAILED, STALLED, NOT_STARTED), by queue, until retried or pruned",
+            dead_letters.clone(),
+        );
+        let dead_letters_elsewhere = Gauge::default();
+        registry.register(
+            "dead_letter_tasks_in_unlabelled_queues",
+            "Dead-letter tasks in the queues the per-queue gauges do not name",
+            dead_letters_elsewhere.clone(),
+        );
+        let live_leases = Gauge::default();
+        registry.register(
+            "live_leases",
+            "Tasks held under a live lease (CLAIMED or RUNNING), read at scrape",
+            live_leases.clone(),
+        );
+        registry.register(
+            "build",
+            "The server's version",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version".to_owned(),
+                env!("CARGO_PKG_VERSION").to_owned(),
+            )]),
         );
         let batch = Histogram::new(exponential_buckets(1.0, 2.0, 10));
         registry.register(
@@ -122,18 +194,34 @@ impl Metrics {
             stale_fences,
             expirations,
             recoveries,
+            failures,
+            retries,
             tasks,
+            tasks_elsewhere,
+            dead_letters,
+            dead_letters_elsewhere,
+            unlabelled_queues,
+            live_leases,
             batch,
             latency,
             store_errors,
         }
     }
 
-    /// Counts what a decision did.
+    /// Counts what a decision did: its grant or refusal, and what its
+    /// events record (wherever the decision was made: a request, the
+    /// server's sweeper, a schedule's tick).
     pub fn decided(&self, d: &Decision, request: RequestKind) {
-        let expired = d.events().filter(|e| e.kind == EventKind::Stalled).count();
-        if expired > 0 {
-            self.expirations.inc_by(expired as u64);
+        for e in d.events() {
+            if matches!(e.kind, EventKind::Stalled | EventKind::TimedOut) {
+                self.expirations.inc();
+            }
+            if e.kind.is_failure(&e.actor) {
+                self.failures.inc();
+            }
+            if e.kind == EventKind::RetryScheduled {
+                self.retries.inc();
+            }
         }
         match &d.verdict {
             Verdict::Commit(c) => {
@@ -185,26 +273,70 @@ impl Metrics {
     }
 
     /// Sets the task gauges from a census: every state of each queue the
-    /// census found (0 where it has none); a queue no longer found is gone.
-    pub fn census<'a>(&self, counts: impl IntoIterator<Item = (&'a str, &'a str, u64)>) {
-        let counts: std::collections::BTreeMap<(&str, &str), u64> =
-            counts.into_iter().map(|(q, s, n)| ((q, s), n)).collect();
+    /// census found (0 where it has none), for the [`MAX_QUEUE_LABELS`]
+    /// queues with the most tasks, the rest added up; a queue no longer
+    /// found is gone.
+    pub fn census<'a>(&self, counts: impl IntoIterator<Item = (&'a str, State, u64)>) {
+        use std::collections::BTreeMap;
+        let mut by_queue: BTreeMap<&str, BTreeMap<State, u64>> = BTreeMap::new();
+        for (q, s, n) in counts {
+            *by_queue.entry(q).or_default().entry(s).or_default() += n;
+        }
+        let mut queues: Vec<(&str, BTreeMap<State, u64>)> = by_queue.into_iter().collect();
+        queues.sort_by_key(|(q, states)| (std::cmp::Reverse(states.values().sum::<u64>()), *q));
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.tasks.clear();
-        for queue in counts
-            .keys()
-            .map(|(q, _)| *q)
-            .collect::<std::collections::BTreeSet<_>>()
-        {
+        self.dead_letters.clear();
+        let mut elsewhere: BTreeMap<State, u64> = BTreeMap::new();
+        let mut live = 0;
+        for (i, (queue, states)) in queues.iter().enumerate() {
+            live += State::ALL
+                .iter()
+                .filter(|s| s.is_held())
+                .filter_map(|s| states.get(s))
+                .sum::<u64>();
+            let dead: u64 = State::ALL
+                .iter()
+                .filter(|s| s.is_dead_letter())
+                .filter_map(|s| states.get(s))
+                .sum();
+            if i >= MAX_QUEUE_LABELS {
+                for (s, n) in states {
+                    *elsewhere.entry(*s).or_default() += n;
+                }
+                continue;
+            }
             for state in State::ALL {
-                let n = counts.get(&(queue, state.as_str())).copied().unwrap_or(0);
                 self.tasks
                     .get_or_create(&ByState {
-                        queue: queue.to_owned(),
+                        queue: (*queue).to_owned(),
                         state: state.as_str().to_owned(),
                     })
-                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+                    .set(gauge(states.get(&state).copied().unwrap_or(0)));
             }
+            self.dead_letters
+                .get_or_create(&ByQueue {
+                    queue: (*queue).to_owned(),
+                })
+                .set(gauge(dead));
         }
+        for state in State::ALL {
+            self.tasks_elsewhere
+                .get_or_create(&ByStateOnly {
+                    state: state.as_str().to_owned(),
+                })
+                .set(gauge(elsewhere.get(&state).copied().unwrap_or(0)));
+        }
+        self.dead_letters_elsewhere.set(gauge(
+            elsewhere
+                .iter()
+                .filter(|(s, _)| s.is_dead_letter())
+                .map(|(_, n)| n)
+                .sum(),
+        ));
+        self.unlabelled_queues
+            .set(gauge(queues.len().saturating_sub(MAX_QUEUE_LABELS) as u64));
+        self.live_leases.set(gauge(live));
     }
 
     /// The text exposition.

@@ -187,7 +187,7 @@ pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result
         }
     }
     // Older failures, while the page has room, from the failed states.
-    for state in [TaskState::Failed, TaskState::Stalled, TaskState::NotStarted] {
+    for state in TaskState::ALL.into_iter().filter(|s| s.is_dead_letter()) {
         if failures.len() >= SHOWN {
             break;
         }
@@ -374,13 +374,10 @@ fn per_minute(
     };
     for e in recent {
         let Some(m) = minute(e.at) else { continue };
-        match e.kind {
-            K::Claimed | K::Recovered => grants[m] += 1,
-            K::Failed | K::Stalled | K::TimedOut | K::NotStarted => failures[m] += 1,
-            // A holder's failure tried again (a stall's retry follows
-            // its STALLED, counted already).
-            K::RetryScheduled if e.actor != baton_core::Actor::System => failures[m] += 1,
-            _ => {}
+        if matches!(e.kind, K::Claimed | K::Recovered) {
+            grants[m] += 1;
+        } else if e.kind.is_failure(&e.actor) {
+            failures[m] += 1;
         }
     }
     json!({"grants": grants, "failures": failures, "whole": complete_from})

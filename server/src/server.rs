@@ -11,7 +11,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use baton_core::{Authority, Clock, Error, Store, SystemClock};
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -159,12 +158,12 @@ async fn readyz(State(app): State<Shared>) -> Response {
 
 async fn metrics(State(app): State<Shared>, _caller: crate::caller::AsCaller) -> Handled {
     if let Ok(counts) = app.authority.counts().await {
-        app.metrics
-            .census(counts.queues.iter().flat_map(|(q, states)| {
-                states
-                    .iter()
-                    .map(move |(s, n)| (q.as_str(), s.as_str(), *n))
-            }));
+        app.metrics.census(
+            counts
+                .queues
+                .iter()
+                .flat_map(|(q, states)| states.iter().map(move |(s, n)| (q.as_str(), *s, *n))),
+        );
     }
     Ok((
         [(
@@ -295,15 +294,24 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
     opts.check()?;
     let (stop, stopping) = watch::channel(false);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let metrics = Metrics::new();
+    let metrics = Arc::new(Metrics::new());
+    let unsaved = crate::counted::Unsaved::default();
+    // Every decision the server makes, for a caller or on its own beat,
+    // is made through this one store, and counted there.
+    let store: Arc<dyn Store> = Arc::new(crate::counted::Counted::new(
+        store,
+        metrics.clone(),
+        unsaved.clone(),
+        clock.clone(),
+    ));
     let check_host = opts.tokens.is_none() && matches!(opts.listen, Listen::Tcp(_));
     let app = Arc::new(App {
         authority: Authority::new(store.clone(), clock.clone()),
-        store: store.clone(),
+        store,
         clock,
         tokens: opts.tokens,
         metrics,
-        unsaved: Mutex::new(VecDeque::new()),
+        unsaved,
         sweeper: Mutex::new(opts.sweep_every.map(|every| crate::app::SweepStatus {
             every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
             ..Default::default()
