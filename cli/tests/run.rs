@@ -19,6 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_baton");
 per_backend!(
     a_child_that_outlives_its_ttl_is_renewed_and_completes,
     exit_statuses_and_signals_are_the_childs,
+    a_failures_error_keeps_the_end_of_the_childs_stderr,
     a_command_that_cannot_run_leaves_nothing_claimed,
     a_declared_task_runs_with_its_evidence_hashed,
     sigterm_to_the_wrapper_stops_the_child_then_releases,
@@ -218,6 +219,88 @@ fn exit_statuses_and_signals_are_the_childs(b: Backend) {
         assert_eq!(out.status.code(), Some(code), "{store}: {out:?}");
         assert!(!env.dir.path().join("ran").exists(), "{store}: nothing ran");
     }
+}
+
+/// Why a run failed is in its recorded error: the end of what the child
+/// wrote to its standard error, which still reaches the wrapper's own as
+/// it comes. A flood keeps only its last lines, within the stated size; a
+/// process that left the child's process group holding the pipe does not
+/// hold the report up.
+fn a_failures_error_keeps_the_end_of_the_childs_stderr(b: Backend) {
+    let env = Env::new(b);
+    let script = "echo progress; echo 'Traceback (most recent call last):' >&2; \
+                  echo '  File \"job.py\", line 3' >&2; echo 'KeyError: x' >&2; exit 3";
+    let out = env
+        .cmd(&["run", "why", "--owner", "w", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let passed = String::from_utf8_lossy(&out.stderr);
+    assert!(passed.contains("KeyError: x"), "passed on: {passed}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("progress"));
+    let (_, shown) = env.baton(&["task", "show", "why"]);
+    assert_eq!(shown["error"]["exit_code"], 3, "{shown}");
+    assert_eq!(
+        shown["error"]["stderr_tail"],
+        "Traceback (most recent call last):\n  File \"job.py\", line 3\nKeyError: x\n",
+        "{shown}"
+    );
+    assert!(shown["error"].get("stderr_cut").is_none(), "{shown}");
+    // 20,000 numbered lines, then a signal: the tail is the last whole
+    // lines within 4096 bytes, and says how much it left out.
+    let (code, _) = env.run(
+        &["run", "flood", "--owner", "w"],
+        "i=0; while [ $i -lt 20000 ]; do echo \"line $i\" >&2; i=$((i+1)); done; kill -TERM $$",
+    );
+    assert_eq!(code, 128 + 15);
+    let (_, shown) = env.baton(&["task", "show", "flood"]);
+    let e = &shown["error"];
+    assert_eq!(e["signal"], "SIGTERM", "{shown}");
+    let tail = e["stderr_tail"].as_str().unwrap();
+    assert!(
+        tail.len() <= baton_supervisor::STDERR_TAIL_BYTES,
+        "{}",
+        tail.len()
+    );
+    assert!(tail.len() > 4000, "{}", tail.len());
+    assert!(
+        tail.starts_with("line ") && tail.ends_with("line 19999\n"),
+        "{tail}"
+    );
+    let written: u64 = (0..20000).map(|i| format!("line {i}\n").len() as u64).sum();
+    assert_eq!(
+        e["stderr_cut"].as_u64().unwrap() + tail.len() as u64,
+        written
+    );
+    // A success records no error; a child that wrote nothing to stderr
+    // fails with its status alone.
+    let (code, _) = env.run(&["run", "fine", "--owner", "w"], "echo noise >&2");
+    assert_eq!(code, 0);
+    let (_, shown) = env.baton(&["task", "show", "fine"]);
+    assert!(shown["error"].is_null(), "{shown}");
+    let (_, _) = env.run(&["run", "quiet", "--owner", "w"], "exit 5");
+    let (_, shown) = env.baton(&["task", "show", "quiet"]);
+    assert_eq!(
+        shown["error"],
+        serde_json::json!({"exit_code": 5}),
+        "{shown}"
+    );
+    // A process that leaves the child's process group holds the pipe
+    // after the child exits: it is stopped with the tree (or, if it got
+    // away, not waited for long), and the failure is recorded promptly.
+    let started = Instant::now();
+    let (code, _) = env.run(
+        &["run", "escaped", "--owner", "w"],
+        "setsid sleep 30 & echo 'before exit' >&2; exit 4",
+    );
+    assert_eq!(code, 4);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let (_, shown) = env.baton(&["task", "show", "escaped"]);
+    assert_eq!(shown["error"]["stderr_tail"], "before exit\n", "{shown}");
 }
 
 fn a_command_that_cannot_run_leaves_nothing_claimed(b: Backend) {

@@ -2133,6 +2133,144 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
     b.screenshot(&shots.join("status-page-task.png"));
 }
 
+/// Why a task failed reads on the page as it printed: a traceback kept in
+/// its error is preformatted text with its line breaks, folded to its last
+/// line when long, never run as markup; a task that failed once and then
+/// succeeded shows its error as an earlier attempt's.
+#[test]
+fn a_failures_traceback_reads_as_printed_on_the_page() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let a = server.addr;
+    let post = |path: &str, body: &str| {
+        let (s, r) = http(a, "POST", path, None, body).unwrap();
+        assert_eq!(s, 200, "{path}: {r}");
+        r
+    };
+    let mut traceback = String::from("Traceback (most recent call last):\n");
+    for i in 0..39 {
+        traceback.push_str(&format!("  File \"job.py\", line {i}, in step_{i}\n"));
+    }
+    traceback.push_str("<script>window.pwned=1</script>\nKeyError: 'id'\n");
+    post(
+        "/v1/tasks/crash/add",
+        r#"{"node":{"queue":"etl","priority":0,"depends_on":[]}}"#,
+    );
+    let g = post("/v1/tasks/crash/claim", r#"{"owner":"w"}"#);
+    let error = serde_json::json!({"exit_code": 1, "stderr_tail": traceback});
+    post(
+        "/v1/tasks/crash/fail",
+        &serde_json::json!({"owner": "w", "fence": g["fence"], "error": error}).to_string(),
+    );
+    post(
+        "/v1/queues/again/policy",
+        r#"{"retry":{"max_attempts":2,"backoff_ms":1},"operator":"alice"}"#,
+    );
+    post(
+        "/v1/tasks/flaky/add",
+        r#"{"node":{"queue":"again","priority":0,"depends_on":[]}}"#,
+    );
+    let g = post("/v1/tasks/flaky/claim", r#"{"owner":"w"}"#);
+    let error =
+        serde_json::json!({"exit_code": 2, "stderr_tail": "connection reset\nretrying later\n"});
+    let r = post(
+        "/v1/tasks/flaky/fail",
+        &serde_json::json!({"owner": "w", "fence": g["fence"], "error": error}).to_string(),
+    );
+    assert_eq!(r["state"], "REGISTERED", "{r}");
+    std::thread::sleep(Duration::from_millis(50));
+    let g = post("/v1/tasks/flaky/claim", r#"{"owner":"w"}"#);
+    let r = post(
+        "/v1/tasks/flaky/complete",
+        &format!(r#"{{"owner":"w","fence":{}}}"#, g["fence"]),
+    );
+    assert_eq!(r["state"], "SUCCEEDED", "{r}");
+
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    let page = format!("{}/", server.url());
+    b.go(&page);
+    b.until(
+        "the folded traceback",
+        "!!document.querySelector('#failures details summary')",
+    );
+    let summary = b.eval("document.querySelector('#failures details summary').textContent");
+    assert_eq!(
+        summary.as_str(),
+        Some("stderr_tail, 42 lines: KeyError: 'id'"),
+        "{summary}"
+    );
+    let pre = b.eval("document.querySelector('#failures details pre').textContent");
+    assert_eq!(
+        pre.as_str(),
+        Some(traceback.as_str()),
+        "the text as printed"
+    );
+    let head = b.eval("document.querySelector('#failures div.error > div').textContent");
+    assert_eq!(head.as_str(), Some(r#"{"exit_code":1}"#), "{head}");
+    // Folded until opened; its lines are lines, not escaped JSON.
+    assert_eq!(
+        b.eval("document.querySelector('#failures details pre').checkVisibility()"),
+        Value::Bool(false)
+    );
+    b.eval("document.querySelector('#failures details summary').click(); true");
+    assert_eq!(
+        b.eval("document.querySelector('#failures details pre').checkVisibility()"),
+        Value::Bool(true)
+    );
+    // Opened, it stays open when the page refreshes (every 2 s).
+    let before = b.eval("document.getElementById('meta').textContent");
+    b.until(
+        "a refresh",
+        &format!("document.getElementById('meta').textContent !== {before}"),
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#failures details').open"),
+        Value::Bool(true)
+    );
+    let shown = b.eval(&table_text("failures"));
+    assert!(
+        shown.as_str().unwrap().contains("line 38, in step_38\n"),
+        "{shown}"
+    );
+    assert!(!shown.as_str().unwrap().contains("\\n"), "{shown}");
+    assert_eq!(
+        b.eval("(window.pwned ? 1 : 0) + document.querySelectorAll('#failures script').length"),
+        serde_json::json!(0),
+        "a traceback ran as markup"
+    );
+    let shots = std::env::var("BATON_KEEP_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| dir.path().to_path_buf());
+    std::fs::create_dir_all(&shots).unwrap();
+    b.screenshot(&shots.join("status-page-traceback.png"));
+    // The task that succeeded after a failure: its error is labelled.
+    b.go(&format!("{page}#task=flaky"));
+    b.until(
+        "the earlier attempt's error",
+        &format!("{}.includes('retrying later')", table_text("task-facts")),
+    );
+    let facts = b.eval(&table_text("task-facts"));
+    let facts = facts.as_str().unwrap();
+    assert!(facts.contains("from an earlier attempt"), "{facts}");
+    assert!(
+        facts.contains("connection reset\nretrying later"),
+        "{facts}"
+    );
+    // A task that stands failed: its own error, unlabelled.
+    b.go(&format!("{page}#task=crash"));
+    b.until(
+        "the failed task's error",
+        &format!("{}.includes('KeyError')", table_text("task-facts")),
+    );
+    let facts = b.eval(&table_text("task-facts"));
+    assert!(
+        !facts.as_str().unwrap().contains("earlier attempt"),
+        "{facts}"
+    );
+}
+
 /// The refusals the status page lists are kept in the store: a refused
 /// claim is on the page after the server is stopped and another started
 /// on the same store; a worker's token cannot write the log itself.

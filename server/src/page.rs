@@ -400,7 +400,8 @@ const PAGE: &str = r##"<!doctype html>
   table { border-collapse: collapse; background: #fff; width: 100%; max-width: 80rem; }
   th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #e6e9ed; font-variant-numeric: tabular-nums; vertical-align: top; }
   th { background: #f0f2f5; }
-  td.error, pre { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; max-width: 40rem; }
+  .error summary { cursor: pointer; }
+  div.error, pre { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; max-width: 40rem; }
   .empty { color: #8a939c; font-style: italic; }
   .bar { display: flex; flex-wrap: wrap; gap: .6rem; align-items: center; margin: .8rem 0; }
   #auth { display: none; }
@@ -459,6 +460,40 @@ const $ = (id) => document.getElementById(id);
 const STATES = ["DECLARED","REGISTERED","CLAIMED","RUNNING","SUCCEEDED","FAILED","CANCELLED","NOT_STARTED","STALLED"];
 for (const s of STATES) { const o = document.createElement("option"); o.value = s; o.textContent = s; $("state").appendChild(o); }
 function text(v) { return v == null ? "" : (typeof v === "object" ? JSON.stringify(v) : String(v)); }
+// An error as it printed: its one-line fields together, each text with
+// line breaks (a traceback, a stderr tail) preformatted, folded past
+// FOLD_LINES lines with its last line showing; `label` above it.
+const FOLD_LINES = 8;
+// The folded texts opened, by `key`: a refresh draws them open again.
+const opened = new Set();
+function errorView(e, label, key) {
+  const box = document.createElement("div"); box.className = "error";
+  if (label) { const l = document.createElement("div"); l.className = "muted"; l.textContent = label; box.appendChild(l); }
+  const short = [], long = [];
+  const multi = (v) => typeof v === "string" && v.includes("\n");
+  if (e && typeof e === "object" && !Array.isArray(e)) { for (const [k, v] of Object.entries(e)) (multi(v) ? long : short).push([k, v]); }
+  else (multi(e) ? long : short).push(["", e]);
+  const head = short.length === 1 && short[0][0] === "" ? text(short[0][1]) : short.length ? JSON.stringify(Object.fromEntries(short)) : "";
+  if (head) { const d = document.createElement("div"); d.textContent = head; box.appendChild(d); }
+  for (const [k, v] of long) {
+    const pre = document.createElement("pre"); pre.textContent = v;
+    const lines = v.replace(/\n+$/, "").split("\n");
+    if (lines.length > FOLD_LINES) {
+      const det = document.createElement("details"), sum = document.createElement("summary");
+      sum.textContent = (k ? k + ", " : "") + lines.length + " lines: " + lines[lines.length - 1];
+      det.append(sum, pre); box.appendChild(det);
+      const id = key + "/" + k; det.open = opened.has(id);
+      det.addEventListener("toggle", () => { if (det.open) opened.add(id); else opened.delete(id); });
+    } else {
+      if (k) { const n = document.createElement("div"); n.className = "muted"; n.textContent = k; box.appendChild(n); }
+      box.appendChild(pre);
+    }
+  }
+  return box;
+}
+// A task's error is its last attempt's while the task stands failed;
+// otherwise (waiting for a retry, running again, succeeded) an earlier one's.
+function errorLabel(state) { return ["FAILED", "STALLED", "NOT_STARTED", "CANCELLED"].includes(state) ? null : "from an earlier attempt"; }
 function span(ms) {
   ms = Math.abs(ms); const s = Math.floor(ms / 1000);
   if (s < 1) return ms + "ms"; if (s < 60) return s + "s";
@@ -553,7 +588,7 @@ async function showList() {
   const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));
   const c = (d, ...ks) => ks.reduce((a, k) => a + (d.counts[k] || 0), 0);
   rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
-  rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => f.attempt, f => f.error, f => ago(f.at, s.now),
+  rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => f.attempt, f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
     f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
   rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state,
     l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => l.live ? actions(cancel(l.task)) : ""], l => l.state);
@@ -580,7 +615,7 @@ async function showTask(id) {
     ["steps", r.manifest ? r.current_step + "/" + r.manifest.steps.length + ": " + r.manifest.steps.join(", ") : null],
     ["run", r.run_id ? r.run_id + " (executor " + r.executor + ")" : null], ["created", r.created_at], ["started", r.started_at], ["finished", r.finished_at], ["pruned", r.pruned_at]];
   const body = $("task-facts"); body.replaceChildren();
-  for (const [k, v] of facts) { if (v == null || v === "") continue; const tr = document.createElement("tr"); td(tr, k); td(tr, v, k === "error" ? "error" : ""); body.appendChild(tr); }
+  for (const [k, v] of facts) { if (v == null || v === "") continue; const tr = document.createElement("tr"); td(tr, k); td(tr, k === "error" ? errorView(v, errorLabel(r.state), "task/" + r.task) : v); body.appendChild(tr); }
   rows("task-fences", events.filter(e => e.fence != null), [e => e.seq, e => e.kind, e => e.fence, e => actor(e.actor), e => e.at]);
   rows("task-evidence", Object.entries(r.evidence || {}).map(([k, h]) => ({ k, h })), [x => x.k, x => x.h]);
   rows("task-checkpoints", r.checkpoints || [], [c => c.step, c => c.fence, c => text(c.output), c => (c.spawned || []).join(", "), c => c.at]);

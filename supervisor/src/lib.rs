@@ -14,8 +14,10 @@
 pub mod exit;
 mod options;
 mod supervise;
+mod tail;
 pub mod term;
 mod tree;
 
 pub use options::RunOptions;
 pub use supervise::*;
+pub use tail::STDERR_TAIL_BYTES;

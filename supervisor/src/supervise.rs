@@ -362,6 +362,8 @@ async fn run_one<S: Store + 'static>(
             return give_back(auth, spec, &grant, exit, reason, opened_at, started).await;
         }
     };
+    // Its standard error, passed on and its tail kept for a failure's error.
+    let stderr_tail = child.stderr.take().map(crate::tail::StderrTail::start);
     // The child's process group is its pid (`process_group(0)`).
     let group = child
         .id()
@@ -412,6 +414,12 @@ async fn run_one<S: Store + 'static>(
         end_tree(t, Instant::now() + Duration::from_millis(left)).await;
     }
     guardian.stand_down();
+    // The tree has ended, so the pipe has closed, unless a process that
+    // left the tree holds it: that one is not waited for long.
+    let stderr_tail = match stderr_tail {
+        Some(t) => t.finish(Duration::from_millis(500)).await,
+        None => None,
+    };
     let status = match status {
         Ok((s, None)) if fired => Ok((s, Some(Stopping::Lost(Loss::Unrenewed { error: None })))),
         other => other,
@@ -494,11 +502,8 @@ async fn run_one<S: Store + 'static>(
                     Ok(evidence) => Outcome::Success { evidence },
                     Err(error) => Outcome::Failure { error },
                 },
-                Some(code) => Outcome::Failure {
-                    error: json!({"exit_code": code}),
-                },
-                None => Outcome::Failure {
-                    error: child_json.clone(),
+                Some(_) | None => Outcome::Failure {
+                    error: with_tail(child_json.clone(), stderr_tail.as_ref()),
                 },
             };
             let failed = matches!(outcome, Outcome::Failure { .. });
@@ -768,7 +773,9 @@ fn spawn(
                 .env("BATON_OWNER", executor.as_str());
         }
     }
-    // The child keeps stdin, stdout and stderr; baton's own lines go to stderr.
+    // The child keeps stdin and stdout; its stderr is passed on through
+    // a pipe (`tail.rs`), where baton's own lines go too.
+    cmd.stderr(std::process::Stdio::piped());
     cmd.kill_on_drop(false);
     contain(&mut cmd);
     cmd.spawn()
@@ -899,6 +906,24 @@ fn child_status(status: &std::process::ExitStatus) -> Value {
         }
         (None, None) => Value::Null,
     }
+}
+
+/// A failure's error: the child's status, with the end of what it wrote
+/// to its standard error (`stderr_tail`; `stderr_cut` bytes before it left
+/// out).
+fn with_tail(status: Value, tail: Option<&crate::tail::Tail>) -> Value {
+    let Some(t) = tail else {
+        return status;
+    };
+    let mut error = match status {
+        Value::Object(m) => m,
+        other => serde_json::Map::from_iter([("status".to_owned(), other)]),
+    };
+    error.insert("stderr_tail".to_owned(), Value::from(t.text.clone()));
+    if t.cut > 0 {
+        error.insert("stderr_cut".to_owned(), Value::from(t.cut));
+    }
+    Value::Object(error)
 }
 
 /// Hashes each evidence file (`sha256:HEX`), or says which cannot be read.
