@@ -2023,9 +2023,14 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
         .split('\t')
         .map(str::to_owned)
         .collect::<Vec<_>>();
-    // queue, waiting, held, succeeded, failed, other, oldest waiting
-    assert_eq!(&etl[1..5], ["1", "1", "0", "1"], "{etl:?}");
-    assert!(etl[6].ends_with("ago"), "{etl:?}");
+    // queue, waiting (ready, retrying, blocked), held, succeeded, failed,
+    // other, oldest waiting
+    assert_eq!(
+        &etl[1..9],
+        ["1", "1", "0", "0", "1", "0", "1", "0"],
+        "{etl:?}"
+    );
+    assert!(etl[9].ends_with("ago"), "{etl:?}");
     let leases = b.eval(&table_text("leases"));
     assert!(leases.as_str().unwrap().contains("w-fetcher"), "{leases}");
     assert_eq!(
@@ -2268,6 +2273,123 @@ fn a_failures_traceback_reads_as_printed_on_the_page() {
     assert!(
         !facts.as_str().unwrap().contains("earlier attempt"),
         "{facts}"
+    );
+}
+
+/// Retrying and blocked work is visible: a chain waiting behind a task
+/// that failed for good is counted blocked at every depth, not waiting; a
+/// task between attempts says which attempt failed, of how many, and when
+/// the next starts; `/v1/status` and the page say the same.
+#[test]
+fn retrying_and_blocked_work_is_visible_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let a = server.addr;
+    let post = |path: &str, body: &str| {
+        let (s, r) = http(a, "POST", path, None, body).unwrap();
+        assert_eq!(s, 200, "{path}: {r}");
+        r
+    };
+    post(
+        "/v1/queues/again/policy",
+        r#"{"retry":{"max_attempts":3,"backoff_ms":3600000},"operator":"alice"}"#,
+    );
+    post(
+        "/v1/graph",
+        r#"[{"task": "a", "queue": "chain"}, {"task": "b", "queue": "chain", "after": ["a"]},
+            {"task": "c", "queue": "chain", "after": ["b"]}, {"task": "d", "queue": "chain", "after": ["c"]},
+            {"task": "r", "queue": "again"}, {"task": "go", "queue": "ok"}, {"task": "later", "queue": "ok", "after": ["go"]}]"#,
+    );
+    for (task, state) in [("a", "FAILED"), ("r", "REGISTERED")] {
+        let g = post(&format!("/v1/tasks/{task}/claim"), r#"{"owner":"w"}"#);
+        let r = post(
+            &format!("/v1/tasks/{task}/fail"),
+            &format!(
+                r#"{{"owner":"w","fence":{},"error":{{"exit_code":1}}}}"#,
+                g["fence"]
+            ),
+        );
+        assert_eq!(r["state"], state, "{r}");
+    }
+    let (s, status) = http(a, "GET", "/v1/status", None, "").unwrap();
+    assert_eq!(s, 200, "{status}");
+    assert_eq!(
+        status["standing"],
+        serde_json::json!({"READY": 1, "WAITING": 1, "RETRYING": 1, "BLOCKED": 3}),
+        "{status}"
+    );
+    assert_eq!(
+        status["queues"]["chain"]["standing"],
+        serde_json::json!({"READY": 0, "WAITING": 0, "RETRYING": 0, "BLOCKED": 3})
+    );
+    let failure = status["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["task"] == "r")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(
+        (
+            &failure["retry"]["attempt"],
+            &failure["retry"]["max_attempts"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(3)),
+        "{failure}"
+    );
+    assert!(failure["retry"]["next_at"].is_string(), "{failure}");
+
+    let Some(browser) = chromium() else { return };
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    b.go(&format!("{}/", server.url()));
+    b.until(
+        "the blocked count",
+        "!!document.querySelector('.count[data-standing=BLOCKED]')",
+    );
+    for (standing, n) in [("READY", 1), ("RETRYING", 1), ("BLOCKED", 3)] {
+        let shown = b.eval(&format!(
+            "document.querySelector('.count[data-standing={standing}] b').textContent"
+        ));
+        assert_eq!(shown.as_str(), Some(n.to_string().as_str()), "{standing}");
+    }
+    let queues = b.eval(&table_text("queues"));
+    let chain: Vec<&str> = queues
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("chain"))
+        .unwrap_or_else(|| panic!("{queues}"))
+        .split('\t')
+        .collect();
+    // waiting 3: ready 0, retrying 0, blocked 3; held 0, succeeded 0, failed 1
+    assert_eq!(
+        &chain[1..8],
+        ["3", "0", "0", "3", "0", "0", "1"],
+        "{chain:?}"
+    );
+    let failures = b.eval(&table_text("failures"));
+    let row = failures
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("r\t"))
+        .unwrap_or_else(|| panic!("{failures}"))
+        .to_owned();
+    // The policy's wait is an hour, jittered.
+    assert!(row.contains("attempt 1 of 3, next try in "), "{row}");
+    let minutes: u64 = row
+        .split("next try in ")
+        .nth(1)
+        .and_then(|t| t.split('m').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("{row}"));
+    assert!((1..=60).contains(&minutes), "{row}");
+    assert!(
+        failures
+            .as_str()
+            .unwrap()
+            .contains("from an earlier attempt"),
+        "{failures}"
     );
 }
 

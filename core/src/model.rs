@@ -150,6 +150,16 @@ pub struct TaskRecord {
     pub checkpoints: Vec<Checkpoint>,
 }
 
+/// A failed attempt waiting to be tried again ([`TaskRecord::retry_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RetryWait {
+    /// The attempt that failed (the next is this plus one).
+    pub attempt: u64,
+    pub max_attempts: u32,
+    /// When the next attempt may start (`None`: now).
+    pub next_at: Option<Timestamp>,
+}
+
 /// One step's output, recorded under the fence of the attempt that ran it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Checkpoint {
@@ -184,6 +194,23 @@ impl TaskRecord {
 
     pub fn is_bare(&self) -> bool {
         self.manifest.is_none()
+    }
+
+    /// The retry this task waits for, if a failed attempt is to be tried
+    /// again (REGISTERED with its failure's error, its retry policy
+    /// allowing another attempt): which attempt failed, of how many, and
+    /// when the next may start.
+    pub fn retry_wait(&self) -> Option<RetryWait> {
+        if self.state != State::Registered || self.error.is_none() || self.attempt == 0 {
+            return None;
+        }
+        let node = self.node.as_ref()?;
+        let policy = node.retry_policy()?;
+        Some(RetryWait {
+            attempt: self.attempt,
+            max_attempts: policy.max_attempts,
+            next_at: node.not_before,
+        })
     }
 
     /// The queue this record is counted under in the counts every store

@@ -191,25 +191,95 @@ impl Census {
         if record.lane() != query.lane() || !query.queues.contains(&node.spec.queue) {
             return;
         }
-        match record.state {
-            State::Claimed | State::Running => self.held += 1,
-            State::Declared | State::Registered if stuck => self.blocked += 1,
-            State::Declared => self.queued += 1,
-            State::Registered => match upstream.readiness(&node.spec.depends_on) {
-                // Put off to a start that has not come, or waiting for a
-                // slot of its key: it waits.
-                Readiness::Ready
-                    if node.parked || node.not_before.is_some_and(|t| t > query.now) =>
-                {
-                    self.queued += 1
-                }
-                Readiness::Ready => self.ready += 1,
-                Readiness::Waiting { .. } => self.queued += 1,
-                Readiness::Blocked { .. } | Readiness::Unknown { .. } => self.blocked += 1,
-            },
-            _ => {}
+        if record.state.is_held() {
+            self.held += 1;
+            return;
+        }
+        match standing(record, upstream, stuck, query.now) {
+            Some(Standing::Ready) => self.ready += 1,
+            Some(Standing::Waiting | Standing::Retrying) => self.queued += 1,
+            Some(Standing::Blocked) => self.blocked += 1,
+            None => {}
         }
     }
+}
+
+/// Where a waiting task (REGISTERED or DECLARED, as derived now) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Standing {
+    /// `next` may take it now.
+    Ready,
+    /// On a dependency that has not ended, a start that has not come, a
+    /// slot of its key, or (declared) a run to be registered.
+    Waiting,
+    /// Put off after a failed attempt until its retry policy's wait has
+    /// passed ([`TaskRecord::retry_wait`]).
+    Retrying,
+    /// Behind a dependency that ended without success or does not exist,
+    /// at any depth: it cannot become ready without an operator.
+    Blocked,
+}
+
+impl Standing {
+    pub const ALL: [Standing; 4] = [
+        Standing::Ready,
+        Standing::Waiting,
+        Standing::Retrying,
+        Standing::Blocked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Ready => "READY",
+            Standing::Waiting => "WAITING",
+            Standing::Retrying => "RETRYING",
+            Standing::Blocked => "BLOCKED",
+        }
+    }
+}
+
+/// Where `record` stands if it waits (`None` when it does not: held or
+/// ended); `upstream` holds its dependencies' states, and `stuck` says it
+/// waits (transitively) on a dependency that is blocked ([`stuck`]).
+pub fn standing(
+    record: &TaskRecord,
+    upstream: &Upstream,
+    stuck: bool,
+    now: Timestamp,
+) -> Option<Standing> {
+    if !matches!(record.state, State::Registered | State::Declared) {
+        return None;
+    }
+    if stuck {
+        return Some(Standing::Blocked);
+    }
+    let Some(node) = record.node.as_ref() else {
+        // A bare task: a registered one is claimable now.
+        return Some(if record.state == State::Registered {
+            Standing::Ready
+        } else {
+            Standing::Waiting
+        });
+    };
+    if record.state == State::Declared {
+        return Some(Standing::Waiting);
+    }
+    Some(match upstream.readiness(&node.spec.depends_on) {
+        Readiness::Blocked { .. } | Readiness::Unknown { .. } => Standing::Blocked,
+        Readiness::Waiting { .. } => Standing::Waiting,
+        // Put off to a start that has not come (after a failure: a retry),
+        // or waiting for a slot of its key: it waits.
+        Readiness::Ready if node.not_before.is_some_and(|t| t > now) => {
+            if record.retry_wait().is_some() {
+                Standing::Retrying
+            } else {
+                Standing::Waiting
+            }
+        }
+        Readiness::Ready if node.parked => Standing::Waiting,
+        Readiness::Ready => Standing::Ready,
+    })
 }
 
 /// The waiting tasks among `records` (REGISTERED or DECLARED, each with

@@ -642,6 +642,48 @@ impl<S: Store> Authority<S> {
         Ok(census)
     }
 
+    /// Every waiting task (REGISTERED or DECLARED, as derived now) with
+    /// where it stands ([`crate::next::standing`]: ready, waiting,
+    /// retrying or blocked at any depth), reading at most `limit` of them;
+    /// `None` when more wait than that (the store's counts still say how
+    /// many). What the status page shows by queue.
+    pub async fn standings(
+        &self,
+        limit: usize,
+    ) -> Result<Option<Vec<(TaskRecord, crate::next::Standing)>>> {
+        let clauses = [State::Declared, State::Registered]
+            .into_iter()
+            .flat_map(Clause::for_derived)
+            .collect();
+        let records: Vec<TaskRecord> = self
+            .scan_upto(Some(clauses), limit.saturating_add(1))
+            .await?
+            .into_iter()
+            .filter(|r| {
+                matches!(r.state, State::Declared | State::Registered) && r.census_queue().is_some()
+            })
+            .collect();
+        if records.len() > limit {
+            return Ok(None);
+        }
+        let mut cache = BTreeMap::new();
+        let mut read = Vec::with_capacity(records.len());
+        for r in records {
+            let up = self.upstream(&r, &mut cache).await?;
+            read.push((r, up));
+        }
+        let stuck = crate::next::stuck(&read);
+        let now = self.now();
+        Ok(Some(
+            read.into_iter()
+                .filter_map(|(r, up)| {
+                    let s = crate::next::standing(&r, &up, stuck.contains(&r.task), now)?;
+                    Some((r, s))
+                })
+                .collect(),
+        ))
+    }
+
     /// Where `record`'s dependencies stand now. Waiting behind a task that
     /// is itself blocked, at any depth, is blocked (as in [`Self::graph`]
     /// and the census): the walk up reads at most [`GRAPH_READ_LIMIT`]
@@ -776,6 +818,15 @@ impl<S: Store> Authority<S> {
 
     /// Derived records matching `clauses` (all when `None`), in id order.
     async fn scan(&self, clauses: Option<Vec<Clause>>) -> Result<Vec<TaskRecord>> {
+        self.scan_upto(clauses, GRAPH_READ_LIMIT).await
+    }
+
+    /// As [`Self::scan`], stopping once `limit` records are read.
+    async fn scan_upto(
+        &self,
+        clauses: Option<Vec<Clause>>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord>> {
         let now = self.now();
         let mut out = Vec::new();
         let mut cursor: Option<TaskId> = None;
@@ -792,7 +843,7 @@ impl<S: Store> Authority<S> {
                 cursor = Some(snap.record.task.clone());
                 out.push(crate::decide::derive(&snap.record, snap.judged, now));
             }
-            if exhausted || out.len() >= GRAPH_READ_LIMIT {
+            if exhausted || out.len() >= limit {
                 return Ok(out);
             }
         }

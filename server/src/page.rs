@@ -13,6 +13,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use baton_core::next::Standing;
 use baton_core::{Error, State as TaskState};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -70,14 +71,18 @@ pub(crate) struct Failure {
     error: Option<serde_json::Value>,
     at: baton_core::Timestamp,
     queue: Option<String>,
+    /// The retry it waits for, if it is to be tried again.
+    retry: Option<baton_core::model::RetryWait>,
 }
 
 /// One queue's tasks by state, and how long its oldest waiting task has
-/// waited (known while no more than [`READ_BOUND`] tasks wait in all).
+/// waited and where its waiting tasks stand (ready, waiting, retrying,
+/// blocked: known while no more than [`READ_BOUND`] tasks wait in all).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct QueueDepth {
     pub counts: std::collections::BTreeMap<String, u64>,
     pub oldest_waiting: Option<baton_core::Timestamp>,
+    pub standing: Option<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +93,9 @@ pub(crate) struct Census {
     pub leases: Vec<Lease>,
     pub failures: Vec<Failure>,
     pub truncated: bool,
+    /// The waiting tasks by where they stand (READY, WAITING, RETRYING,
+    /// BLOCKED), while no more than [`READ_BOUND`] wait.
+    pub standing: Option<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// The most records of one kind the page reads beside the counts: live
@@ -114,7 +122,7 @@ pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result
                 .collect();
             let depth = QueueDepth {
                 counts,
-                oldest_waiting: None,
+                ..QueueDepth::default()
             };
             (q.clone(), depth)
         })
@@ -122,20 +130,25 @@ pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result
     let totals = counts.totals();
     let total = |s: TaskState| totals.iter().find(|(t, _)| *t == s).map_or(0, |(_, n)| *n);
     let waiting = total(TaskState::Registered) + total(TaskState::Declared);
-    if usize::try_from(waiting).is_ok_and(|w| w <= READ_BOUND) {
-        for state in [TaskState::Registered, TaskState::Declared] {
-            for r in app
-                .authority
-                .list(Some(state), None, READ_BOUND)
-                .await?
-                .items
-            {
-                let Some(depth) = r.census_queue().and_then(|q| queues.get_mut(q)) else {
-                    continue;
-                };
-                let since = r.deadline_from.unwrap_or(r.created_at);
-                depth.oldest_waiting = Some(depth.oldest_waiting.map_or(since, |o| o.min(since)));
+    let mut standings: Option<std::collections::BTreeMap<&'static str, u64>> = None;
+    if usize::try_from(waiting).is_ok_and(|w| w <= READ_BOUND)
+        && let Some(waiting) = app.authority.standings(READ_BOUND).await?
+    {
+        let zero = || Standing::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        let all = standings.get_or_insert_with(zero);
+        for depth in queues.values_mut() {
+            depth.standing = Some(zero());
+        }
+        for (r, standing) in waiting {
+            *all.entry(standing.as_str()).or_default() += 1;
+            let Some(depth) = r.census_queue().and_then(|q| queues.get_mut(q)) else {
+                continue;
+            };
+            if let Some(by) = depth.standing.as_mut() {
+                *by.entry(standing.as_str()).or_default() += 1;
             }
+            let since = r.deadline_from.unwrap_or(r.created_at);
+            depth.oldest_waiting = Some(depth.oldest_waiting.map_or(since, |o| o.min(since)));
         }
     }
     let mut leases = Vec::new();
@@ -209,6 +222,7 @@ pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result
         leases,
         failures,
         truncated: counts.truncated,
+        standing: standings,
     })
 }
 
@@ -228,6 +242,7 @@ fn push_failure(r: &baton_core::TaskRecord, failures: &mut Vec<Failure>) {
             error: r.error.clone(),
             at: r.finished_at.unwrap_or(r.updated_at),
             queue: r.node.as_ref().map(|n| n.spec.queue.to_string()),
+            retry: r.retry_wait(),
         });
     }
 }
@@ -318,6 +333,7 @@ async fn status(
         "counts": counts,
         "queues": census.queues,
         "truncated": census.truncated,
+        "standing": census.standing,
         "leases": census.leases,
         "failures": census.failures,
         "refusals": recent,
@@ -397,6 +413,7 @@ const PAGE: &str = r##"<!doctype html>
   .counts { display: flex; flex-wrap: wrap; gap: .5rem; }
   .count { background: #fff; border: 1px solid #d8dde3; border-radius: 6px; padding: .4rem .7rem; min-width: 6.5rem; }
   .count b { display: block; font-size: 1.3rem; }
+  .count[data-standing] { border-style: dashed; }
   table { border-collapse: collapse; background: #fff; width: 100%; max-width: 80rem; }
   th, td { text-align: left; padding: .25rem .6rem; border-bottom: 1px solid #e6e9ed; font-variant-numeric: tabular-nums; vertical-align: top; }
   th { background: #f0f2f5; }
@@ -429,7 +446,7 @@ const PAGE: &str = r##"<!doctype html>
 <h2>Tasks by state</h2>
 <div class="counts" id="counts"></div>
 <h2>Queues</h2>
-<table><thead><tr><th>queue</th><th>waiting</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th></tr></thead><tbody id="queues"></tbody></table>
+<table><thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>retrying</th><th>blocked</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th></tr></thead><tbody id="queues"></tbody></table>
 <h2>Failures</h2>
 <table><thead><tr><th>task</th><th>state</th><th>attempt</th><th>error</th><th>when</th><th>actions</th></tr></thead><tbody id="failures"></tbody></table>
 <h2>Leases: live, and recently expired</h2>
@@ -493,6 +510,12 @@ function errorView(e, label, key) {
 }
 // A task's error is its last attempt's while the task stands failed;
 // otherwise (waiting for a retry, running again, succeeded) an earlier one's.
+// A failure's attempt, and when one waits to be tried again, when.
+function retryText(f, now) {
+  const r = f.retry; if (!r) return f.attempt;
+  const next = r.next_at && Date.parse(r.next_at) > Date.parse(now) ? "next try in " + span(Date.parse(r.next_at) - Date.parse(now)) : "next try now";
+  return "attempt " + r.attempt + " of " + r.max_attempts + ", " + next;
+}
 function errorLabel(state) { return ["FAILED", "STALLED", "NOT_STARTED", "CANCELLED"].includes(state) ? null : "from an earlier attempt"; }
 function span(ms) {
   ms = Math.abs(ms); const s = Math.floor(ms / 1000);
@@ -584,11 +607,15 @@ async function showList() {
   $("sweeper").className = sw && sw.error ? "err" : "";
   $("schedules-failing").replaceChildren(...(s.schedules_failing || []).map(f => { const d = document.createElement("div"); d.textContent = f.schedule + " makes no task since " + f.since + " (" + f.task + "): " + f.error; return d; }));
   const counts = $("counts"); counts.replaceChildren();
-  for (const [state, n] of Object.entries(s.counts)) { const d = document.createElement("div"); d.className = "count"; d.dataset.state = state; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(state)); counts.appendChild(d); }
+  const card = (n, name, key, value) => { const d = document.createElement("div"); d.className = "count"; d.dataset[key] = value; const b = document.createElement("b"); b.textContent = n; d.appendChild(b); d.appendChild(document.createTextNode(name)); counts.appendChild(d); };
+  for (const [state, n] of Object.entries(s.counts)) card(n, state, "state", state);
+  // Where the waiting tasks stand (known while few enough wait to read).
+  for (const [standing, n] of Object.entries(s.standing || {})) if (standing !== "WAITING") card(n, standing, "standing", standing);
   const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));
   const c = (d, ...ks) => ks.reduce((a, k) => a + (d.counts[k] || 0), 0);
-  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
-  rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => f.attempt, f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
+  const st = (d, k) => d.standing ? (d.standing[k] || 0) : "-";
+  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
+  rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => retryText(f, s.now), f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
     f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
   rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state,
     l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => l.live ? actions(cancel(l.task)) : ""], l => l.state);
