@@ -2393,6 +2393,91 @@ fn retrying_and_blocked_work_is_visible_on_the_page() {
     );
 }
 
+/// A cancel of a live lease clicked on the page is marked until the lease
+/// ends: the notice says the cancel is requested (not just "now CLAIMED"),
+/// the lease's row and the task's page say who asked, the row offers no
+/// second cancel, and the holder's release ends the task CANCELLED.
+#[test]
+fn a_requested_cancel_is_marked_on_the_page_until_the_lease_ends() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, None);
+    let a = server.addr;
+    let (s, g) = http(
+        a,
+        "POST",
+        "/v1/tasks/long/claim",
+        None,
+        r#"{"owner":"w","ttl_ms":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{g}");
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    let page = format!("{}/", server.url());
+    b.go(&page);
+    let click = "(() => { const b = document.querySelector('#leases button[data-action=cancel][data-task=long]'); b.click(); return b.textContent; })()";
+    b.until(
+        "the lease's cancel",
+        "!!document.querySelector('#leases button[data-action=cancel][data-task=long]')",
+    );
+    b.eval("document.getElementById('operator').value = 'alice'; true");
+    assert_eq!(b.eval(click).as_str(), Some("confirm cancel long?"));
+    b.eval(click);
+    b.until(
+        "the cancel's notice",
+        "document.getElementById('notice').className === 'ok'",
+    );
+    let notice = b.eval("document.getElementById('notice').textContent");
+    assert!(
+        notice.as_str().unwrap().contains("cancel requested")
+            && notice.as_str().unwrap().contains("now CLAIMED"),
+        "{notice}"
+    );
+    b.until(
+        "the marked lease",
+        &format!(
+            "{}.includes('CLAIMED, cancel requested')",
+            table_text("leases")
+        ),
+    );
+    let leases = b.eval(&table_text("leases"));
+    assert!(
+        leases
+            .as_str()
+            .unwrap()
+            .contains("cancel requested by operator:alice"),
+        "{leases}"
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#leases button[data-action=cancel]').length"),
+        serde_json::json!(0),
+        "no second cancel"
+    );
+    b.go(&format!("{page}#task=long"));
+    b.until(
+        "the task's cancel",
+        &format!(
+            "{}.includes('cancel requested by operator:alice')",
+            table_text("task-facts")
+        ),
+    );
+    // The holder gives it back: CANCELLED, and nothing is marked live.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/long/release",
+        None,
+        &format!(r#"{{"owner":"w","fence":{}}}"#, g["fence"]),
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("CANCELLED")), "{r}");
+    b.until(
+        "the cancelled task",
+        &format!("document.getElementById('task-head').textContent.includes('CANCELLED') && !{}.includes('cancel requested')", table_text("task-facts")),
+    );
+}
+
 /// The refusals the status page lists are kept in the store: a refused
 /// claim is on the page after the server is stopped and another started
 /// on the same store; a worker's token cannot write the log itself.

@@ -55,6 +55,9 @@ pub(crate) struct Lease {
     expires_at: baton_core::Timestamp,
     left_ms: i64,
     live: bool,
+    /// An operator asked its holder to stop: it ends when the holder gives
+    /// it back or the lease ends.
+    cancel_requested: Option<baton_core::model::CancelRequest>,
 }
 
 /// How long after its end an unreleased lease is still listed.
@@ -167,6 +170,7 @@ pub(crate) async fn census(app: &Shared, recent: &[baton_core::Event]) -> Result
                 expires_at: l.expires_at,
                 left_ms: left(l),
                 live: r.state.is_held(),
+                cancel_requested: r.cancel_requested.clone().filter(|_| r.state.is_held()),
             });
         }
     };
@@ -510,6 +514,8 @@ function errorView(e, label, key) {
 }
 // A task's error is its last attempt's while the task stands failed;
 // otherwise (waiting for a retry, running again, succeeded) an earlier one's.
+// A live lease an operator asked to stop, and who asked when.
+function cancelText(c) { return "cancel requested by " + actor(c.by) + " at " + c.at + "; it ends when its holder gives it back or its lease ends"; }
 // A failure's attempt, and when one waits to be tried again, when.
 function retryText(f, now) {
   const r = f.retry; if (!r) return f.attempt;
@@ -558,7 +564,8 @@ function action(label, task, run) {
     b.disabled = true;
     const by = { role: "operator", id: $("operator").value.trim() || "status-page" };
     const { res, json } = await run(by);
-    if (res.ok && json && !json.refused) notice(label + " " + task + ": now " + (json.state || "done"), true);
+    if (res.ok && json && !json.refused) notice(label + " " + task + ": " + (json.cancel_requested && (json.state === "CLAIMED" || json.state === "RUNNING")
+      ? "cancel requested; it stops when its holder gives it back or its lease ends (now " + json.state + ")" : "now " + (json.state || "done")), true);
     else notice(label + " " + task + ": " + ((json && (json.message || (json.error && json.error.message))) || res.statusText), false);
     refresh();
   });
@@ -617,8 +624,8 @@ async function showList() {
   rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
   rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => retryText(f, s.now), f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
     f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
-  rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state,
-    l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => l.live ? actions(cancel(l.task)) : ""], l => l.state);
+  rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state + (l.cancel_requested ? ", cancel requested" : ""),
+    l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => !l.live ? "" : l.cancel_requested ? cancelText(l.cancel_requested) : actions(cancel(l.task))], l => l.state);
   for (const tr of $("leases").rows) if (tr.cells[4] && tr.cells[4].textContent.startsWith("expired")) tr.cells[4].className = "expired";
   chart(s.per_minute);
   rows("refusals", s.refusals, [r => taskLink(r.task), r => r.request, r => r.refusal.refused, r => r.refusal.message]);
@@ -636,7 +643,7 @@ async function showTask(id) {
   if (ended) acts.push(retry(r.task, r.iteration));
   if (!["SUCCEEDED", "FAILED", "CANCELLED", "STALLED", "NOT_STARTED"].includes(r.state)) acts.push(cancel(r.task), finalize(r.task));
   $("task-actions").replaceChildren(...acts);
-  const facts = [["state", r.state], ["error", r.error], ["lease", r.lease ? "fence " + r.lease.fence + ", " + (live ? "held by " : "last held by ") + r.lease.owner + (live ? ", expires " + r.lease.expires_at : "") : null],
+  const facts = [["state", r.state + (live && r.cancel_requested ? ", cancel requested" : "")], ["cancel", live && r.cancel_requested ? cancelText(r.cancel_requested) : null], ["error", r.error], ["lease", r.lease ? "fence " + r.lease.fence + ", " + (live ? "held by " : "last held by ") + r.lease.owner + (live ? ", expires " + r.lease.expires_at : "") : null],
     ["ended by", r.closure ? r.closure.request + " by " + actor(r.closure.actor) + (r.closure.fence != null ? " under fence " + r.closure.fence : "") : null],
     ["queue", r.node ? r.node.queue + ", priority " + r.node.priority + (r.node.depends_on && r.node.depends_on.length ? ", after " + r.node.depends_on.join(", ") : "") : null],
     ["steps", r.manifest ? r.current_step + "/" + r.manifest.steps.length + ": " + r.manifest.steps.join(", ") : null],
