@@ -2478,6 +2478,96 @@ fn a_requested_cancel_is_marked_on_the_page_until_the_lease_ends() {
     );
 }
 
+/// The page's rough edges, as an operator on a server with tokens meets
+/// them: a task page opened directly asks for a token, and once given one
+/// the notice goes and the page says when it was updated (in UTC, as its
+/// tables); the "Operator" box, which such a server ignores, is replaced by
+/// what is true; a long id and a time stay on one line; the chart has axes.
+#[test]
+fn the_page_reads_right_on_a_server_with_tokens() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let a = server.addr;
+    let long = format!("ingest-{}", "0123456789abcdef".repeat(7));
+    let (s, r) = http(
+        a,
+        "POST",
+        &format!("/v1/tasks/{long}/claim"),
+        Some(WORKER),
+        r#"{"owner":"w","ttl_ms":600000}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    let page = format!("{}/", server.url());
+    b.go(&format!("{page}#task={long}"));
+    b.until(
+        "the token form",
+        "getComputedStyle(document.getElementById('auth')).display !== 'none'",
+    );
+    let notice = b.eval("document.getElementById('notice').textContent");
+    assert!(
+        notice.as_str().unwrap().contains("needs a bearer token"),
+        "{notice}"
+    );
+    b.eval(&format!(
+        "document.getElementById('token').value = {OPERATOR:?}; document.getElementById('auth').requestSubmit(); true"
+    ));
+    b.until(
+        "the task, read with the token",
+        &format!("document.getElementById('task-head').textContent.startsWith({long:?})"),
+    );
+    b.until(
+        "the notice gone",
+        "getComputedStyle(document.getElementById('auth')).display === 'none' && document.getElementById('notice').textContent === ''",
+    );
+    let meta = b.eval("document.getElementById('meta').textContent");
+    let meta = meta.as_str().unwrap();
+    assert!(
+        meta.starts_with("updated ") && meta.ends_with(" UTC"),
+        "{meta}"
+    );
+    // The server records actions as the token's name: no Operator box.
+    assert_eq!(
+        b.eval("[document.getElementById('operator-box').hidden, document.getElementById('as-token').hidden]"),
+        serde_json::json!([true, false])
+    );
+    // A time in the task's events stays on one line.
+    b.until(
+        "the task's events",
+        "document.querySelectorAll('#task-events td.t').length > 0",
+    );
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#task-events td.t')].every(c => c.getClientRects().length === 1 && c.offsetHeight < 30)"),
+        Value::Bool(true)
+    );
+    // The list: the long id is one line (the whole id in its title), the
+    // chart has its axes.
+    b.go(&page);
+    b.until("the lease", "!!document.querySelector('#leases a.task')");
+    assert_eq!(
+        b.eval("(() => { const l = document.querySelector('#leases a.task'); return [l.offsetHeight < 30, l.title]; })()"),
+        serde_json::json!([true, long])
+    );
+    b.until(
+        "the chart",
+        "document.querySelectorAll('#chart svg text.axis').length > 0",
+    );
+    let axis =
+        b.eval("[...document.querySelectorAll('#chart svg text.axis')].map(t => t.textContent)");
+    let axis: Vec<&str> = axis
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for want in ["60 min ago", "30 min ago", "now", "1 per minute"] {
+        assert!(axis.contains(&want), "{want} not in {axis:?}");
+    }
+}
+
 /// The refusals the status page lists are kept in the store: a refused
 /// claim is on the page after the server is stopped and another started
 /// on the same store; a worker's token cannot write the log itself.

@@ -27,9 +27,12 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/v1/status", get(status))
 }
 
-/// The page itself: static, so it is served without a token; the data
-/// it fetches needs one when the server has tokens.
-async fn index() -> Response {
+/// The page itself: static but for whether the server has tokens (then
+/// every action is recorded as the token's name, and the page hides its
+/// "Operator" box), so it is served without a token; the data it fetches
+/// needs one when the server has tokens.
+async fn index(State(app): State<Shared>) -> Response {
+    let tokens = if app.tokens.is_some() { "yes" } else { "no" };
     (
         [
             (header::CACHE_CONTROL, "no-store"),
@@ -39,7 +42,7 @@ async fn index() -> Response {
             ),
             (header::X_FRAME_OPTIONS, "DENY"),
         ],
-        Html(PAGE),
+        Html(PAGE.replacen("data-tokens=\"no\"", &format!("data-tokens=\"{tokens}\""), 1)),
     )
         .into_response()
 }
@@ -429,12 +432,13 @@ const PAGE: &str = r##"<!doctype html>
   .err { color: #a3281b; } .ok { color: #1b6e2e; }
   button { font: inherit; padding: .1rem .5rem; cursor: pointer; }
   button.confirm { background: #a3281b; color: #fff; border: 1px solid #7d1f15; }
-  a.task { color: #0b57d0; cursor: pointer; }
+  a.task { color: #0b57d0; cursor: pointer; display: inline-block; max-width: 22rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; vertical-align: bottom; }
+  td.t { white-space: nowrap; }
   .expired { color: #a3281b; }
   svg { background: #fff; border: 1px solid #d8dde3; }
 </style>
 </head>
-<body>
+<body data-tokens="no">
 <h1><a href="#">baton</a></h1>
 <div id="meta">loading&hellip;</div>
 <div id="sweeper"></div>
@@ -443,7 +447,8 @@ const PAGE: &str = r##"<!doctype html>
   <form id="auth"><label>This server needs a token: <input id="token" type="password" autocomplete="off"></label> <button>Use</button></form>
   <label>Search <input id="search" type="search" placeholder="task, owner, error&hellip;"></label>
   <label>State <select id="state"><option value="">any</option></select></label>
-  <label>Operator <input id="operator" value="status-page" size="12" title="who the actions are recorded as (a server with tokens records the token's name)"></label>
+  <span id="as-token" class="muted" hidden>actions are recorded as your token's name</span>
+  <label id="operator-box">Operator <input id="operator" value="status-page" size="12" title="who the actions are recorded as (a server with tokens records the token's name)"></label>
   <span id="notice"></span>
 </div>
 <div id="list">
@@ -532,8 +537,10 @@ function span(ms) {
 }
 function ago(at, now) { const d = Date.parse(now) - Date.parse(at); return d >= 0 ? span(d) + " ago" : "in " + span(d); }
 function actor(a) { if (!a) return ""; return a.id ? a.role + ":" + a.id : a.role; }
-function taskLink(id) { const a = document.createElement("a"); a.className = "task"; a.textContent = id; a.href = "#task=" + encodeURIComponent(id); return a; }
-function td(tr, v, cls) { const c = document.createElement("td"); if (v instanceof Node) c.appendChild(v); else c.textContent = text(v); if (cls) c.className = cls; tr.appendChild(c); return c; }
+function taskLink(id) { const a = document.createElement("a"); a.className = "task"; a.textContent = id; a.title = id; a.href = "#task=" + encodeURIComponent(id); return a; }
+// A time (as the API writes them, RFC 3339 in UTC) is kept on one line.
+const TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/;
+function td(tr, v, cls) { const c = document.createElement("td"); if (v instanceof Node) c.appendChild(v); else c.textContent = text(v); if (cls) c.className = cls; else if (typeof v === "string" && TIME.test(v)) c.className = "t"; tr.appendChild(c); return c; }
 function rows(id, items, cols, stateOf) {
   const body = $(id); body.replaceChildren();
   const q = $("search").value.trim().toLowerCase(), st = $("state").value;
@@ -548,10 +555,13 @@ function rows(id, items, cols, stateOf) {
 function headers() { const h = { "Content-Type": "application/json" }; const t = sessionStorage.getItem("baton-token"); if (t) h["Authorization"] = "Bearer " + t; return h; }
 async function api(path, body) {
   const res = await fetch(path, body === undefined ? { headers: headers(), cache: "no-store" } : { method: "POST", headers: headers(), body: JSON.stringify(body) });
-  if (res.status === 401) { $("auth").style.display = "inline"; }
+  if (res.status === 401) { $("auth").style.display = "inline"; notice("this server needs a bearer token: give one above", false); $("notice").dataset.auth = "1"; }
+  else if (res.ok) { $("auth").style.display = "none"; if ($("notice").dataset.auth) { notice("", true); delete $("notice").dataset.auth; } }
   let json = null; try { json = await res.json(); } catch (e) {}
   return { res, json };
 }
+// The time now as the tables write times: UTC.
+function utcTime() { return new Date().toISOString().slice(11, 19) + " UTC"; }
 function notice(msg, ok) { $("notice").textContent = msg; $("notice").className = ok ? "ok" : "err"; }
 // An action asks to be confirmed by a second click; anything else re-arms it.
 function action(label, task, run) {
@@ -579,7 +589,7 @@ function actions(...buttons) { const d = document.createElement("span"); for (co
 function chart(pm) {
   const W = 720, H = 120, n = pm.grants.length, bw = W / n, max = Math.max(1, ...pm.grants, ...pm.failures);
   const NS = "http://www.w3.org/2000/svg", svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("width", W); svg.setAttribute("height", H + 18); svg.setAttribute("role", "img");
+  svg.setAttribute("width", W); svg.setAttribute("height", H + 34); svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", "grants and failures per minute");
   pm.grants.forEach((g, i) => {
     const f = pm.failures[i];
@@ -590,8 +600,14 @@ function chart(pm) {
       const t = document.createElementNS(NS, "title"); t.textContent = (n - i) + " min ago: " + g + " grants, " + f + " failures"; r.appendChild(t); svg.appendChild(r);
     }
   });
-  const label = document.createElementNS(NS, "text"); label.setAttribute("x", 4); label.setAttribute("y", H + 14); label.setAttribute("font-size", "11");
-  label.textContent = "60 min ago \u2014 now; grants (blue) " + pm.grants.reduce((a, b) => a + b, 0) + ", failures (red) " + pm.failures.reduce((a, b) => a + b, 0) + (pm.whole ? "" : " (the newest 5000 events)");
+  // The axes: a baseline with a tick every 15 minutes, and the scale's top.
+  const mark = (x, y, words, anchor) => { const t = document.createElementNS(NS, "text"); t.setAttribute("x", x); t.setAttribute("y", y); t.setAttribute("font-size", "11"); t.setAttribute("text-anchor", anchor); t.setAttribute("class", "axis"); t.textContent = words; svg.appendChild(t); };
+  const rule = (x1, y1, x2, y2) => { const l = document.createElementNS(NS, "line"); l.setAttribute("x1", x1); l.setAttribute("y1", y1); l.setAttribute("x2", x2); l.setAttribute("y2", y2); l.setAttribute("stroke", "#8a939c"); svg.appendChild(l); };
+  rule(0, H, W, H); rule(0, 0, 0, H);
+  for (const m of [60, 45, 30, 15, 0]) { const x = (n - m) * bw; rule(x, H, x, H + 4); mark(x, H + 15, m ? m + " min ago" : "now", m === 60 ? "start" : m ? "middle" : "end"); }
+  rule(0, 0, 4, 0); mark(6, 10, max + " per minute", "start");
+  const label = document.createElementNS(NS, "text"); label.setAttribute("x", 4); label.setAttribute("y", H + 30); label.setAttribute("font-size", "11");
+  label.textContent = "grants (blue) " + pm.grants.reduce((a, b) => a + b, 0) + ", failures (red) " + pm.failures.reduce((a, b) => a + b, 0) + (pm.whole ? "" : " (the newest 5000 events)");
   svg.appendChild(label);
   $("chart").replaceChildren(svg);
 }
@@ -606,7 +622,7 @@ async function showList() {
   if (armed()) return;
   if (!res.ok) { notice((s && s.error && s.error.message) || res.statusText, false); return; }
   $("auth").style.display = "none";
-  $("meta").textContent = "updated " + new Date().toLocaleTimeString() + (s.truncated ? " (more tasks are due a change than one reading derives: some count in their stored state)" : "");
+  $("meta").textContent = "updated " + utcTime() + (s.truncated ? " (more tasks are due a change than one reading derives: some count in their stored state)" : "");
   const sw = s.sweeper;
   $("sweeper").textContent = !sw ? "this server does not sweep (expired leases are persisted by `baton sweep`)"
     : sw.error ? "sweeping every " + sw.every_ms + " ms; the last sweep failed: " + sw.error
@@ -637,6 +653,7 @@ async function showTask(id) {
   const ev = (await api("/v1/tasks/" + encodeURIComponent(id) + "/events?limit=1000")).json;
   const events = (ev && ev.items) || [];
   if (armed()) return;
+  $("meta").textContent = "updated " + utcTime();
   $("task-head").textContent = r.task + " \u2014 " + r.state + ", attempt " + r.attempt + (r.iteration > 1 ? ", iteration " + r.iteration : "");
   const live = r.state === "CLAIMED" || r.state === "RUNNING", ended = ["FAILED", "STALLED", "NOT_STARTED", "CANCELLED"].includes(r.state);
   const acts = [];
@@ -661,6 +678,8 @@ async function refresh() {
   try { if (m) await showTask(decodeURIComponent(m[1])); else await showList(); }
   catch (e) { $("meta").textContent = "the server does not answer (" + e + ")"; }
 }
+// A server with tokens records every action as the token's name.
+if (document.body.dataset.tokens === "yes") { $("operator-box").hidden = true; $("as-token").hidden = false; }
 $("auth").addEventListener("submit", (ev) => { ev.preventDefault(); sessionStorage.setItem("baton-token", $("token").value); refresh(); });
 $("search").addEventListener("input", () => { disarm(); refresh(); });
 $("state").addEventListener("change", () => { disarm(); refresh(); });
