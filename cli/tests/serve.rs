@@ -517,6 +517,195 @@ fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
     assert!(metrics.contains(&version), "{version} in {metrics}");
 }
 
+/// A token line's `scope=` limits its bearer to queues and id prefixes,
+/// for a worker and an operator alike, whichever endpoint it asks through:
+/// outside the scope a claim, a `next` naming another queue, a graph's add,
+/// an operator's retry, a sweep and an acknowledgement are not permitted
+/// (403) and change nothing; a scope sent in the request itself cannot
+/// widen the token's; inside it everything works as for any token.
+#[test]
+fn a_scoped_token_acts_only_within_its_queues_and_prefixes() {
+    const SCOPED: &str = "ssssssssssssssssssssssss";
+    const SCOPED_OPS: &str = "pppppppppppppppppppppppp";
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "ci worker {SCOPED} owners=w,w-* scope=queue:ci,prefix:agent-*\n\
+             ci-ops operator {SCOPED_OPS} scope=queue:ci\n\
+             alice operator {OPERATOR}\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&store, Some(&tokens));
+    let a = server.addr;
+    let graph = r#"[{"task": "build", "queue": "ci"}, {"task": "deploy", "queue": "prod"}, {"task": "deploy-2", "queue": "prod"}]"#;
+    let (s, r) = http(a, "POST", "/v1/graph", Some(OPERATOR), graph).unwrap();
+    assert_eq!(s, 200, "{r}");
+    let denied = |s: u16, r: &Value, what: &str| {
+        assert_eq!(
+            (s, r["error"]["kind"].as_str()),
+            (403, Some("not_permitted")),
+            "{what}: {r}"
+        );
+    };
+    // A worker outside its scope: another queue's task, a bare task
+    // without its prefix, a `next` naming another queue, an add there.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/deploy/claim",
+        Some(SCOPED),
+        r#"{"owner":"w"}"#,
+    )
+    .unwrap();
+    denied(s, &r, "claim in prod");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the scope"),
+        "{r}"
+    );
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/loose/claim",
+        Some(SCOPED),
+        r#"{"owner":"w"}"#,
+    )
+    .unwrap();
+    denied(s, &r, "bare task without the prefix");
+    // `next` naming another queue: its tasks are passed over (the scope
+    // has a prefix, so it may name any queue and take only those tasks);
+    // a token scoped to queues alone may not name it at all.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(SCOPED),
+        r#"{"owner":"w","queues":["prod"]}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 409, "nothing in prod for this token: {r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(SCOPED_OPS),
+        r#"{"owner":"x","queues":["ci","prod"]}"#,
+    )
+    .unwrap();
+    denied(s, &r, "next naming prod");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/graph",
+        Some(SCOPED),
+        r#"[{"task": "deploy-3", "queue": "prod"}]"#,
+    )
+    .unwrap();
+    denied(s, &r, "add to prod");
+    // The store protocol, with a scope of the request's own that would
+    // widen the token's: the token's scope is the one decided by.
+    let forged = baton_core::Operation {
+        task: baton_core::TaskId::parse("task", "deploy-2").unwrap(),
+        request: baton_core::Request::Claim {
+            owner: baton_core::Id::parse("owner", "w").unwrap(),
+            ttl_ms: Some(60_000),
+            lock_delay_ms: None,
+        },
+        pre: baton_core::Preconditions {
+            within: Some(baton_core::access::Scope::parse("prefix:deploy-*").unwrap()),
+            ..Default::default()
+        },
+        now: baton_core::Timestamp(0),
+        clock: Default::default(),
+    };
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/store/apply",
+        Some(SCOPED),
+        &serde_json::to_string(&forged).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        r.to_string().contains("outside the scope") && !r.to_string().contains("fence\":"),
+        "{s}: {r}"
+    );
+    for task in ["deploy", "deploy-2"] {
+        let (_, rec) = http(a, "GET", &format!("/v1/tasks/{task}"), Some(OPERATOR), "").unwrap();
+        assert_eq!(rec["state"], "REGISTERED", "{task} unchanged: {rec}");
+    }
+    let (_, rec) = http(a, "GET", "/v1/tasks/loose", Some(OPERATOR), "").unwrap();
+    assert_eq!(rec["refused"], "not_found", "nothing created: {rec}");
+    // Inside: its queue through `next`, a bare task with its prefix.
+    let (s, g) = http(
+        a,
+        "POST",
+        "/v1/next",
+        Some(SCOPED),
+        r#"{"owner":"w","queues":["ci"]}"#,
+    )
+    .unwrap();
+    assert_eq!((s, g["task"].as_str()), (200, Some("build")), "{g}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/agent-7/claim",
+        Some(SCOPED),
+        r#"{"owner":"w-1"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["state"].as_str()), (200, Some("CLAIMED")), "{r}");
+    // A scoped operator: a cancel in its queue, not another's; no sweep
+    // or acknowledgement, which act on every task.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/build/cancel",
+        Some(SCOPED_OPS),
+        r#"{"by":{"role":"operator","id":"x"}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/deploy/finalize",
+        Some(SCOPED_OPS),
+        r#"{"by":{"role":"operator","id":"x"},"error":{"reason":"no"}}"#,
+    )
+    .unwrap();
+    denied(s, &r, "an operator's finalize in prod");
+    let (s, r) = http(a, "POST", "/v1/sweep", Some(SCOPED_OPS), "").unwrap();
+    denied(s, &r, "a scoped sweep");
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/outbox/ack",
+        Some(SCOPED_OPS),
+        r#"{"intent_ids":["x"]}"#,
+    )
+    .unwrap();
+    denied(s, &r, "a scoped acknowledgement");
+    let (_, rec) = http(a, "GET", "/v1/tasks/deploy", Some(OPERATOR), "").unwrap();
+    assert_eq!(rec["state"], "REGISTERED", "{rec}");
+    // An unscoped operator is not limited.
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/tasks/deploy/finalize",
+        Some(OPERATOR),
+        r#"{"by":{"role":"operator","id":"x"},"error":{"reason":"no"}}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+}
+
 #[test]
 fn a_server_without_tokens_listens_only_on_loopback() {
     let dir = tempfile::tempdir().unwrap();

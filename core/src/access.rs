@@ -61,6 +61,77 @@ pub struct Caller {
     /// Whom a worker may act as; empty means its own name alone. An
     /// operator may act as anyone.
     pub owners: Vec<OwnerPattern>,
+    /// The tasks this caller may act on, if its token is scoped.
+    pub scope: Option<Scope>,
+}
+
+/// The tasks a scoped token may act on: those in one of its queues, or
+/// whose id starts with one of its prefixes (`scope=queue:ci,prefix:agent-*`
+/// on a token line). Checked in core's decision against the record the
+/// commit read ([`Preconditions::within`](crate::request::Preconditions)),
+/// so a worker's claim, report or `next` and an operator's act all meet
+/// the same rule; a task outside it is not permitted, and nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Scope {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<Id>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<String>,
+}
+
+impl Scope {
+    /// `queue:Q` and `prefix:P*` rules, comma-separated (at least one).
+    pub fn parse(text: &str) -> Result<Scope> {
+        let bad = |rule: String| Error::invalid("scope", rule);
+        let mut scope = Scope {
+            queues: Vec::new(),
+            prefixes: Vec::new(),
+        };
+        for rule in text.split(',') {
+            if let Some(q) = rule.strip_prefix("queue:") {
+                scope.queues.push(Id::parse("scope", q)?);
+            } else if let Some(p) = rule.strip_prefix("prefix:") {
+                let p = p
+                    .strip_suffix('*')
+                    .ok_or_else(|| bad(format!("a prefix rule ends with `*` (got {rule:?})")))?;
+                Id::parse("scope", p)?;
+                scope.prefixes.push(p.to_owned());
+            } else {
+                return Err(bad(format!(
+                    "a rule is queue:QUEUE or prefix:PREFIX* (got {rule:?})"
+                )));
+            }
+        }
+        Ok(scope)
+    }
+
+    /// Whether a task with id `task`, in queue `queue` (`None`: outside
+    /// the work graph, or not there yet), is in this scope.
+    pub fn admits(&self, task: &str, queue: Option<&str>) -> bool {
+        self.prefixes.iter().any(|p| task.starts_with(p.as_str()))
+            || queue.is_some_and(|q| self.queues.iter().any(|s| s.as_str() == q))
+    }
+
+    /// Whether `next` may name `queue` for this scope: one of its queues,
+    /// or any when it has prefixes (then only their tasks are taken).
+    pub fn admits_queue(&self, queue: &Id) -> bool {
+        !self.prefixes.is_empty() || self.queues.contains(queue)
+    }
+
+    /// The refusal of `task` outside this scope.
+    pub fn refusal(&self, task: &str) -> Error {
+        let rules: Vec<String> = self
+            .queues
+            .iter()
+            .map(|q| format!("queue:{q}"))
+            .chain(self.prefixes.iter().map(|p| format!("prefix:{p}*")))
+            .collect();
+        Error::not_permitted(format!(
+            "{task} is outside the scope of this token ({})",
+            rules.join(",")
+        ))
+    }
 }
 
 /// An owner a token may act as: one id, or every id with a prefix.
@@ -176,6 +247,21 @@ pub fn admit_taker(taker: &crate::graph::Taker, caller: Option<&Caller>) -> Resu
     }
 }
 
+/// A `next` as `caller` may ask it: its taker admitted ([`admit_taker`]),
+/// and for a scoped token, only queues its scope allows and only tasks in
+/// it (the query carries the scope; core's scan passes over the rest).
+pub fn admit_next(query: &mut crate::graph::NextQuery, caller: Option<&Caller>) -> Result<()> {
+    admit_taker(&query.taker, caller)?;
+    let Some(scope) = caller.and_then(|c| c.scope.as_ref()) else {
+        return Ok(());
+    };
+    if let Some(q) = query.queues.iter().find(|q| !scope.admits_queue(q)) {
+        return Err(scope.refusal(&format!("queue {q}")));
+    }
+    query.within = Some(scope.clone());
+    Ok(())
+}
+
 /// Whether `request` is an operator's to make.
 pub fn needs_operator(request: &Request) -> bool {
     match request {
@@ -228,6 +314,11 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
     if let Some((what, id)) = acting_as(&op.request) {
         caller.act_as(what, id)?;
     }
+    // A scoped token's request is decided within its scope, whatever
+    // scope the request itself named.
+    if let Some(scope) = &caller.scope {
+        op.pre.within = Some(scope.clone());
+    }
     if !needs_operator(&op.request) {
         return Ok(op);
     }
@@ -264,6 +355,11 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
 pub fn require_operator(caller: Option<&Caller>, what: &str) -> Result<()> {
     match caller {
         Some(c) if c.role != Role::Operator => Err(not_permitted(c, what)),
+        // An act over every task is not a scoped token's.
+        Some(c) if c.scope.is_some() => Err(Error::not_permitted(format!(
+            "{what} acts on every task: it needs an operator's token without a scope; {}'s is scoped",
+            c.name
+        ))),
         _ => Ok(()),
     }
 }
@@ -338,6 +434,7 @@ mod tests {
 
     fn caller(role: Role) -> Caller {
         Caller {
+            scope: None,
             name: Id::parse("id", "alice").unwrap(),
             role,
             owners: vec![OwnerPattern::Exact(Id::parse("id", "w1").unwrap())],
@@ -434,6 +531,7 @@ mod tests {
     #[test]
     fn a_worker_acts_only_as_the_owners_its_token_names() {
         let w = |owners: Vec<OwnerPattern>| Caller {
+            scope: None,
             name: Id::parse("id", "ci").unwrap(),
             role: Role::Worker,
             owners,

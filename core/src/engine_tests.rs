@@ -119,6 +119,7 @@ fn a_batchs_first_read_of_the_ready_index_is_its_count() {
             now: Timestamp(1_767_225_600_000),
             clock: Default::default(),
             count,
+            within: None,
         };
         let mut e = Engine::new([Job::Next(query)], LeaseRules::default());
         let Some(Need::Expired { .. }) = e.step().unwrap() else {

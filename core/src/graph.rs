@@ -693,6 +693,10 @@ pub struct NextQuery {
     /// one after another would make them. 1 to [`MAX_NEXT_COUNT`].
     #[serde(default = "one_grant", skip_serializing_if = "is_one_grant")]
     pub count: u32,
+    /// The tasks the caller may take (a scoped token's): the scan passes
+    /// over the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<crate::access::Scope>,
 }
 
 /// The most grants one `next` may make.

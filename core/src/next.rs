@@ -24,6 +24,12 @@ impl NextQuery {
         if candidate.lane() != self.lane() || !self.queues.contains(&node.spec.queue) {
             return None;
         }
+        // A scoped taker passes over what its scope does not admit.
+        if let Some(scope) = &self.within
+            && !scope.admits(candidate.task.as_str(), Some(node.spec.queue.as_str()))
+        {
+            return None;
+        }
         let request = match &self.taker {
             Taker::Owner {
                 owner,
@@ -43,7 +49,10 @@ impl NextQuery {
         Some(Operation {
             task: candidate.task.clone(),
             request,
-            pre: Preconditions::default(),
+            pre: Preconditions {
+                within: self.within.clone(),
+                ..Preconditions::default()
+            },
             now: self.now,
             clock: Default::default(),
         })

@@ -537,6 +537,7 @@ impl<S: Store> Authority<S> {
             now: self.now(),
             clock: self.commit_clock(),
             count: 1,
+            within: None,
         })
     }
 

@@ -2,7 +2,7 @@
 //! SHA-256 digests and compared in constant time; no token is ever logged
 //! or echoed.
 
-use baton_core::access::{Caller, OwnerPattern, Role};
+use baton_core::access::{Caller, OwnerPattern, Role, Scope};
 use baton_core::{Error, Id};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -57,24 +57,40 @@ impl Tokens {
             }
             let bad = |rule: &str| Error::invalid("tokens", format!("line {}: {rule}", n + 1));
             let parts: Vec<&str> = line.split_whitespace().collect();
-            let (name, role, token, owners) = match parts[..] {
-                [name, role, token] => (name, role, token, None),
-                [name, role, token, owners] => (name, role, token, Some(owners)),
-                _ => return Err(bad("a line is NAME ROLE TOKEN [owners=ID,PREFIX*,...]")),
+            let (name, role, token, rest) = match parts[..] {
+                [name, role, token, ref rest @ ..] if rest.len() <= 2 => (name, role, token, rest),
+                _ => {
+                    return Err(bad(
+                        "a line is NAME ROLE TOKEN [owners=ID,PREFIX*,...] [scope=queue:Q,prefix:P*,...]",
+                    ));
+                }
             };
             let name = Id::parse("tokens", name).map_err(|e| bad(&e.message))?;
             let role = Role::parse(role).ok_or_else(|| bad("ROLE is worker or operator"))?;
-            let owners = match owners {
-                None => Vec::new(),
-                Some(list) => {
-                    let list = list
-                        .strip_prefix("owners=")
-                        .ok_or_else(|| bad("the fourth field is owners=ID,PREFIX*,..."))?;
-                    list.split(',')
-                        .map(|p| OwnerPattern::parse(p).map_err(|e| bad(&e.message)))
-                        .collect::<Result<Vec<_>, _>>()?
+            let mut owners = None;
+            let mut scope = None;
+            for field in rest {
+                if let Some(list) = field.strip_prefix("owners=") {
+                    if owners.is_some() {
+                        return Err(bad("owners= is given twice"));
+                    }
+                    owners = Some(
+                        list.split(',')
+                            .map(|p| OwnerPattern::parse(p).map_err(|e| bad(&e.message)))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                } else if let Some(rules) = field.strip_prefix("scope=") {
+                    if scope.is_some() {
+                        return Err(bad("scope= is given twice"));
+                    }
+                    scope = Some(Scope::parse(rules).map_err(|e| bad(&e.message))?);
+                } else {
+                    return Err(bad(
+                        "a field after the token is owners=ID,PREFIX*,... or scope=queue:Q,prefix:P*,...",
+                    ));
                 }
-            };
+            }
+            let owners = owners.unwrap_or_default();
             if token.len() < MIN_TOKEN_BYTES {
                 return Err(bad(&format!(
                     "a token must be at least {MIN_TOKEN_BYTES} bytes"
@@ -86,7 +102,12 @@ impl Tokens {
             }
             entries.push(Entry {
                 digest: d,
-                caller: Caller { name, role, owners },
+                caller: Caller {
+                    name,
+                    role,
+                    owners,
+                    scope,
+                },
             });
         }
         if entries.is_empty() {
@@ -140,6 +161,22 @@ mod tests {
     }
 
     #[test]
+    fn a_scope_limits_a_token_to_queues_and_prefixes() {
+        let t = Tokens::parse(
+            "ci worker aaaaaaaaaaaaaaaaaaaa scope=queue:ci,prefix:agent-* owners=w-*\nops operator bbbbbbbbbbbbbbbbbbbb\n",
+        )
+        .unwrap();
+        let ci = t.check("aaaaaaaaaaaaaaaaaaaa").unwrap();
+        let scope = ci.scope.unwrap();
+        assert!(scope.admits("anything", Some("ci")));
+        assert!(scope.admits("agent-7", None));
+        assert!(!scope.admits("deploy", Some("prod")));
+        assert!(!scope.admits("agent", None), "the prefix is agent-");
+        assert_eq!(ci.owners.len(), 1);
+        assert!(t.check("bbbbbbbbbbbbbbbbbbbb").unwrap().scope.is_none());
+    }
+
+    #[test]
     fn bad_lines_are_refused_naming_the_line_never_the_token() {
         for (text, rule) in [
             ("ci worker", "NAME ROLE TOKEN"),
@@ -150,6 +187,19 @@ mod tests {
                 "earlier line",
             ),
             ("# nothing\n", "no token"),
+            (
+                "ci worker aaaaaaaaaaaaaaaaaaaa scope=bogus",
+                "queue:QUEUE or prefix:PREFIX*",
+            ),
+            (
+                "ci worker aaaaaaaaaaaaaaaaaaaa scope=prefix:ci",
+                "ends with `*`",
+            ),
+            (
+                "ci worker aaaaaaaaaaaaaaaaaaaa scope=queue:a scope=queue:b",
+                "given twice",
+            ),
+            ("ci worker aaaaaaaaaaaaaaaaaaaa colour=red", "owners="),
         ] {
             let e = Tokens::parse(text).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("tokens"));

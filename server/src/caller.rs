@@ -114,7 +114,9 @@ impl Store for CallerStore {
     }
 
     async fn next_many(&self, query: &NextQuery) -> Result<Vec<Decision>> {
-        access::admit_taker(&query.taker, self.caller.as_ref())?;
+        let mut query = query.clone();
+        access::admit_next(&mut query, self.caller.as_ref())?;
+        let query = &query;
         if !(1..=baton_core::graph::MAX_NEXT_COUNT).contains(&query.count) {
             return Err(baton_core::Error::invalid(
                 "count",

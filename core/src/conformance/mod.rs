@@ -273,7 +273,8 @@ macro_rules! conformance_tests {
             checkpoints_are_fenced_kept_and_carried_by_later_grants,
             a_step_spawns_its_tasks_once_and_waits_for_them,
             next_count_grants_what_as_many_nexts_would,
-            reports_in_one_call_are_each_decided_on_their_own_fence
+            reports_in_one_call_are_each_decided_on_their_own_fence,
+            a_scoped_request_acts_only_within_its_scope
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

@@ -518,6 +518,20 @@ fn lock_delay_effect(d: &Decision) -> TimerEffect {
     }
 }
 
+/// The queue a scope judges `op` by: the task's, as the commit read it
+/// (the queue a graph's add puts it in, before it exists); a queue's
+/// policy record by the queue it sets.
+fn scoped_queue<'a>(op: &'a Operation, rec: Option<&'a TaskRecord>) -> Option<&'a str> {
+    if let Some(n) = rec.and_then(|r| r.node.as_ref()) {
+        return Some(n.spec.queue.as_str());
+    }
+    match &op.request {
+        Request::Add { node } => Some(node.queue.as_str()),
+        Request::QueuePolicy { .. } => op.task.as_str().strip_prefix(crate::graph::QUEUE_PREFIX),
+        _ => None,
+    }
+}
+
 fn decide_request(
     op: &Operation,
     rec: Option<&TaskRecord>,
@@ -552,6 +566,11 @@ fn decide_request(
                 op.task.as_str()
             ),
         ));
+    }
+    if let Some(scope) = &op.pre.within
+        && !scope.admits(op.task.as_str(), scoped_queue(op, rec))
+    {
+        return Verdict::Invalid(scope.refusal(op.task.as_str()));
     }
     if let Some(refusal) = check_preconditions(&op.pre, rec) {
         return refuse(refusal);

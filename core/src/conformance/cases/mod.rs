@@ -10,6 +10,7 @@ mod lifecycle;
 mod races;
 mod reads;
 mod registry;
+mod scope;
 mod steps;
 
 pub use batch::*;
@@ -22,4 +23,5 @@ pub use lifecycle::*;
 pub use races::*;
 pub use reads::*;
 pub use registry::*;
+pub use scope::*;
 pub use steps::*;

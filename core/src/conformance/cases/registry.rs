@@ -216,6 +216,7 @@ pub fn preconditions_must_be_proved<H: Harness>(ctx: &mut Ctx<H>) {
         expected_revision: Some(g.revision),
         expected_attempt: Some(g.attempt),
         expected_fence: Some(g.fence),
+        within: None,
     };
     assert!(
         !ctx.block_on(a.annotate(&t, &w, meta(), ok.clone()))
