@@ -96,6 +96,7 @@ impl Out {
                     View::Events => event_table(&self.items, self.next.as_deref()),
                     View::Record => lines(&self.items, |v| record_view(v, now, colour)),
                     View::Graph => graph_table(&self.items),
+                    View::Setting => setting_view(&self.items, now),
                 }
             }
             Format::Dot => dot(&self.items),
@@ -265,6 +266,76 @@ pub fn relative(at: &Value, now: baton_core::Timestamp) -> String {
     }
 }
 
+/// A retry policy in one line: "3 attempts, backoff 30s x2 up to 1h".
+fn retry_text(retry: &Value) -> String {
+    let ms = |v: &Value| v.as_u64().map_or_else(|| "-".to_owned(), duration);
+    format!(
+        "{} attempts, backoff {} x{} up to {}",
+        text(&retry["max_attempts"]),
+        ms(&retry["backoff_ms"]),
+        text(&retry["factor"]),
+        ms(&retry["max_backoff_ms"]),
+    )
+}
+
+/// One field of a setting as a person reads it: a duration (`every_ms`)
+/// as one (`every 30s`), a time with how far it is, a retry policy as a
+/// sentence, a key's holders and parked tasks by id.
+fn setting_field(key: &str, v: &Value, now: baton_core::Timestamp) -> (String, String) {
+    if let Some(name) = key.strip_suffix("_ms")
+        && let Some(ms) = v.as_u64()
+    {
+        return (name.to_owned(), duration(ms));
+    }
+    let shown = match (key, v) {
+        ("retry", Value::Object(_)) => retry_text(v),
+        ("retry", Value::Null) => "none".to_owned(),
+        ("holders" | "parked", Value::Array(a)) if a.is_empty() => "-".to_owned(),
+        ("holders", Value::Array(a)) => a
+            .iter()
+            .map(|h| match h["fence"].as_u64() {
+                Some(f) => format!("{} (fence {f})", text(&h["task"])),
+                None => text(h),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        ("parked", Value::Array(a)) => a.iter().map(text).collect::<Vec<_>>().join(", "),
+        ("since" | "next_run", Value::String(_)) => when(v, now),
+        _ => text(v),
+    };
+    (escape_unprintable(key), shown)
+}
+
+/// Settings for a person: one as rows of its fields, several as a table.
+fn setting_view(items: &[Value], now: baton_core::Timestamp) -> String {
+    let fields = |v: &Value| -> Vec<(String, String)> {
+        v.as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != "idempotent")
+            .map(|(k, v)| setting_field(k, v, now))
+            .collect()
+    };
+    if let [one] = items {
+        let rows = fields(one);
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        return rows
+            .iter()
+            .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+            .collect();
+    }
+    if items.is_empty() {
+        return "(none)\n".to_owned();
+    }
+    let rows: Vec<Vec<(String, String)>> = items.iter().map(fields).collect();
+    let header: Vec<&str> = rows[0].iter().map(|(k, _)| k.as_str()).collect();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|(_, v)| v.clone()).collect())
+        .collect();
+    table(&header, &cells, None)
+}
+
 /// A time as written, with how far it is from `now`.
 fn when(at: &Value, now: baton_core::Timestamp) -> String {
     format!("{} ({})", text(at), relative(at, now))
@@ -395,20 +466,7 @@ fn record_view(v: &Value, now: baton_core::Timestamp, colour: Colour) -> String 
             &n["queue_retry"]
         };
         if retry.is_object() {
-            rows.push((
-                "retry",
-                format!(
-                    "{} attempts, backoff {} x{} up to {}",
-                    text(&retry["max_attempts"]),
-                    retry["backoff_ms"]
-                        .as_u64()
-                        .map_or_else(|| "-".to_owned(), duration),
-                    text(&retry["factor"]),
-                    retry["max_backoff_ms"]
-                        .as_u64()
-                        .map_or_else(|| "-".to_owned(), duration),
-                ),
-            ));
+            rows.push(("retry", retry_text(retry)));
         }
     }
     if let Some(d) = v["dependents"].as_array().filter(|d| !d.is_empty()) {

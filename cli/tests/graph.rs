@@ -389,6 +389,44 @@ fn schedulers_in_several_processes_make_one_task_per_period() {
         "schedule", "add", "nightly", "--every", "1h", "--queue", "cron",
     ]);
     assert_eq!(code, 0, "{out:?}");
+    // A setting's write answers with the setting: the schedule, its
+    // period and its next run, not the record that holds it.
+    assert_eq!(
+        (
+            out[0]["schedule"].as_str(),
+            &out[0]["every_ms"],
+            out[0]["idempotent"].as_bool()
+        ),
+        (
+            Some("schedule:nightly"),
+            &serde_json::json!(3_600_000),
+            Some(false)
+        ),
+        "{out:?}"
+    );
+    assert!(
+        out[0]["next_run"].as_str() > out[0]["since"].as_str(),
+        "{out:?}"
+    );
+    assert!(out[0].get("revision").is_none(), "{out:?}");
+    // For a person: a duration as one, a time with how far it is.
+    let human = env
+        .cmd(&["--format", "human", "schedule", "list"])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        human.contains("every ") && human.contains("1h00m"),
+        "{human}"
+    );
+    assert!(
+        !human.contains("every_ms") && !human.contains("3600000"),
+        "{human}"
+    );
+    assert!(
+        human.contains("(in 59m") || human.contains("(in 1h00m"),
+        "{human}"
+    );
     let made = four_tick_processes(&env);
     assert_eq!(made.len(), 1, "one task for the period: {made:?}");
     assert!(made[0].starts_with("nightly@"), "{made:?}");
@@ -499,6 +537,11 @@ fn a_key_limit_holds_against_eight_worker_processes() {
     let env = Env::new(Backend::Sqlite);
     let (code, out) = env.baton(&["limit", "set", "repo", "2", "--operator", "alice"]);
     assert_eq!(code, 0, "{out:?}");
+    assert_eq!(
+        (out[0]["key"].as_str(), &out[0]["limit"]),
+        (Some("repo"), &serde_json::json!(2)),
+        "the setting: {out:?}"
+    );
     for i in 0..10 {
         let t = format!("job-{i}");
         let (code, out) = env.baton(&["add", &t, "--queue", "kq", "--key", "repo"]);
@@ -780,7 +823,7 @@ fn one_failing_schedule_stops_no_other_in_schedule_tick() {
     assert_eq!(out[0]["error"]["field"], "depends_on", "{out:?}");
     let (code, out) = env.baton(&["schedule", "add", "0000", "--every", "1h"]);
     assert_eq!(code, 0, "{out:?}");
-    let start = out[0]["created_at"].as_str().unwrap().to_owned();
+    let start = out[0]["since"].as_str().unwrap().to_owned();
     let (code, out) = env.baton(&["schedule", "add", "zzzz", "--every", "1h"]);
     assert_eq!(code, 0, "{out:?}");
     let (code, out) = env.baton(&["add", &format!("0000@{start}"), "--queue", "elsewhere"]);

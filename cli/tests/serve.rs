@@ -1002,7 +1002,13 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
     )
     .unwrap();
     assert_eq!(s, 200, "{r}");
-    assert_eq!(r["schedule"]["cron"], "0 2 * * *", "{r}");
+    assert_eq!(r["cron"], "0 2 * * *", "the schedule, as set: {r}");
+    assert!(
+        r["next_run"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("T02:00:00.000Z")),
+        "its next run: {r}"
+    );
     // A concurrency key over the task API: a limit of 1, a task with the
     // key granted, the next refused `key_full` naming it.
     let (s, r) = http(
@@ -1013,7 +1019,11 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         r#"{"limit":1,"operator":"alice"}"#,
     )
     .unwrap();
-    assert_eq!((s, r["state"].as_str()), (200, Some("REGISTERED")), "{r}");
+    assert_eq!(
+        (s, r["key"].as_str(), &r["limit"]),
+        (200, Some("deploy"), &serde_json::json!(1)),
+        "{r}"
+    );
     for t in ["d1", "d2"] {
         let (s, r) = http(
             a,
@@ -1089,7 +1099,11 @@ fn the_task_api_answers_with_the_clis_json_and_statuses() {
         r#"{"retry":{"max_attempts":3,"backoff_ms":3600000},"operator":"alice"}"#,
     )
     .unwrap();
-    assert_eq!((s, r["state"].as_str()), (200, Some("REGISTERED")), "{r}");
+    assert_eq!(
+        (s, r["queue"].as_str(), &r["retry"]["max_attempts"]),
+        (200, Some("builds"), &serde_json::json!(3)),
+        "the setting: {r}"
+    );
     for (body, field) in [
         (
             r#"{"retry":{"max_attempts":0,"backoff_ms":1000},"operator":"alice"}"#,
@@ -1388,7 +1402,9 @@ fn the_status_page_shows_a_live_lease_in_a_real_browser() {
         .and_then(|rest| rest.split("</tbody>").next())
         .unwrap_or_else(|| panic!("no lease table in {dom}"));
     assert!(
-        leases.contains(r##"<a class="task" href="#task=nightly-build">nightly-build</a>"##),
+        leases.contains(
+            r##"<a class="task" title="nightly-build" href="#task=nightly-build">nightly-build</a>"##
+        ),
         "the task links to its page: {leases}"
     );
     for cell in ["agent-seven", fence.as_str(), "CLAIMED"] {
@@ -2857,7 +2873,7 @@ fn one_failing_schedule_stops_no_other_and_the_status_says_so() {
     assert!(r.to_string().contains("depends_on"), "{r}");
     let (s, r) = http(a, "POST", "/v1/schedules/0000", Some(OPERATOR), every).unwrap();
     assert_eq!(s, 200, "{r}");
-    let created = r["created_at"].as_str().unwrap().to_owned();
+    let created = r["since"].as_str().unwrap().to_owned();
     let (s, r) = http(a, "POST", "/v1/schedules/zzzz", Some(OPERATOR), every).unwrap();
     assert_eq!(s, 200, "{r}");
     // A worker adds 0000's next periods' tasks with its own definition.
@@ -2912,7 +2928,7 @@ fn one_failing_schedule_stops_no_other_and_the_status_says_so() {
     let quiet = Server::start_with(&store2, &["--tokens", &tokens, "--sweep-every", "off"]);
     let b = quiet.addr;
     let (_, r) = http(b, "POST", "/v1/schedules/0000", Some(OPERATOR), every).unwrap();
-    let start = baton_core::Timestamp::parse_rfc3339(r["created_at"].as_str().unwrap()).unwrap();
+    let start = baton_core::Timestamp::parse_rfc3339(r["since"].as_str().unwrap()).unwrap();
     http(b, "POST", "/v1/schedules/zzzz", Some(OPERATOR), every).unwrap();
     let (s, r) = http(
         b,

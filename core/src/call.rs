@@ -148,6 +148,9 @@ pub enum Shape {
     Record,
     /// Graph nodes.
     Graph,
+    /// Settings (a key's limit, a queue's policy, a schedule): durations
+    /// in `_ms` fields, the times they name.
+    Setting,
 }
 
 /// Whether an operation did what it was asked.
@@ -349,11 +352,22 @@ impl Call {
         Ok(match self {
             Call::Write { task, request, pre } => {
                 let as_grant = answers_with_grant(request.kind());
+                let setting = matches!(
+                    request,
+                    Request::Limit { .. } | Request::QueuePolicy { .. } | Request::Schedule { .. }
+                );
                 let evidence = match &request {
                     Request::Succeed { evidence, .. } => Some(evidence.clone()),
                     _ => None,
                 };
                 let reply = a.submit(&task, request, pre).await?;
+                // A setting's write answers with the setting, as its read
+                // shows it, not with the record that holds it.
+                if setting && let Some(record) = reply.record() {
+                    let mut view = setting_json(a, record).await?;
+                    view["idempotent"] = json!(matches!(reply, Reply::Acknowledged(_)));
+                    return Ok(Output::one(view).shaped(Shape::Setting).written(true));
+                }
                 let mut out = Output::reply(&reply, as_grant)
                     .written(true)
                     .signed(a)
@@ -556,22 +570,11 @@ impl Call {
             }
             Call::Schedules => {
                 let records = a.schedules().await?;
-                let items = records
-                    .iter()
-                    .map(|r| {
-                        json!({
-                            "schedule": r.task,
-                            "state": r.state,
-                            "every_ms": r.schedule.as_ref().map(|s| s.every_ms).filter(|ms| *ms > 0),
-                            "cron": r.schedule.as_ref().and_then(|s| s.cron.as_deref()),
-                            "queue": r.schedule.as_ref().map(|s| &s.template.queue),
-                            "since": r.created_at,
-                            // Why its last tick made no task, until one does.
-                            "failure": r.schedule_failure,
-                        })
-                    })
-                    .collect();
-                Output::list(items, None).answering(Answer::Records(records))
+                let now = a.now();
+                let items = records.iter().map(|r| schedule_json(r, now)).collect();
+                Output::list(items, None)
+                    .shaped(Shape::Setting)
+                    .answering(Answer::Records(records))
             }
             Call::Tick => {
                 let made = a.tick_schedules().await?;
@@ -579,12 +582,7 @@ impl Call {
                     .written(!made.is_empty())
                     .answering(Answer::Made(made))
             }
-            Call::KeyShow { key } => match a.key_status(&key).await? {
-                Some(s) => Output::one(json!(s)),
-                None => {
-                    Output::one(json!({"key": key, "limit": null, "holders": [], "parked": []}))
-                }
-            },
+            Call::KeyShow { key } => Output::one(key_json(a, &key).await?).shaped(Shape::Setting),
             Call::Keys => {
                 let keys = a.keys().await?;
                 let items = keys
@@ -598,11 +596,12 @@ impl Call {
                         })
                     })
                     .collect();
-                Output::list(items, None).answering(Answer::Keys(keys))
+                Output::list(items, None)
+                    .shaped(Shape::Setting)
+                    .answering(Answer::Keys(keys))
             }
             Call::QueueShow { queue } => {
-                let policy = a.queue_policy(&queue).await?.unwrap_or_default();
-                Output::one(json!({"queue": queue, "retry": policy.retry}))
+                Output::one(queue_json(a, &queue).await?).shaped(Shape::Setting)
             }
             Call::Prune {
                 by,
@@ -616,6 +615,49 @@ impl Call {
             }
         })
     }
+}
+
+/// A schedule as `schedule list` shows it: its period (`every_ms`, or
+/// `cron`), queue, when it was set and when it next makes a task, and why
+/// its last tick made none, until one does.
+fn schedule_json(r: &TaskRecord, now: crate::Timestamp) -> Value {
+    let s = r.schedule.as_ref();
+    json!({
+        "schedule": r.task,
+        "state": r.state,
+        "every_ms": s.map(|s| s.every_ms).filter(|ms| *ms > 0),
+        "cron": s.and_then(|s| s.cron.as_deref()),
+        "queue": s.map(|s| &s.template.queue),
+        "since": r.created_at,
+        "next_run": s.filter(|_| !r.state.is_terminal()).and_then(|s| s.next_run(r.created_at, now)),
+        "failure": r.schedule_failure,
+    })
+}
+
+/// A concurrency key as `limit show` shows it.
+async fn key_json<S: Store>(a: &Authority<S>, key: &Id) -> Result<Value> {
+    Ok(match a.key_status(key).await? {
+        Some(s) => json!(s),
+        None => json!({"key": key, "limit": null, "holders": [], "parked": []}),
+    })
+}
+
+/// A queue's policy as `queue show` shows it.
+async fn queue_json<S: Store>(a: &Authority<S>, queue: &Id) -> Result<Value> {
+    let policy = a.queue_policy(queue).await?.unwrap_or_default();
+    Ok(json!({"queue": queue, "retry": policy.retry}))
+}
+
+/// The setting `record` holds, as its read shows it.
+async fn setting_json<S: Store>(a: &Authority<S>, record: &TaskRecord) -> Result<Value> {
+    let id = record.task.as_str();
+    if let Some(key) = id.strip_prefix(crate::graph::KEY_PREFIX) {
+        return key_json(a, &Id::parse("key", key)?).await;
+    }
+    if let Some(queue) = id.strip_prefix(crate::graph::QUEUE_PREFIX) {
+        return queue_json(a, &Id::parse("queue", queue)?).await;
+    }
+    Ok(schedule_json(record, a.now()))
 }
 
 #[cfg(test)]

@@ -132,6 +132,29 @@ impl Schedule {
         let task = Id::parse("task", &format!("{name}@{start}")).ok()?;
         Some((task, self.template.clone()))
     }
+
+    /// When the next period after `now` starts (its task is made then),
+    /// for the schedule set at `anchor`; `None` when no time is named.
+    pub fn next_run(&self, anchor: Timestamp, now: Timestamp) -> Option<Timestamp> {
+        match &self.cron {
+            Some(expr) => {
+                let cron = parse_cron(expr).ok()?;
+                let from = now.max(anchor);
+                let at = chrono::DateTime::<chrono::Utc>::from_timestamp(
+                    from.as_millis().div_euclid(1000),
+                    0,
+                )?;
+                let next = cron.find_next_occurrence(&at, false).ok()?;
+                Some(Timestamp(next.timestamp_millis()))
+            }
+            None if now < anchor => Some(anchor),
+            None => {
+                let since = u64::try_from(now.as_millis().checked_sub(anchor.as_millis())?).ok()?;
+                let k = since / self.every_ms.max(1) + 1;
+                anchor.checked_plus_ms(k.checked_mul(self.every_ms)?)
+            }
+        }
+    }
 }
 
 /// A cron expression as baton reads it: 5 fields (minute to weekday), or 6

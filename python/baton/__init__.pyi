@@ -477,11 +477,11 @@ class Authority:
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
-    ) -> Union[Record, Refusal]:
-        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick."""
+    ) -> Union[dict[str, Any], Refusal]:
+        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick; the schedule (`schedule`, `every_ms` or `cron`, `queue`, `since`, `next_run`, `failure`, `idempotent`)."""
     def schedules(self) -> List[Record]: ...
-    def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[Record, Refusal]:
-        """An operator sets a concurrency key's limit (None: no limit)."""
+    def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[dict[str, Any], Refusal]:
+        """An operator sets a concurrency key's limit (None: no limit); the key as `key_status` shows it, with `idempotent`."""
     def key_status(self, key: str) -> dict[str, Any]:
         """A key's `limit`, live `holders` ({"task", "fence"}) and `parked` tasks."""
     def keys(self) -> List[dict[str, Any]]: ...
@@ -494,8 +494,8 @@ class Authority:
         backoff: Optional[_Seconds] = None,
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
-    ) -> Union[Record, Refusal]:
-        """An operator sets a queue's retry policy (none of the retry arguments: removed)."""
+    ) -> Union[dict[str, Any], Refusal]:
+        """An operator sets a queue's retry policy (none of the retry arguments: removed); the queue as `queue_policy` shows it, with `idempotent`."""
     def queue_policy(self, queue: str) -> dict[str, Any]:
         """A queue's `retry` policy (a dict, or None)."""
     def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:

@@ -167,11 +167,11 @@ class Authority:
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
-    ) -> Union[Record, Refusal]:
-        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick."""
+    ) -> Union[dict[str, Any], Refusal]:
+        """A recurring schedule: one task NAME@START per period, made once however many schedulers tick; the schedule (`schedule`, `every_ms` or `cron`, `queue`, `since`, `next_run`, `failure`, `idempotent`)."""
     async def schedules(self) -> List[Record]: ...
-    async def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[Record, Refusal]:
-        """An operator sets a concurrency key's limit (None: no limit)."""
+    async def set_limit(self, key: str, limit: Optional[int], operator: str) -> Union[dict[str, Any], Refusal]:
+        """An operator sets a concurrency key's limit (None: no limit); the key as `key_status` shows it, with `idempotent`."""
     async def key_status(self, key: str) -> dict[str, Any]:
         """A key's `limit`, live `holders` ({"task", "fence"}) and `parked` tasks."""
     async def keys(self) -> List[dict[str, Any]]: ...
@@ -184,8 +184,8 @@ class Authority:
         backoff: Optional[_Seconds] = None,
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
-    ) -> Union[Record, Refusal]:
-        """An operator sets a queue's retry policy (none of the retry arguments: removed)."""
+    ) -> Union[dict[str, Any], Refusal]:
+        """An operator sets a queue's retry policy (none of the retry arguments: removed); the queue as `queue_policy` shows it, with `idempotent`."""
     async def queue_policy(self, queue: str) -> dict[str, Any]:
         """A queue's `retry` policy (a dict, or None)."""
     async def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:

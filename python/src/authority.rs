@@ -551,7 +551,8 @@ impl Authority {
 
     /// An operator sets concurrency key `key`'s limit: at most `limit`
     /// live grants at once of the tasks added with that key (`None`: no
-    /// limit). A `Record` (the key's), or a `Refusal`.
+    /// limit). The key as `key_status` shows it (with `idempotent`), or a
+    /// `Refusal`.
     #[pyo3(signature = (key, limit, operator))]
     fn set_limit(
         slf: &Bound<'_, Self>,
@@ -566,8 +567,8 @@ impl Authority {
 
     /// An operator sets queue `queue`'s retry policy: a task added to the
     /// queue without one of its own takes it, fixed when it is added.
-    /// With none of the retry arguments the policy is removed. A `Record`
-    /// (the queue's), or a `Refusal`.
+    /// With none of the retry arguments the policy is removed. The queue
+    /// as `queue_policy` shows it (with `idempotent`), or a `Refusal`.
     #[pyo3(signature = (queue, operator, *, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None))]
     #[allow(clippy::too_many_arguments)]
     fn set_queue_policy(
@@ -761,8 +762,9 @@ impl Authority {
     /// per time the cron expression `cron` names (UTC; 5 fields, or 6 with
     /// seconds first), with the queue, priority, dependencies, limit and
     /// retries `add` takes, made by whichever scheduler ticks first in
-    /// each period. A `Record`, or a `Refusal` (`manifest_conflict`) for
-    /// another schedule of that name.
+    /// each period. The schedule as a dict (`schedule`, `every_ms` or
+    /// `cron`, `queue`, `since`, `next_run`, `failure`, `idempotent`), or
+    /// a `Refusal` (`manifest_conflict`) for another schedule of that name.
     #[pyo3(signature = (name, every = None, *, cron = None, queue = None, priority = 0, after = None, timeout = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
     #[allow(clippy::too_many_arguments)]
     fn schedule(

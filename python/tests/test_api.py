@@ -249,7 +249,9 @@ def test_a_key_limit_holds_grants_back_and_names_the_holders(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.add("bad", key="")
     assert e.value.field == "key"
-    assert auth.set_limit("repo", 1, "alice").state == "REGISTERED"
+    # A setting's write answers with the setting, as key_status shows it.
+    set_ = auth.set_limit("repo", 1, "alice")
+    assert set_["key"] == "repo" and set_["limit"] == 1 and not set_["idempotent"]
     for t in ("a", "b", "c"):
         auth.add(t, queue="kq", key="repo")
     g = auth.next("w1", ["kq"])
@@ -265,7 +267,7 @@ def test_a_key_limit_holds_grants_back_and_names_the_holders(auth):
     auth.complete("a", "w1", g.fence)
     assert auth.next("w2", ["kq"]).task == "b", "the oldest waiting task first"
     assert [k["key"] for k in auth.keys()] == ["repo"]
-    assert auth.set_limit("repo", None, "alice").state == "REGISTERED"
+    assert auth.set_limit("repo", None, "alice")["limit"] is None
     assert auth.next("w3", ["kq"]).task == "c", "no limit: the rest go"
 
 
@@ -275,7 +277,7 @@ def test_a_queue_policy_retries_what_is_added_to_the_queue(auth):
         auth.set_queue_policy("builds", "alice", max_attempts=0)
     assert e.value.field == "max_attempts"
     r = auth.set_queue_policy("builds", "alice", max_attempts=2, backoff=3600)
-    assert r.state == "REGISTERED"
+    assert r["queue"] == "builds" and r["retry"]["max_attempts"] == 2
     policy = auth.queue_policy("builds")["retry"]
     assert policy["max_attempts"] == 2 and policy["backoff_ms"] == 3_600_000
     auth.add("compile", queue="builds")
@@ -283,14 +285,15 @@ def test_a_queue_policy_retries_what_is_added_to_the_queue(auth):
     failed = auth.fail("compile", "w1", g.fence, {"exit": 2})
     assert failed.state == "REGISTERED", "tried again after the queue's backoff"
     assert auth.next("w1", ["builds"]).reason == "none_ready", "not before its wait"
-    assert auth.set_queue_policy("builds", "alice").state == "REGISTERED"
+    assert auth.set_queue_policy("builds", "alice")["retry"] is None
     assert auth.queue_policy("builds")["retry"] is None
 
 
 def test_a_schedule_makes_one_task_per_period(auth):
     r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
-    assert r.state == "REGISTERED"
-    assert auth.schedule("hourly", 3600, queue="cron", max_attempts=2).idempotent
+    assert r["schedule"] == "schedule:hourly" and r["every_ms"] == 3_600_000
+    assert r["next_run"] > r["since"] and not r["idempotent"]
+    assert auth.schedule("hourly", 3600, queue="cron", max_attempts=2)["idempotent"]
     assert [s.task for s in auth.schedules()] == ["schedule:hourly"]
     made = auth.tick_schedules()
     assert len(made) == 1 and made[0][0].startswith("hourly@")
@@ -305,8 +308,8 @@ def test_a_schedule_makes_one_task_per_period(auth):
 
 def test_a_cron_schedule_makes_one_task_per_named_time(auth):
     r = auth.schedule("everysec", cron="* * * * * *", queue="cron")
-    assert r.state == "REGISTERED"
-    assert auth.schedule("everysec", cron="* * * * * *", queue="cron").idempotent
+    assert r["cron"] == "* * * * * *" and r["next_run"] is not None
+    assert auth.schedule("everysec", cron="* * * * * *", queue="cron")["idempotent"]
     for kwargs, field in [
         ({"cron": "61 * * * *"}, "cron"),
         ({"every": 60, "cron": "0 2 * * *"}, "cron"),
