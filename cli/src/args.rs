@@ -22,6 +22,7 @@ pub struct Cli {
     /// Store URL: sqlite:PATH, sled:PATH, etcd://HOST:PORT,.../PREFIX,
     /// postgres://USER@HOST:PORT/DB?schema=NAME (port and schema optional),
     /// http://HOST:PORT (a `baton serve`), http+unix://PATH or memory:.
+    /// Without it or BATON_STORE: sqlite:baton.db, in the working directory.
     #[arg(long, global = true, env = "BATON_STORE")]
     pub store: Option<String>,
     /// The bearer token sent to a `baton serve` (http:// stores).
@@ -31,7 +32,8 @@ pub struct Cli {
     /// `BATON_STORE`): `demo` and `bench` write only into a store named so.
     #[arg(skip)]
     pub store_given: bool,
-    /// Output format (json by default; `demo` prints human by default).
+    /// Output format: human on a terminal, json when piped or redirected
+    /// (`demo` prints human unless json is asked for).
     #[arg(long, global = true, value_enum)]
     pub format: Option<Format>,
     #[command(subcommand)]

@@ -36,13 +36,24 @@ use baton_core::{Error, ErrorKind};
 use output::Out;
 
 /// Runs one command line (`argv[0]` included) and returns the exit status.
-/// Output goes to standard output, errors to standard error as JSON.
+/// Output goes to standard output (for people on a terminal, JSON
+/// otherwise or with `--format json`), errors to standard error (text on a
+/// terminal, JSON otherwise).
 pub fn run<I, T>(argv: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
     let argv: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+    // A person at a terminal reads errors as text (clap's usage errors with
+    // their "did you mean"); a script, or `--format json`, reads JSON.
+    let json_asked = argv
+        .windows(2)
+        .any(|w| w[0] == "--format" && w[1] == "json")
+        || argv.iter().any(|a| a == "--format=json");
+    supervise::term::errors_as_text(
+        !json_asked && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
     let cli = match parse_cli(argv.clone()) {
         Ok(cli) => cli,
         Err(e) if asks_for_run(&argv) => return supervise::own(usage_error(e)),
@@ -91,11 +102,21 @@ where
     }
     let format = cli.format;
     let code = match runtime.block_on(execute(&cli)) {
-        Ok(out) => out.print(format.unwrap_or(Format::Json)),
+        Ok(out) => out.print(format.unwrap_or_else(default_format)),
         Err(e) => report_error(&e),
     };
     finish(&runtime);
     code
+}
+
+/// The output format when none is asked for: for a person on a terminal,
+/// JSON when standard output is a pipe or a file (what scripts read).
+fn default_format() -> Format {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        Format::Human
+    } else {
+        Format::Json
+    }
 }
 
 fn finish(runtime: &tokio::runtime::Runtime) {
@@ -154,7 +175,7 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
     };
     StoreUrl::parse(store)?;
     let mut spec = supervise::Spec::new(store, task, next, holder, ttl.as_deref(), evidence, opts)?;
-    spec.human = cli.format == Some(Format::Human);
+    spec.human = cli.format.unwrap_or_else(default_format) == Format::Human;
     if let Command::Run { count: Some(n), .. } = &cli.command {
         spec.count = *n;
     }
@@ -162,6 +183,19 @@ fn run_spec(cli: &Cli) -> Result<Option<supervise::Spec>, Error> {
 }
 
 fn usage_error(e: clap::Error) -> i32 {
+    // On a terminal, clap's own words: what was wrong, what was meant
+    // ("a similar subcommand exists"), the usage.
+    if supervise::term::errors_are_text()
+        && !matches!(
+            e.kind(),
+            clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayVersion
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        )
+    {
+        let _ = e.print();
+        return exit::INVALID;
+    }
     match clap_error(e) {
         Ok(code) => code,
         Err(err) => report_error(&err),
@@ -248,11 +282,118 @@ fn parse_cli(argv: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
         return Err(e);
     }
     use clap::{CommandFactory, FromArgMatches};
-    let mut matches = Cli::command().try_get_matches_from(argv)?;
+    let mut matches = grouped_help(Cli::command()).try_get_matches_from(argv)?;
     let given = matches.value_source("store") == Some(clap::parser::ValueSource::CommandLine);
     let mut cli = Cli::from_arg_matches_mut(&mut matches)?;
     cli.store_given = given;
     Ok(cli)
+}
+
+/// The top-level help's commands, by what they are for; a command no
+/// group names is listed under "Other", so none is left out.
+const HELP_GROUPS: [(&str, &[&str]); 5] = [
+    (
+        "Leases (a worker's)",
+        &[
+            "claim",
+            "renew",
+            "release",
+            "recover",
+            "complete",
+            "fail",
+            "report",
+            "checkpoint",
+            "run",
+            "holder",
+            "verify",
+        ],
+    ),
+    ("The work graph", &["add", "next", "graph"]),
+    ("The registry (declared tasks)", &["task"]),
+    (
+        "Operators",
+        &[
+            "cancel", "sweep", "prune", "limit", "queue", "schedule", "outbox", "events",
+        ],
+    ),
+    (
+        "Server and tools",
+        &["serve", "guard", "demo", "bench", "completions", "help"],
+    ),
+];
+
+/// `baton --help` with its commands grouped ([`HELP_GROUPS`]), each with
+/// the first sentence of what it does, wrapped to the terminal (100
+/// columns when the help is not shown on one).
+fn grouped_help(mut cmd: clap::Command) -> clap::Command {
+    cmd.build();
+    let width = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        .then(terminal_size::terminal_size)
+        .flatten()
+        .map_or(100, |(w, _)| usize::from(w.0).clamp(40, 200));
+    let visible: Vec<&clap::Command> = cmd.get_subcommands().filter(|c| !c.is_hide_set()).collect();
+    let name_width = visible
+        .iter()
+        .map(|c| c.get_name().len())
+        .max()
+        .unwrap_or(0);
+    let line = |c: &clap::Command| {
+        let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let first = about
+            .split(". ")
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('.');
+        let indent = 2 + name_width + 2;
+        let mut out = format!("  {:<name_width$}  ", c.get_name());
+        let mut col = indent;
+        for word in first.split_whitespace() {
+            if col > indent && col + 1 + word.len() > width {
+                out.push('\n');
+                out.push_str(&" ".repeat(indent));
+                col = indent;
+            } else if col > indent {
+                out.push(' ');
+                col += 1;
+            }
+            out.push_str(word);
+            col += word.len();
+        }
+        out.push('\n');
+        out
+    };
+    let mut text = String::new();
+    let mut listed = std::collections::BTreeSet::new();
+    for (heading, names) in HELP_GROUPS {
+        let found: Vec<&&clap::Command> = names
+            .iter()
+            .filter_map(|n| visible.iter().find(|c| c.get_name() == *n))
+            .collect();
+        if found.is_empty() {
+            continue;
+        }
+        text.push_str(&format!("{heading}:\n"));
+        for c in found {
+            listed.insert(c.get_name().to_owned());
+            text.push_str(&line(c));
+        }
+        text.push('\n');
+    }
+    let others: Vec<&&clap::Command> = visible
+        .iter()
+        .filter(|c| !listed.contains(c.get_name()))
+        .collect();
+    if !others.is_empty() {
+        text.push_str("Other:\n");
+        for c in others {
+            text.push_str(&line(c));
+        }
+        text.push('\n');
+    }
+    let template = format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{text}Options:\n{{options}}{{after-help}}"
+    );
+    cmd.help_template(template)
 }
 
 /// Whether a command line that does not parse asks for a supervised run
@@ -493,7 +634,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
     }
     let mut plan = plan(&cli.command)?;
     if let Plan::Follow { human, .. } = &mut plan {
-        *human = cli.format == Some(args::Format::Human);
+        *human = cli.format.unwrap_or_else(default_format) == Format::Human;
     }
     if cli.format == Some(Format::Dot) && !matches!(plan, Plan::Call(Call::Graph)) {
         return Err(Error::invalid("format", "dot is for `graph show` only"));

@@ -1290,3 +1290,137 @@ fn a_read_never_creates_a_store(backend: Backend) {
     assert!(listed.stderr.is_empty(), "{listed:?}");
     assert_eq!(env.ok(&["holder", "t1"])["owner"], "w");
 }
+
+/// `command` run under a terminal (a pseudo-terminal, as `script` makes
+/// one): what the terminal showed, and the exit status.
+fn on_a_terminal(command: &str, dir: &Path) -> (String, i32) {
+    let out = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(dir)
+        .env_remove("BATON_STORE")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).replace('\r', ""),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// On a terminal the CLI writes for a person, as gh and kubectl do: tables
+/// and settings as text, errors as a line naming the field, a mistyped
+/// command with clap's "did you mean"; piped, or with `--format json`, it
+/// writes JSON as scripts read it.
+#[test]
+fn a_terminal_reads_text_and_a_pipe_reads_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("b.db").display());
+    let baton = |args: &str| format!("{BIN} --store {store} {args}");
+    let (shown, code) = on_a_terminal(&baton("add build-1 --queue ci"), dir.path());
+    assert_eq!(code, 0, "{shown}");
+    let (shown, code) = on_a_terminal(&baton("task list"), dir.path());
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("TASK") && shown.contains("build-1"),
+        "{shown}"
+    );
+    assert!(!shown.contains('{'), "no JSON on a terminal: {shown}");
+    // Asked for JSON, JSON.
+    let (shown, _) = on_a_terminal(&baton("--format json task list"), dir.path());
+    let first: Value = serde_json::from_str(shown.lines().next().unwrap()).unwrap();
+    assert_eq!(first["task"], "build-1", "{shown}");
+    // An error: a line for a person, the field named, the same status.
+    let (shown, code) = on_a_terminal(&baton("claim x --owner w --ttl 0s"), dir.path());
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.starts_with("error: ") && shown.contains("(field: ttl)"),
+        "{shown}"
+    );
+    // A mistyped command: clap's words, with what was meant.
+    let (shown, code) = on_a_terminal(&format!("{BIN} clam x"), dir.path());
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.contains("unrecognized subcommand") && shown.contains("claim"),
+        "did you mean: {shown}"
+    );
+    assert!(!shown.contains("\"kind\""), "{shown}");
+    // Piped: JSON, errors too.
+    let out = Command::new(BIN).args(["clam", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(e["error"]["kind"], "invalid");
+    let out = Command::new(BIN)
+        .args(["--store", &store, "task", "list"])
+        .output()
+        .unwrap();
+    let first: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(first["task"], "build-1");
+}
+
+/// `baton --help` groups its commands by what they are for, lists each
+/// once with the first sentence of what it does, and is wrapped (to 100
+/// columns off a terminal); `--store`'s help names the default store.
+#[test]
+fn the_help_groups_the_commands_and_fits_the_width() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for heading in [
+        "Leases (a worker's):",
+        "The work graph:",
+        "The registry (declared tasks):",
+        "Operators:",
+        "Server and tools:",
+    ] {
+        assert!(help.lines().any(|l| l == heading), "{heading} in {help}");
+    }
+    assert!(
+        !help.contains("Other:"),
+        "every command has its group: {help}"
+    );
+    for name in [
+        "claim",
+        "renew",
+        "release",
+        "recover",
+        "report",
+        "complete",
+        "checkpoint",
+        "fail",
+        "cancel",
+        "run",
+        "add",
+        "next",
+        "graph",
+        "holder",
+        "verify",
+        "task",
+        "events",
+        "sweep",
+        "prune",
+        "outbox",
+        "schedule",
+        "limit",
+        "queue",
+        "demo",
+        "serve",
+        "bench",
+        "completions",
+        "guard",
+    ] {
+        let listed = help
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(name) && l.starts_with("  "))
+            .count();
+        assert_eq!(listed, 1, "{name} once in {help}");
+    }
+    let widest = help.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(widest <= 100, "{widest} columns: {help}");
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("Without it or BATON_STORE: sqlite:baton.db, in the working directory"),
+        "{help}"
+    );
+}

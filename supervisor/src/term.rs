@@ -82,8 +82,46 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
-/// Reports `e` on standard error as JSON; returns its exit status.
+/// Whether errors are written for a person (standard error is a terminal
+/// and JSON was not asked for): set once, when the command line is read.
+static ERRORS_AS_TEXT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes errors as text from now on when `text` (see [`report_error`]).
+pub fn errors_as_text(text: bool) {
+    ERRORS_AS_TEXT.store(text, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether errors are written as text ([`errors_as_text`]).
+pub fn errors_are_text() -> bool {
+    ERRORS_AS_TEXT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Reports `e` on standard error, as JSON for a script, or as a line for a
+/// person when [`errors_as_text`] said so; returns its exit status.
 pub fn report_error(e: &baton_core::Error) -> i32 {
+    if ERRORS_AS_TEXT.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut line = format!("error: {}", escape_unprintable(&e.message));
+        if let Some(f) = &e.field {
+            line.push_str(&format!(" (field: {})", escape_unprintable(f)));
+        }
+        if let Some(cause) = &e.source {
+            line.push_str(&format!(
+                "\n  caused by: {}",
+                escape_unprintable(&cause.to_string())
+            ));
+        }
+        line.push_str(&format!(
+            "\n  [{}{}]",
+            e.kind.as_str(),
+            if e.kind.is_temporary() {
+                ", temporary: try again"
+            } else {
+                ""
+            }
+        ));
+        write_stderr(&line);
+        return crate::exit::exit_code_for(e);
+    }
     let mut body = serde_json::json!({"error": {
         "kind": e.kind.as_str(),
         "message": e.message,
