@@ -1424,3 +1424,57 @@ fn the_help_groups_the_commands_and_fits_the_width() {
         "{help}"
     );
 }
+
+/// Every duration that is wrong is refused in one voice, naming its
+/// field: out of range, the rule and what was given as it was given; not
+/// a duration, how one is written too. Nothing is applied.
+#[test]
+fn durations_are_refused_in_one_voice() {
+    let forms = baton_core::catalogue::DURATION_FORMS;
+    for (args, field, tail) in [
+        (
+            &["claim", "x", "--owner", "w", "--ttl", "5x"][..],
+            "ttl",
+            "(got \"5x\")",
+        ),
+        (
+            &["claim", "x", "--owner", "w", "--lock-delay", "9d"][..],
+            "lock_delay",
+            "(got 9d)",
+        ),
+        (
+            &["schedule", "add", "n", "--every", "0s"][..],
+            "every",
+            "(got 0s)",
+        ),
+        (
+            &["schedule", "add", "n", "--every", "soon"][..],
+            "every",
+            "(got \"soon\")",
+        ),
+        (
+            &["next", "--owner", "w", "--wait", "2q"][..],
+            "wait",
+            "(got \"2q\")",
+        ),
+        (&["add", "t", "--timeout", "8d"][..], "timeout", "(got 8d)"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["--store", "memory:"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let e: Value = serde_json::from_slice(&out.stderr).unwrap();
+        let message = e["error"]["message"].as_str().unwrap();
+        assert_eq!(e["error"]["field"], field, "{args:?}: {e}");
+        assert!(
+            message.starts_with("must be a duration"),
+            "{args:?}: {message}"
+        );
+        assert!(message.ends_with(tail), "{args:?}: {message}");
+        if tail.contains('"') {
+            assert!(message.contains(forms), "how one is written: {message}");
+        }
+    }
+}

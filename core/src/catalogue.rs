@@ -835,28 +835,30 @@ pub fn check_ms(kind: Kind, field: &str, ms: u64) -> Result<u64> {
 pub const MAX_RETENTION_MS: u64 = 100 * 366 * 24 * 3600 * 1000;
 
 pub fn duration_ms(kind: Kind, field: &str, text: &str) -> Result<u64> {
-    let ms = text_ms(text).map_err(|e| {
+    // One voice for every duration: the rule, how one is written, and
+    // what was given, as it was given.
+    let ms = text_ms(text).map_err(|_| {
         Error::invalid(
             field,
-            format!(
-                "must be {}: a number with a unit such as 750ms, 30s, 5m or 2h ({e})",
-                kind.rule()
-            ),
+            format!("must be {}, {DURATION_FORMS} (got {text:?})", kind.rule()),
         )
     })?;
-    check_ms(kind, field, ms)
+    match kind.bounds() {
+        Some((lo, hi)) if !(lo..=hi).contains(&ms) => Err(Error::invalid(
+            field,
+            format!("must be {} (got {})", kind.rule(), text.trim()),
+        )),
+        _ => Ok(ms),
+    }
 }
+
+pub use crate::time::DURATION_FORMS;
 
 /// A duration as every front end writes one (`750ms`, `30s`, `1m30s`,
 /// `2h`, or `0`), in milliseconds, before any kind's bounds; the error
 /// says why it is not one.
 pub fn text_ms(text: &str) -> std::result::Result<u64, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(0);
-    }
-    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
-    Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    crate::time::parse_ms("duration", text).map_err(|e| e.message)
 }
 
 #[cfg(test)]

@@ -881,7 +881,10 @@ pub fn parse_retry(v: Option<&serde_json::Value>) -> Result<Option<RetryPolicy>,
                 match r.get(k) {
                     None | Some(serde_json::Value::Null) => Ok(None),
                     Some(serde_json::Value::String(s)) => Ok(Some(s.as_str())),
-                    Some(_) => Err(Error::invalid(k, "must be a duration such as \"1s\"")),
+                    Some(_) => Err(Error::invalid(
+                        k,
+                        format!("must be a duration, {}", crate::time::DURATION_FORMS),
+                    )),
                 }
             };
             let whole = |k: &str| -> Result<Option<u32>, Error> {

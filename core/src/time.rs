@@ -46,14 +46,17 @@ pub fn parse_ms(field: &str, text: &str) -> Result<u64, crate::error::Error> {
     if text == "0" {
         return Ok(0);
     }
-    let d = humantime::parse_duration(text).map_err(|e| {
+    let d = humantime::parse_duration(text).map_err(|_| {
         crate::error::Error::invalid(
             field,
-            format!("must be a duration: a number with a unit such as 750ms, 30s, 5m or 2h ({e})"),
+            format!("must be a duration, {DURATION_FORMS} (got {text:?})"),
         )
     })?;
     Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
+
+/// How a duration is written, in every error that says one is wrong.
+pub const DURATION_FORMS: &str = "written as a number and a unit: ms, s, m, h or d, combined if need be (750ms, 30s, 1m30s, 2h, 7d)";
 
 /// Milliseconds since the Unix epoch, UTC. Serialised as RFC 3339 with
 /// milliseconds (`2026-12-02T10:36:43.000Z`).

@@ -978,7 +978,7 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         Some(_) => {
             return Err(Error::invalid(
                 "timeout",
-                "must be a duration such as \"90s\" or \"10m\"",
+                format!("must be a duration, {}", crate::time::DURATION_FORMS),
             ));
         }
     };

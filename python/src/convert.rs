@@ -87,12 +87,17 @@ pub(crate) fn millis(field: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
     };
     // A duration as the CLI writes one (`30s`, `1m30s`), by core's rule.
     if let Ok(text) = v.extract::<String>() {
-        return baton_core::catalogue::text_ms(&text).map(Some).map_err(|e| {
-            errors::invalid(
-                field,
-                format!("must be a duration such as 750ms, 30s, 5m or 2h, or a number of seconds ({e})"),
-            )
-        });
+        return baton_core::catalogue::text_ms(&text)
+            .map(Some)
+            .map_err(|_| {
+                errors::invalid(
+                    field,
+                    format!(
+                        "must be a duration, {}, or a number of seconds (got {text:?})",
+                        baton_core::catalogue::DURATION_FORMS
+                    ),
+                )
+            });
     }
     let secs: f64 = if v.hasattr("total_seconds")? {
         v.call_method0("total_seconds")?.extract()?
