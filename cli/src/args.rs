@@ -624,6 +624,12 @@ pub struct NodeArgs {
     /// wait, refused `key_full`, and `next` passes over them.
     #[arg(long)]
     pub key: Option<String>,
+    /// The W3C trace context the task joins (`00-TRACEID-PARENTID-01`):
+    /// kept with it and carried on each grant; `baton run` gives it to its
+    /// child as `TRACEPARENT`.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A retry policy: how often a failed or stalled attempt is tried again,

@@ -1426,3 +1426,45 @@ fn a_batchs_wrapper_signalled_or_killed_stops_every_child() {
         }
     }
 }
+
+/// A task added with `--traceparent` has it on its grants, and `baton run`
+/// gives it to the child as `TRACEPARENT`, `next` and a claim by id alike;
+/// a malformed one is refused naming the field, and adds nothing.
+#[test]
+fn the_child_joins_the_trace_its_task_was_added_in() {
+    let env = Env::new(Backend::Sqlite);
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (code, out) = env.baton(&["add", "traced", "--queue", "tq", "--traceparent", tp]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = env.baton(&["add", "bad", "--traceparent", "00-xyz-01"]);
+    assert_eq!(
+        (code, out["error"]["field"].as_str()),
+        (2, Some("traceparent")),
+        "{out}"
+    );
+    let (code, _) = env.baton(&["task", "show", "bad"]);
+    assert_eq!(code, 5, "nothing added");
+    let seen = env.path("seen");
+    let (code, report) = env.run(
+        &["run", "--next", "--queue", "tq", "--owner", "w"],
+        &format!("printf %s \"$TRACEPARENT\" > {}", seen.display()),
+    );
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), tp);
+    // The grant a claim prints carries it too.
+    let (code, out) = env.baton(&["add", "traced-2", "--traceparent", tp]);
+    assert_eq!(code, 0, "{out}");
+    let (code, g) = env.baton(&["claim", "traced-2", "--owner", "w"]);
+    assert_eq!((code, g["traceparent"].as_str()), (0, Some(tp)), "{g}");
+    // A graph file's node takes it as well.
+    let file = env.path("graph.json");
+    std::fs::write(
+        &file,
+        format!(r#"[{{"task": "traced-3", "traceparent": "{tp}"}}]"#),
+    )
+    .unwrap();
+    let (code, out) = env.baton(&["add", "--file", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let (code, g) = env.baton(&["claim", "traced-3", "--owner", "w"]);
+    assert_eq!((code, g["traceparent"].as_str()), (0, Some(tp)), "{g}");
+}

@@ -93,7 +93,7 @@ impl Kind {
             Kind::Graph => "graph nodes (JSON)",
             Kind::IntentIds => "a list of intent ids",
             Kind::Node => {
-                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay, ending by year 9999), a retry policy, and a concurrency key"
+                "a graph node: queue, priority, the tasks it depends on, a run-time limit per attempt (1 ms to 7 days), a start (a time, or a delay, ending by year 9999), a retry policy, a concurrency key, and the W3C traceparent it is added in (carried on each grant)"
             }
             Kind::Flag => "true or false",
             Kind::Output => {
@@ -178,6 +178,7 @@ impl Kind {
                 ]},
                 "retry": Kind::Retry.schema(),
                 "key": {"type": "string"},
+                "traceparent": {"type": "string", "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"},
             }}),
             Kind::Retry => json!({"type": "object", "properties": {
                 "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000},

@@ -300,10 +300,12 @@ impl<'a> Given<'a> {
         let timeout = self.ms("timeout", Kind::Ttl)?;
         let retry = self.retry()?;
         let key = self.opt_id("key")?;
+        let traceparent = self.text("traceparent")?;
         NodeSpec::new(task, queue, priority, after)?
             .with_timeout(timeout)?
             .with_retry(retry)?
-            .with_key(key)
+            .with_key(key)?
+            .with_traceparent(traceparent)
     }
 
     /// Refuses an input `op` did not read.
@@ -336,6 +338,7 @@ const NODE_INPUTS: &[&str] = &[
     "backoff_factor",
     "backoff_max",
     "key",
+    "traceparent",
 ];
 
 /// The operation named `op` (the catalogue's name) with what `given`

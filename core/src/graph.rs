@@ -70,6 +70,55 @@ pub struct NodeSpec {
     /// on the key's record, `key:KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<Id>,
+    /// The W3C trace context the task was added in (`traceparent`):
+    /// carried on each grant, so the attempt's work joins that trace. Not
+    /// part of what the task is: the same add from another trace is the
+    /// same add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+/// Checks a W3C `traceparent` (trace-context level 1): `VERSION-TRACEID-
+/// PARENTID-FLAGS`, lowercase hex of 2, 32, 16 and 2 digits, the version
+/// not `ff`, neither id all zeros (version `00` has exactly these four
+/// parts).
+pub fn check_traceparent(text: &str) -> Result<(), Error> {
+    let bad = |why: &str| {
+        Error::invalid(
+            "traceparent",
+            format!(
+                "must be a W3C traceparent, VERSION-TRACEID-PARENTID-FLAGS such as 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01: {why} (got {text:?})"
+            ),
+        )
+    };
+    let parts: Vec<&str> = text.split('-').collect();
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let (version, trace, parent, flags) = match parts[..] {
+        [v, t, p, f, ..] => (v, t, p, f),
+        _ => return Err(bad("four parts separated by -")),
+    };
+    if !hex(version, 2) || version == "ff" {
+        return Err(bad("the version is two lowercase hex digits, not ff"));
+    }
+    if version == "00" && parts.len() != 4 {
+        return Err(bad("version 00 has four parts"));
+    }
+    if !hex(trace, 32) || trace.bytes().all(|b| b == b'0') {
+        return Err(bad("the trace id is 32 lowercase hex digits, not all zero"));
+    }
+    if !hex(parent, 16) || parent.bytes().all(|b| b == b'0') {
+        return Err(bad(
+            "the parent id is 16 lowercase hex digits, not all zero",
+        ));
+    }
+    if !hex(flags, 2) {
+        return Err(bad("the flags are two lowercase hex digits"));
+    }
+    Ok(())
 }
 
 /// How a task's failed attempts are tried again: the task is put off by a
@@ -403,10 +452,12 @@ impl NodeSpec {
         Ok(self)
     }
 
-    /// Whether `other` names the same task (everything but the start).
+    /// Whether `other` names the same task (everything but the start and
+    /// the trace it was added in).
     pub fn same_task(&self, other: &NodeSpec) -> bool {
         let strip = |s: &NodeSpec| NodeSpec {
             start: None,
+            traceparent: None,
             ..s.clone()
         };
         strip(self) == strip(other)
@@ -419,6 +470,15 @@ impl NodeSpec {
             key_record_id(k)?;
         }
         self.key = key;
+        Ok(self)
+    }
+
+    /// The spec with the trace context it is added in (`None`: none).
+    pub fn with_traceparent(mut self, traceparent: Option<String>) -> Result<NodeSpec, Error> {
+        if let Some(t) = &traceparent {
+            check_traceparent(t)?;
+        }
+        self.traceparent = traceparent;
         Ok(self)
     }
 
@@ -471,6 +531,7 @@ impl NodeSpec {
             start: None,
             retry: None,
             key: None,
+            traceparent: None,
             queue,
             priority,
             depends_on: depends_on.into_iter().collect(),

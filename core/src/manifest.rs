@@ -279,6 +279,7 @@ impl Manifest {
             start: None,
             retry: self.retry,
             key: self.key.clone(),
+            traceparent: None,
         }
     }
 

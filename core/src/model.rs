@@ -309,6 +309,10 @@ pub struct Grant {
     /// attempt skips them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checkpoints: Vec<Checkpoint>,
+    /// The W3C trace context the task was added in, if it was given one
+    /// (`baton run` exports it to its child as `TRACEPARENT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Grant {
@@ -332,6 +336,10 @@ impl Grant {
             claimed_at: l.claimed_at,
             ends_by: l.ends_by,
             checkpoints: record.checkpoints.clone(),
+            traceparent: record
+                .node
+                .as_ref()
+                .and_then(|n| n.spec.traceparent.clone()),
         })
     }
 }

@@ -426,6 +426,9 @@ impl Request {
                 if let Some(k) = &node.key {
                     crate::graph::key_record_id(k)?;
                 }
+                if let Some(t) = &node.traceparent {
+                    crate::graph::check_traceparent(t)?;
+                }
                 match node.timeout_ms {
                     Some(ms) => {
                         crate::time::check_span("timeout", ms, MIN_TTL_MS, MAX_TTL_MS).map(|_| ())

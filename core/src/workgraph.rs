@@ -932,6 +932,7 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         "not_before",
         "retry",
         "key",
+        "traceparent",
     ];
     let o = v
         .as_object()
@@ -993,6 +994,11 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         }
     };
     let retry = crate::graph::parse_retry(o.get("retry"))?;
+    let traceparent = match o.get("traceparent") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(Error::invalid("traceparent", "must be a string")),
+    };
     let key = match o.get("key") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(Id::parse("key", s)?),
@@ -1002,7 +1008,8 @@ fn parse_node(v: &serde_json::Value) -> Result<NewNode> {
         .with_timeout(timeout)?
         .with_start(start)?
         .with_retry(retry)?
-        .with_key(key)?;
+        .with_key(key)?
+        .with_traceparent(traceparent)?;
     Ok(NewNode { task, spec })
 }
 

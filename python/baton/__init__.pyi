@@ -167,6 +167,9 @@ class Grant:
     @property
     def checkpoints(self) -> list[dict[str, Any]]:
         """The steps recorded for the task so far, in order (step, output, fence, at, spawned)."""
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The W3C trace context the task was added in, if any."""
     def guard(self, conn: Any, resource: str, key: Optional[Any] = None) -> Any:
         """A guard on `conn` (sqlite3 or psycopg) for writing `resource` under this grant's fence:
         a context manager, an async one on a psycopg AsyncConnection."""
@@ -457,8 +460,9 @@ class Authority:
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
+        traceparent: Optional[str] = None,
     ) -> Union[Record, Refusal]:
-        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
+        """A task in the work graph; `traceparent`: the W3C trace context it joins, on each grant; `timeout`: the most one attempt may run, renewed or not;
         `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds);
         `key`: a concurrency key (at most its limit of live grants at once)."""
     def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...

@@ -147,8 +147,9 @@ class Authority:
         backoff_factor: Optional[float] = None,
         backoff_max: Optional[_Seconds] = None,
         key: Optional[str] = None,
+        traceparent: Optional[str] = None,
     ) -> Union[Record, Refusal]:
-        """A task in the work graph; `timeout`: the most one attempt may run, renewed or not;
+        """A task in the work graph; `traceparent`: the W3C trace context it joins, on each grant; `timeout`: the most one attempt may run, renewed or not;
         `not_before`: not granted before it (an aware datetime, RFC 3339, "10m", or seconds);
         `key`: a concurrency key (at most its limit of live grants at once)."""
     async def add_graph(self, graph: Union[Sequence[Mapping[str, _Json]], Mapping[str, _Json], str]) -> Union[dict[str, int], Refusal]: ...

@@ -723,7 +723,9 @@ impl Authority {
     /// (default 2), at most `backoff_max` (default an hour). `key`: a
     /// concurrency key; at most the key's limit (`set_limit`) of the tasks
     /// with it hold live grants at once, the rest wait (`key_full`).
-    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None))]
+    /// `traceparent`: the W3C trace context the task joins, carried on
+    /// each grant (`Grant.traceparent`).
+    #[pyo3(signature = (task, *, queue = None, priority = 0, after = None, timeout = None, not_before = None, max_attempts = None, backoff = None, backoff_factor = None, backoff_max = None, key = None, traceparent = None))]
     #[allow(clippy::too_many_arguments)]
     fn add(
         slf: &Bound<'_, Self>,
@@ -738,6 +740,7 @@ impl Authority {
         backoff_factor: Option<f64>,
         backoff_max: Option<&Bound<'_, PyAny>>,
         key: Option<&str>,
+        traceparent: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let place = Place {
             queue,
@@ -752,6 +755,9 @@ impl Authority {
         };
         let mut given = place.given()?;
         given.insert("task".into(), serde_json::json!(task));
+        if let Some(tp) = traceparent {
+            given.insert("traceparent".into(), serde_json::json!(tp));
+        }
         let start = convert::start("not_before", not_before)?;
         given.insert("not_before".into(), serde_json::json!(start));
         Self::answer(slf, Self::made("add", given.into())?)

@@ -217,6 +217,9 @@ pub struct Grant {
     /// The steps recorded for the task so far (by earlier attempts, or
     /// this one), in order: dicts of `step`, `output`, `fence`, `at` (and
     /// `spawned`); the attempt skips them.
+    /// The W3C trace context the task was added in, if any.
+    #[pyo3(get)]
+    pub traceparent: Option<String>,
     #[pyo3(get)]
     pub checkpoints: Py<PyAny>,
     /// The fence signed by the authority (`bf1...`) when it signs fences
@@ -246,6 +249,7 @@ impl Grant {
             revision: g.revision,
             idempotent,
             checkpoints: json_of(py, &g.checkpoints)?,
+            traceparent: g.traceparent.clone(),
             token: None,
             grant: g.clone(),
         })

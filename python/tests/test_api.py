@@ -405,3 +405,14 @@ def test_a_lease_waits_for_a_holder_to_let_go(auth):
     with pytest.raises(baton.InvalidInput) as e:
         auth.lease("x", "w", wait=3601)
     assert e.value.field == "wait"
+
+
+def test_a_traceparent_given_at_add_is_on_each_grant(auth):
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    auth.add("traced", queue="tq", traceparent=tp)
+    g = auth.next("w1", ["tq"])
+    assert g.task == "traced" and g.traceparent == tp
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.add("bad", traceparent="00-nope-01")
+    assert e.value.field == "traceparent"
+    assert auth.claim("plain", "w1").traceparent is None

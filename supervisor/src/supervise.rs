@@ -761,6 +761,11 @@ fn spawn(
         .env("BATON_ATTEMPT", grant.attempt.to_string())
         .env("BATON_EXPIRY", grant.expiry.to_string())
         .env("BATON_CHECKPOINTS", checkpoints);
+    // The trace the task was added in, for the child's spans to join
+    // (without one, whatever the wrapper was given is left as it is).
+    if let Some(tp) = &grant.traceparent {
+        cmd.env("TRACEPARENT", tp);
+    }
     match &spec.holder {
         Holder::Bare { owner, .. } => {
             cmd.env("BATON_OWNER", owner.as_str());

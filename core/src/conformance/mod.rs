@@ -274,7 +274,8 @@ macro_rules! conformance_tests {
             a_step_spawns_its_tasks_once_and_waits_for_them,
             next_count_grants_what_as_many_nexts_would,
             reports_in_one_call_are_each_decided_on_their_own_fence,
-            a_scoped_request_acts_only_within_its_scope
+            a_scoped_request_acts_only_within_its_scope,
+            a_traceparent_given_at_add_is_carried_on_each_grant
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

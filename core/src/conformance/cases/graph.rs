@@ -3,7 +3,7 @@
 
 use crate::conformance::fixtures::*;
 use crate::conformance::*;
-use crate::graph::{NewNode, NodeSpec};
+use crate::graph::{NewNode, NodeSpec, Taker};
 use crate::workgraph::GraphState;
 
 pub(super) fn spec(task: &str, queue: Option<&str>, priority: i64, after: &[&str]) -> NodeSpec {
@@ -608,4 +608,69 @@ pub fn next_grants_what_is_due_behind_many_tasks_put_off<H: Harness>(ctx: &mut C
         .block_on(a.next(&id("w"), &[], Some(ctx.short_ttl_ms()), None))
         .unwrap();
     assert_eq!(granted(&r).as_str(), "due", "{r:?}");
+}
+
+/// A W3C traceparent given at add is kept with the task and carried on
+/// each grant of it (a claim and `next` alike, a later attempt too); the
+/// same add from another trace is the same add; a malformed one is
+/// refused naming `traceparent`, and adds nothing.
+pub fn a_traceparent_given_at_add_is_carried_on_each_grant<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let with = |task: &str, tp: &str| {
+        spec(task, Some("traced"), 0, &[])
+            .with_traceparent(Some(tp.to_owned()))
+            .unwrap()
+    };
+    let r = ctx
+        .block_on(a.add(&id("traced-1"), with("traced-1", tp)))
+        .unwrap();
+    assert!(!r.is_refused(), "{r:?}");
+    let again = "00-11111111111111111111111111111111-2222222222222222-00";
+    let r = ctx
+        .block_on(a.add(&id("traced-1"), with("traced-1", again)))
+        .unwrap();
+    assert!(matches!(r, Reply::Acknowledged(_)), "the same add: {r:?}");
+    let taker = Taker::Owner {
+        owner: id("w"),
+        ttl_ms: Some(ctx.short_ttl_ms()),
+        lock_delay_ms: None,
+    };
+    let g = ctx
+        .block_on(a.next_for(taker, &[id("traced")]))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(g.traceparent.as_deref(), Some(tp), "on the grant");
+    ctx.block_on(a.release(&id("traced-1"), &id("w"), g.fence))
+        .unwrap();
+    let g = ctx
+        .block_on(a.claim(&id("traced-1"), &id("w2"), None))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert_eq!(g.traceparent.as_deref(), Some(tp), "on a later attempt's");
+    let stored = ctx.block_on(a.get(&id("traced-1"))).unwrap().unwrap();
+    assert_eq!(
+        stored.node.unwrap().spec.traceparent.as_deref(),
+        Some(tp),
+        "kept with the task"
+    );
+    for bad in [
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+    ] {
+        let e = spec("traced-2", Some("traced"), 0, &[])
+            .with_traceparent(Some(bad.to_owned()))
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("traceparent"), "{bad}");
+        // Sent past the builder, as a client's JSON would be.
+        let mut node = spec("traced-2", Some("traced"), 0, &[]);
+        node.traceparent = Some(bad.to_owned());
+        let e = ctx.block_on(a.add(&id("traced-2"), node)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("traceparent"), "{bad}");
+    }
+    assert!(ctx.block_on(a.get(&id("traced-2"))).unwrap().is_none());
 }
