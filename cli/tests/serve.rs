@@ -541,8 +541,11 @@ fn a_scoped_token_acts_only_within_its_queues_and_prefixes() {
     .unwrap();
     let server = Server::start(&store, Some(&tokens));
     let a = server.addr;
+    let ask = |method: &str, path: &str, token: &str, body: &str| {
+        http(a, method, path, Some(token), body).unwrap()
+    };
     let graph = r#"[{"task": "build", "queue": "ci"}, {"task": "deploy", "queue": "prod"}, {"task": "deploy-2", "queue": "prod"}]"#;
-    let (s, r) = http(a, "POST", "/v1/graph", Some(OPERATOR), graph).unwrap();
+    let (s, r) = ask("POST", "/v1/graph", OPERATOR, graph);
     assert_eq!(s, 200, "{r}");
     let denied = |s: u16, r: &Value, what: &str| {
         assert_eq!(
@@ -553,14 +556,7 @@ fn a_scoped_token_acts_only_within_its_queues_and_prefixes() {
     };
     // A worker outside its scope: another queue's task, a bare task
     // without its prefix, a `next` naming another queue, an add there.
-    let (s, r) = http(
-        a,
-        "POST",
-        "/v1/tasks/deploy/claim",
-        Some(SCOPED),
-        r#"{"owner":"w"}"#,
-    )
-    .unwrap();
+    let (s, r) = ask("POST", "/v1/tasks/deploy/claim", SCOPED, r#"{"owner":"w"}"#);
     denied(s, &r, "claim in prod");
     assert!(
         r["error"]["message"]
@@ -569,44 +565,31 @@ fn a_scoped_token_acts_only_within_its_queues_and_prefixes() {
             .contains("outside the scope"),
         "{r}"
     );
-    let (s, r) = http(
-        a,
-        "POST",
-        "/v1/tasks/loose/claim",
-        Some(SCOPED),
-        r#"{"owner":"w"}"#,
-    )
-    .unwrap();
+    let (s, r) = ask("POST", "/v1/tasks/loose/claim", SCOPED, r#"{"owner":"w"}"#);
     denied(s, &r, "bare task without the prefix");
     // `next` naming another queue: its tasks are passed over (the scope
     // has a prefix, so it may name any queue and take only those tasks);
     // a token scoped to queues alone may not name it at all.
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/next",
-        Some(SCOPED),
+        SCOPED,
         r#"{"owner":"w","queues":["prod"]}"#,
-    )
-    .unwrap();
+    );
     assert_eq!(s, 409, "nothing in prod for this token: {r}");
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/next",
-        Some(SCOPED_OPS),
+        SCOPED_OPS,
         r#"{"owner":"x","queues":["ci","prod"]}"#,
-    )
-    .unwrap();
+    );
     denied(s, &r, "next naming prod");
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/graph",
-        Some(SCOPED),
+        SCOPED,
         r#"[{"task": "deploy-3", "queue": "prod"}]"#,
-    )
-    .unwrap();
+    );
     denied(s, &r, "add to prod");
     // The store protocol, with a scope of the request's own that would
     // widen the token's: the token's scope is the one decided by.
@@ -624,85 +607,71 @@ fn a_scoped_token_acts_only_within_its_queues_and_prefixes() {
         now: baton_core::Timestamp(0),
         clock: Default::default(),
     };
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/store/apply",
-        Some(SCOPED),
+        SCOPED,
         &serde_json::to_string(&forged).unwrap(),
-    )
-    .unwrap();
+    );
     assert!(
         r.to_string().contains("outside the scope") && !r.to_string().contains("fence\":"),
         "{s}: {r}"
     );
     for task in ["deploy", "deploy-2"] {
-        let (_, rec) = http(a, "GET", &format!("/v1/tasks/{task}"), Some(OPERATOR), "").unwrap();
+        let (_, rec) = ask("GET", &format!("/v1/tasks/{task}"), OPERATOR, "");
         assert_eq!(rec["state"], "REGISTERED", "{task} unchanged: {rec}");
     }
-    let (_, rec) = http(a, "GET", "/v1/tasks/loose", Some(OPERATOR), "").unwrap();
+    let (_, rec) = ask("GET", "/v1/tasks/loose", OPERATOR, "");
     assert_eq!(rec["refused"], "not_found", "nothing created: {rec}");
     // Inside: its queue through `next`, a bare task with its prefix.
-    let (s, g) = http(
-        a,
+    let (s, g) = ask(
         "POST",
         "/v1/next",
-        Some(SCOPED),
+        SCOPED,
         r#"{"owner":"w","queues":["ci"]}"#,
-    )
-    .unwrap();
+    );
     assert_eq!((s, g["task"].as_str()), (200, Some("build")), "{g}");
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/tasks/agent-7/claim",
-        Some(SCOPED),
+        SCOPED,
         r#"{"owner":"w-1"}"#,
-    )
-    .unwrap();
+    );
     assert_eq!((s, r["state"].as_str()), (200, Some("CLAIMED")), "{r}");
     // A scoped operator: a cancel in its queue, not another's; no sweep
     // or acknowledgement, which act on every task.
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/tasks/build/cancel",
-        Some(SCOPED_OPS),
+        SCOPED_OPS,
         r#"{"by":{"role":"operator","id":"x"}}"#,
-    )
-    .unwrap();
+    );
     assert_eq!(s, 200, "{r}");
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/tasks/deploy/finalize",
-        Some(SCOPED_OPS),
+        SCOPED_OPS,
         r#"{"by":{"role":"operator","id":"x"},"error":{"reason":"no"}}"#,
-    )
-    .unwrap();
+    );
     denied(s, &r, "an operator's finalize in prod");
-    let (s, r) = http(a, "POST", "/v1/sweep", Some(SCOPED_OPS), "").unwrap();
+    let (s, r) = ask("POST", "/v1/sweep", SCOPED_OPS, "");
     denied(s, &r, "a scoped sweep");
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/outbox/ack",
-        Some(SCOPED_OPS),
+        SCOPED_OPS,
         r#"{"intent_ids":["x"]}"#,
-    )
-    .unwrap();
+    );
     denied(s, &r, "a scoped acknowledgement");
-    let (_, rec) = http(a, "GET", "/v1/tasks/deploy", Some(OPERATOR), "").unwrap();
+    let (_, rec) = ask("GET", "/v1/tasks/deploy", OPERATOR, "");
     assert_eq!(rec["state"], "REGISTERED", "{rec}");
     // An unscoped operator is not limited.
-    let (s, r) = http(
-        a,
+    let (s, r) = ask(
         "POST",
         "/v1/tasks/deploy/finalize",
-        Some(OPERATOR),
+        OPERATOR,
         r#"{"by":{"role":"operator","id":"x"},"error":{"reason":"no"}}"#,
-    )
-    .unwrap();
+    );
     assert_eq!(s, 200, "{r}");
 }
 
