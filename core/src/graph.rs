@@ -757,7 +757,7 @@ pub struct NextQuery {
     /// The tasks the caller may take (a scoped token's): the scan passes
     /// over the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub within: Option<crate::access::Scope>,
+    pub within: Option<crate::scope::Scope>,
 }
 
 /// The most grants one `next` may make.

@@ -48,6 +48,7 @@ pub mod refusal;
 pub mod request;
 #[cfg(feature = "schema")]
 mod schema;
+pub mod scope;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -591,9 +591,9 @@ pub struct Preconditions {
     pub expected_attempt: Option<u64>,
     pub expected_fence: Option<u64>,
     /// The tasks the caller may act on (a scoped token's,
-    /// [`crate::access::Scope`]): a task outside it is not permitted.
+    /// [`crate::scope::Scope`]): a task outside it is not permitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub within: Option<crate::access::Scope>,
+    pub within: Option<crate::scope::Scope>,
 }
 
 impl Preconditions {
