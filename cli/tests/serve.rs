@@ -2458,7 +2458,8 @@ fn a_failures_traceback_reads_as_printed_on_the_page() {
 fn retrying_and_blocked_work_is_visible_on_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("s.db").display());
-    let server = Server::start(&store, None);
+    // No sweeper: its beat would tick the schedule below into a ready task.
+    let server = Server::start_with(&store, &["--sweep-every", "off"]);
     let a = server.addr;
     let post = |path: &str, body: &str| {
         let (s, r) = http(a, "POST", path, None, body).unwrap();
@@ -2513,6 +2514,23 @@ fn retrying_and_blocked_work_is_visible_on_the_page() {
     );
     assert!(failure["retry"]["next_at"].is_string(), "{failure}");
 
+    // The settings the fleet runs by: a schedule, a key's limit.
+    post(
+        "/v1/schedules/nightly",
+        r#"{"every_ms":3600000,"template":{"queue":"cron","priority":0,"depends_on":[]}}"#,
+    );
+    post("/v1/limits/repo", r#"{"limit":2,"operator":"alice"}"#);
+    let (_, status) = http(a, "GET", "/v1/status", None, "").unwrap();
+    assert_eq!(status["settings"]["keys"][0]["key"], "repo", "{status}");
+    assert_eq!(
+        status["settings"]["queues"][0]["queue"], "again",
+        "{status}"
+    );
+    assert_eq!(
+        status["settings"]["schedules"][0]["schedule"], "schedule:nightly",
+        "{status}"
+    );
+
     let Some(browser) = chromium() else { return };
     let mut b = Browser::open(browser, &dir.path().join("profile"));
     b.go(&format!("{}/", server.url()));
@@ -2564,6 +2582,26 @@ fn retrying_and_blocked_work_is_visible_on_the_page() {
             .unwrap()
             .contains("from an earlier attempt"),
         "{failures}"
+    );
+    // Schedules with their next run, key limits, queue policies.
+    let schedules = b.eval(&table_text("schedules"));
+    let schedules = schedules.as_str().unwrap();
+    assert!(
+        schedules.contains("schedule:nightly\tevery 1h00m\tcron") && schedules.contains("(in 59m"),
+        "{schedules}"
+    );
+    let keys = b.eval(&table_text("keys"));
+    assert!(
+        keys.as_str().unwrap().starts_with("repo\t2\t0\t0"),
+        "{keys}"
+    );
+    let policies = b.eval(&table_text("policies"));
+    assert!(
+        policies
+            .as_str()
+            .unwrap()
+            .starts_with("again\t3 attempts, backoff 1h00m x2 up to 1h00m"),
+        "{policies}"
     );
 }
 
@@ -2691,17 +2729,18 @@ fn the_page_reads_right_on_a_server_with_tokens() {
     ));
     b.until(
         "the task, read with the token",
-        &format!("document.getElementById('task-head').textContent.startsWith({long:?})"),
+        &format!(
+            "document.getElementById('task-head').textContent.startsWith({:?})",
+            format!("{long} \u{2014} CLAIMED")
+        ),
     );
     b.until(
         "the notice gone",
         "getComputedStyle(document.getElementById('auth')).display === 'none' && document.getElementById('notice').textContent === ''",
     );
-    let meta = b.eval("document.getElementById('meta').textContent");
-    let meta = meta.as_str().unwrap();
-    assert!(
-        meta.starts_with("updated ") && meta.ends_with(" UTC"),
-        "{meta}"
+    b.until(
+        "when it was updated, in UTC",
+        "/^updated \\d\\d:\\d\\d:\\d\\d UTC$/.test(document.getElementById('meta').textContent)",
     );
     // The server records actions as the token's name: no Operator box.
     assert_eq!(

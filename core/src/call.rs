@@ -645,7 +645,12 @@ async fn key_json<S: Store>(a: &Authority<S>, key: &Id) -> Result<Value> {
 /// A queue's policy as `queue show` shows it.
 async fn queue_json<S: Store>(a: &Authority<S>, queue: &Id) -> Result<Value> {
     let policy = a.queue_policy(queue).await?.unwrap_or_default();
-    Ok(json!({"queue": queue, "retry": policy.retry}))
+    Ok(queue_view(queue, &policy))
+}
+
+/// A queue's policy as every front end shows it.
+pub fn queue_view(queue: &Id, policy: &crate::graph::QueuePolicy) -> Value {
+    json!({"queue": queue, "retry": policy.retry})
 }
 
 /// The setting `record` holds, as its read shows it.

@@ -306,6 +306,17 @@ impl<S: Store> Authority<S> {
             .unwrap_or_default())
     }
 
+    /// Every queue's policy that was ever set (`queue:` records, in queue
+    /// order, at most [`GRAPH_READ_LIMIT`]).
+    pub async fn queue_policies(&self) -> Result<Vec<(Id, crate::graph::QueuePolicy)>> {
+        Ok(self
+            .with_prefix(crate::graph::QUEUE_PREFIX)
+            .await?
+            .into_iter()
+            .filter_map(|r| Some((crate::graph::queue_of_record(&r.task)?, r.queue_policy?)))
+            .collect())
+    }
+
     /// Queue `queue`'s policy, if one was ever set.
     pub async fn queue_policy(&self, queue: &Id) -> Result<Option<crate::graph::QueuePolicy>> {
         let task = crate::graph::queue_record_id(queue)?;

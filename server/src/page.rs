@@ -335,8 +335,30 @@ async fn status(
             Some(json!({"schedule": r.task, "task": f.task, "error": f.error, "since": f.since}))
         })
         .collect();
+    // The settings an operator runs the fleet by: schedules (with their
+    // next run), key limits (holders, parked), queue policies; as their
+    // reads answer them, at most SHOWN of each.
+    let mut schedules = baton_core::call::Call::Schedules
+        .run(&app.authority)
+        .await?
+        .items;
+    schedules.truncate(SHOWN);
+    let mut keys = baton_core::call::Call::Keys
+        .run(&app.authority)
+        .await?
+        .items;
+    keys.truncate(SHOWN);
+    let policies: Vec<serde_json::Value> = app
+        .authority
+        .queue_policies()
+        .await?
+        .iter()
+        .take(SHOWN)
+        .map(|(q, p)| baton_core::call::queue_view(q, p))
+        .collect();
     json(&json!({
         "now": now,
+        "settings": {"schedules": schedules, "keys": keys, "queues": policies},
         "counts": counts,
         "queues": census.queues,
         "truncated": census.truncated,
@@ -462,6 +484,12 @@ const PAGE: &str = r##"<!doctype html>
 <table><thead><tr><th>task</th><th>owner</th><th>fence</th><th>state</th><th>time left</th><th>actions</th></tr></thead><tbody id="leases"></tbody></table>
 <h2>Grants and failures per minute, the last hour</h2>
 <div id="chart"></div>
+<h2>Schedules</h2>
+<table><thead><tr><th>schedule</th><th>period</th><th>queue</th><th>next run</th><th>state</th><th>failure</th></tr></thead><tbody id="schedules"></tbody></table>
+<h2>Key limits</h2>
+<table><thead><tr><th>key</th><th>limit</th><th>holders</th><th>parked</th></tr></thead><tbody id="keys"></tbody></table>
+<h2>Queue policies</h2>
+<table><thead><tr><th>queue</th><th>retry</th></tr></thead><tbody id="policies"></tbody></table>
 <h2>Recent refusals <span class="muted">(the newest 50, kept in the store)</span></h2>
 <table><thead><tr><th>task</th><th>request</th><th>reason</th><th>message</th></tr></thead><tbody id="refusals"></tbody></table>
 <h2>Recent events</h2>
@@ -644,6 +672,10 @@ async function showList() {
     l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => !l.live ? "" : l.cancel_requested ? cancelText(l.cancel_requested) : actions(cancel(l.task))], l => l.state);
   for (const tr of $("leases").rows) if (tr.cells[4] && tr.cells[4].textContent.startsWith("expired")) tr.cells[4].className = "expired";
   chart(s.per_minute);
+  const set = s.settings || {};
+  rows("schedules", set.schedules || [], [x => x.schedule, x => x.every_ms ? "every " + span(x.every_ms) : "cron " + x.cron, x => x.queue, x => x.next_run ? x.next_run + " (" + ago(x.next_run, s.now) + ")" : "-", x => x.state, x => x.failure ? x.failure.error : ""]);
+  rows("keys", set.keys || [], [k => k.key, k => k.limit == null ? "none" : k.limit, k => k.holders, k => k.parked]);
+  rows("policies", set.queues || [], [p => p.queue, p => !p.retry ? "none" : p.retry.max_attempts + " attempts, backoff " + span(p.retry.backoff_ms) + " x" + p.retry.factor + " up to " + span(p.retry.max_backoff_ms)]);
   rows("refusals", s.refusals, [r => taskLink(r.task), r => r.request, r => r.refusal.refused, r => r.refusal.message]);
   rows("events", s.events, [e => e.seq, e => taskLink(e.task), e => e.kind, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
 }
