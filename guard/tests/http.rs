@@ -293,6 +293,7 @@ fn zombie_client() {
 fn a_paused_client_is_refused_by_the_layer() {
     use baton_core::{Authority, Id, MemoryStore, SystemClock};
     use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     use nix::unistd::Pid;
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
@@ -346,6 +347,19 @@ fn a_paused_client_is_refused_by_the_layer() {
     }
     let pid = Pid::from_raw(i32::try_from(z.id()).unwrap());
     kill(pid, Signal::SIGSTOP).unwrap();
+    // The stop is asynchronous: wait until the kernel reports it, or "go"
+    // could reach a zombie that has not stopped yet and it writes early.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG;
+        match waitpid(pid, Some(flags)).unwrap() {
+            WaitStatus::Stopped(_, Signal::SIGSTOP) => break,
+            WaitStatus::StillAlive if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            other => panic!("the zombie did not stop: {other:?}"),
+        }
+    }
     writeln!(z.stdin.as_mut().unwrap(), "go").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let second = rt
