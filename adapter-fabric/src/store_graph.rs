@@ -184,6 +184,16 @@ impl FabricStore {
         let mut written: BTreeMap<TaskId, TaskRecord> = BTreeMap::new();
         let mut wrote: Vec<(TaskId, Decision)> = Vec::new();
         while let Some(need) = engine.step()? {
+            // A `next`'s queues' policies are read as a decision's
+            // upstream is: a pause committed meanwhile fails the compare.
+            let need = match need {
+                Need::Policies { tasks, now } => Need::Load {
+                    tasks,
+                    now,
+                    upstream: true,
+                },
+                need => need,
+            };
             let supply = match need {
                 Need::Load {
                     tasks, upstream, ..
@@ -218,6 +228,10 @@ impl FabricStore {
                             })
                             .collect(),
                     )
+                }
+                // Read as a decision's upstream, above.
+                Need::Policies { .. } => {
+                    return Err(Error::unavailable("etcd: a policy read was not performed"));
                 }
                 Need::Write(d) => {
                     let Some(r) = d.record_to_write() else {

@@ -684,7 +684,31 @@ pub enum QueueCommand {
         #[arg(long)]
         operator: String,
     },
-    /// A queue's policy (`{"retry": null}` when none was set).
+    /// Pause a queue: `next` (and `run --next`) passes over its tasks
+    /// until it is resumed. A claim that names a task still takes it, and
+    /// attempts in flight run on. Pausing a paused queue changes nothing.
+    ///
+    /// Example: baton queue pause builds --operator alice
+    Pause {
+        /// The queue's id (as `add --queue` names it).
+        queue: String,
+        /// Who pauses it (an operator's act).
+        #[arg(long)]
+        operator: String,
+    },
+    /// Resume a paused queue: `next` takes its tasks again (waiting
+    /// workers see it within a second).
+    ///
+    /// Example: baton queue resume builds --operator alice
+    Resume {
+        /// The queue's id (as `add --queue` names it).
+        queue: String,
+        /// Who resumes it (an operator's act).
+        #[arg(long)]
+        operator: String,
+    },
+    /// A queue's policy (`{"retry": null}` when none was set) and when it
+    /// was paused (`paused_at`, null while it runs).
     ///
     /// Example: baton queue show builds
     Show {

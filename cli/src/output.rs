@@ -300,7 +300,8 @@ fn setting_field(key: &str, v: &Value, now: baton_core::Timestamp) -> (String, S
             .collect::<Vec<_>>()
             .join(", "),
         ("parked", Value::Array(a)) => a.iter().map(text).collect::<Vec<_>>().join(", "),
-        ("since" | "next_run", Value::String(_)) => when(v, now),
+        ("since" | "next_run" | "paused_at", Value::String(_)) => when(v, now),
+        ("paused_at", Value::Null) => "- (running)".to_owned(),
         _ => text(v),
     };
     (escape_unprintable(key), shown)

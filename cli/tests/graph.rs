@@ -859,3 +859,76 @@ fn one_failing_schedule_stops_no_other_in_schedule_tick() {
         .unwrap();
     assert!(fine["failure"].is_null(), "{list:?}");
 }
+
+/// A paused queue, the hard way: worker processes waiting on it
+/// (`next --wait`) take nothing while it is paused, though its tasks are
+/// ready and another queue's task is taken by a worker that asks for both;
+/// `queue resume` from another process lets each waiting worker take one
+/// task within a few seconds.
+#[test]
+fn waiting_workers_take_nothing_from_a_paused_queue_until_it_resumes() {
+    let env = Env::new(Backend::Sqlite);
+    for t in ["job-0", "job-1", "job-2"] {
+        assert_eq!(env.baton(&["add", t, "--queue", "jobs"]).0, 0);
+    }
+    assert_eq!(env.baton(&["add", "other", "--queue", "misc"]).0, 0);
+    let (code, out) = env.baton(&["queue", "pause", "jobs", "--operator", "alice"]);
+    assert_eq!(code, 0, "{out:?}");
+    assert!(out[0]["paused_at"].is_string(), "{out:?}");
+    assert_eq!(out[0]["idempotent"], false, "{out:?}");
+    let (code, out) = env.baton(&["queue", "pause", "jobs", "--operator", "alice"]);
+    assert_eq!(
+        (code, &out[0]["idempotent"]),
+        (0, &Value::Bool(true)),
+        "{out:?}"
+    );
+    let (code, out) = env.baton(&["next", "--owner", "w", "--queue", "jobs"]);
+    assert_eq!(code, 1, "{out:?}");
+    assert_eq!(
+        (out[0]["refused"].as_str(), out[0]["paused"].as_u64()),
+        (Some("none_ready"), Some(1)),
+        "{out:?}"
+    );
+    let (code, out) = env.baton(&["next", "--owner", "w", "--queue", "jobs", "--queue", "misc"]);
+    assert_eq!(
+        (code, out[0]["task"].as_str()),
+        (0, Some("other")),
+        "{out:?}"
+    );
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            env.cmd(&[
+                "next",
+                "--owner",
+                &format!("w{i}"),
+                "--queue",
+                "jobs",
+                "--wait",
+                "60s",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(2_000));
+    let (_, shown) = env.baton(&["task", "list", "--queue", "jobs", "--state", "READY"]);
+    assert_eq!(shown.len(), 3, "nothing taken while paused: {shown:?}");
+    let (_, q) = env.baton(&["queue", "show", "jobs"]);
+    assert!(q[0]["paused_at"].is_string(), "{q:?}");
+    let resumed = Instant::now();
+    let (code, out) = env.baton(&["queue", "resume", "jobs", "--operator", "alice"]);
+    assert_eq!(code, 0, "{out:?}");
+    assert_eq!(out[0]["paused_at"], Value::Null, "{out:?}");
+    let mut taken = Vec::new();
+    for w in waiters {
+        let out = w.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        taken.push(v["task"].as_str().unwrap().to_owned());
+    }
+    assert!(resumed.elapsed() < Duration::from_secs(20));
+    taken.sort();
+    assert_eq!(taken, ["job-0", "job-1", "job-2"]);
+}

@@ -3503,3 +3503,125 @@ fn next_with_a_count_answers_a_list_of_grants() {
     .unwrap();
     assert_eq!((s, r["refused"].as_str()), (409, Some("none_ready")), "{r}");
 }
+
+/// A queue paused and resumed from the page, on a server with tokens: a
+/// worker's token clicking pause is refused and the queue runs on; an
+/// operator's confirmed click pauses it (the queue's row and its policy
+/// say since when, a `next` on it takes nothing while another queue's is
+/// taken), and the confirmed resume lets `next` take its task.
+#[test]
+fn a_queue_is_paused_and_resumed_from_the_page() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let a = server.addr;
+    let (s, r) = http(
+        a,
+        "POST",
+        "/v1/graph",
+        Some(OPERATOR),
+        r#"[{"task": "build-1", "queue": "builds"}, {"task": "lint-1", "queue": "lint"}]"#,
+    )
+    .unwrap();
+    assert_eq!(s, 200, "{r}");
+    let next = |queue: &str| {
+        http(
+            a,
+            "POST",
+            "/v1/next",
+            Some(WORKER),
+            &format!(r#"{{"owner":"w","queues":["{queue}"],"ttl_ms":600000}}"#),
+        )
+        .unwrap()
+    };
+    let shots = std::env::var("BATON_KEEP_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| dir.path().to_path_buf());
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    b.go(&format!("{}/", server.url()));
+    let click = |verb: &str| {
+        format!(
+            "(() => {{ const b = document.querySelector('#queues button[data-action={verb}][data-task=builds]'); b.click(); return b.textContent; }})()"
+        )
+    };
+    let pause_button =
+        "!!document.querySelector('#queues button[data-action=pause][data-task=builds]')";
+    // A worker's token: refused, nothing paused.
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {WORKER:?}); location.reload(); true"
+    ));
+    b.until("the queue's pause", pause_button);
+    assert_eq!(
+        b.eval(&click("pause")).as_str(),
+        Some("confirm pause builds?")
+    );
+    b.eval(&click("pause"));
+    b.until(
+        "the refusal",
+        "document.getElementById('notice').className === 'err'",
+    );
+    let notice = b.eval("document.getElementById('notice').textContent");
+    assert!(
+        notice.as_str().unwrap().starts_with("pause builds: "),
+        "{notice}"
+    );
+    let (_, q) = http(a, "GET", "/v1/queues/builds/policy", Some(WORKER), "").unwrap();
+    assert_eq!(q["paused_at"], Value::Null, "{q}");
+    // The operator's: paused.
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
+    ));
+    b.until("the queue's pause", pause_button);
+    b.eval(&click("pause"));
+    b.eval(&click("pause"));
+    b.until(
+        "the pause's notice",
+        "document.getElementById('notice').className === 'ok'",
+    );
+    let notice = b.eval("document.getElementById('notice').textContent");
+    assert!(
+        notice.as_str().unwrap().contains("pause builds: paused"),
+        "{notice}"
+    );
+    b.until(
+        "the paused row",
+        "!!document.querySelector('#queues button[data-action=resume][data-task=builds]')",
+    );
+    let queues = b.eval(&table_text("queues"));
+    let row = queues
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("builds"))
+        .unwrap_or_else(|| panic!("{queues}"))
+        .to_owned();
+    assert!(row.contains("paused ") && row.contains("ago"), "{row}");
+    let policies = b.eval(&table_text("policies"));
+    assert!(
+        policies.as_str().unwrap().contains("builds\tnone\tsince "),
+        "{policies}"
+    );
+    let (_, q) = http(a, "GET", "/v1/queues/builds/policy", Some(WORKER), "").unwrap();
+    assert!(q["paused_at"].is_string(), "{q}");
+    let (_, r) = next("builds");
+    assert_eq!(
+        (r["refused"].as_str(), r["paused"].as_u64()),
+        (Some("none_ready"), Some(1)),
+        "{r}"
+    );
+    let (_, r) = next("lint");
+    assert_eq!(r["task"], "lint-1", "{r}");
+    b.screenshot(&shots.join("status-page-paused.png"));
+    // Resumed: next takes its task.
+    b.eval(&click("resume"));
+    b.eval(&click("resume"));
+    b.until(
+        "the resume's notice",
+        "document.getElementById('notice').textContent.includes('resume builds: running')",
+    );
+    b.until("the pause again", pause_button);
+    let (_, r) = next("builds");
+    assert_eq!(r["task"], "build-1", "{r}");
+}

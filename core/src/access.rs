@@ -160,6 +160,7 @@ fn acting_as(request: &Request) -> Option<(&'static str, &Id)> {
         | Request::Limit { .. }
         | Request::NoteRefusals { .. }
         | Request::QueuePolicy { .. }
+        | Request::QueuePause { .. }
         | Request::KeyHold { .. }
         | Request::KeyDrop { .. }
         | Request::KeyPark { .. }
@@ -202,6 +203,7 @@ pub fn needs_operator(request: &Request) -> bool {
         | Request::Settle
         | Request::Limit { .. }
         | Request::QueuePolicy { .. }
+        | Request::QueuePause { .. }
         | Request::NoteRefusals { .. }
         | Request::Schedule { .. }
         | Request::ScheduleTicked { .. }
@@ -271,6 +273,7 @@ pub fn admit(mut op: Operation, caller: Option<&Caller>) -> Result<Operation> {
         | Request::Cancel { by: b, .. }
         | Request::Limit { by: b, .. }
         | Request::QueuePolicy { by: b, .. }
+        | Request::QueuePause { by: b, .. }
         | Request::Prune { by: b, .. }
             if !matches!(b, Actor::Worker(_)) =>
         {
@@ -384,6 +387,10 @@ mod tests {
             Request::Limit {
                 by: Actor::Operator(Id::parse("id", "mallory").unwrap()),
                 limit: Some(1),
+            },
+            Request::QueuePause {
+                by: Actor::Operator(Id::parse("id", "mallory").unwrap()),
+                paused: true,
             },
         ] {
             let e = admit(op(request.clone()), Some(&caller(Role::Worker))).unwrap_err();

@@ -354,7 +354,10 @@ impl Call {
                 let as_grant = answers_with_grant(request.kind());
                 let setting = matches!(
                     request,
-                    Request::Limit { .. } | Request::QueuePolicy { .. } | Request::Schedule { .. }
+                    Request::Limit { .. }
+                        | Request::QueuePolicy { .. }
+                        | Request::QueuePause { .. }
+                        | Request::Schedule { .. }
                 );
                 let evidence = match &request {
                     Request::Succeed { evidence, .. } => Some(evidence.clone()),
@@ -650,7 +653,7 @@ async fn queue_json<S: Store>(a: &Authority<S>, queue: &Id) -> Result<Value> {
 
 /// A queue's policy as every front end shows it.
 pub fn queue_view(queue: &Id, policy: &crate::graph::QueuePolicy) -> Value {
-    json!({"queue": queue, "retry": policy.retry})
+    json!({"queue": queue, "retry": policy.retry, "paused_at": policy.paused_at})
 }
 
 /// The setting `record` holds, as its read shows it.

@@ -162,6 +162,13 @@ pub enum Need {
         limit: usize,
         now: Timestamp,
     },
+    /// The records of a `next`'s queues' policies (`queue:QUEUE`), each
+    /// judged at `now`, as of any moment of this commit: a store need not
+    /// lock or guard them. (A `next` that read a queue running and
+    /// commits after a pause of it is ordered before the pause; one that
+    /// begins after the pause is answered reads it paused.) Supply
+    /// [`Supply::Loaded`], one entry per task, in order.
+    Policies { tasks: Vec<TaskId>, now: Timestamp },
 }
 
 /// What a store hands back for a [`Need`].
@@ -406,10 +413,15 @@ impl Unit {
 }
 
 /// Where a `next` is in its scan (the steps of [`crate::Store::next`]'s
-/// contract): expired leases of each queue, then pages of each queue's
-/// ready index merged in order, each candidate decided as a grant.
+/// contract): the queues' policies (a paused queue is passed over), then
+/// expired leases of each queue, then pages of each queue's ready index
+/// merged in order, each candidate decided as a grant.
 struct Scan {
     query: NextQuery,
+    /// Whether the queues' policies are read (and paused queues dropped
+    /// from the query), and whether they are asked for.
+    policies_read: bool,
+    reading_policies: bool,
     /// Each queue's read position and whether its index may hold more.
     cursors: Vec<(Id, Option<ReadyEntry>, bool)>,
     /// The queue whose expired leases are read next, while below the
@@ -448,6 +460,8 @@ impl Scan {
             .collect();
         Scan {
             query,
+            policies_read: false,
+            reading_policies: false,
             cursors,
             expired_at: 0,
             page_at: 0,
@@ -464,6 +478,32 @@ impl Scan {
             granted: Vec::new(),
             taken: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Takes the queues' policy records the store supplied: a paused
+    /// queue's tasks are not this `next`'s to grant.
+    fn policies(&mut self, found: Vec<Option<Snapshot>>) -> Result<()> {
+        self.reading_policies = false;
+        self.policies_read = true;
+        if found.len() != self.query.queues.len() {
+            return Err(out_of_order("another number of records"));
+        }
+        let paused: Vec<bool> = found
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .and_then(|s| s.record.queue_policy)
+                    .is_some_and(|p| p.paused_at.is_some())
+            })
+            .collect();
+        let mut at = paused.iter();
+        self.query
+            .queues
+            .retain(|_| !at.next().copied().unwrap_or(false));
+        let mut at = paused.iter();
+        self.cursors
+            .retain(|_| !at.next().copied().unwrap_or(false));
+        Ok(())
     }
 
     /// Takes a page the store supplied.
@@ -492,6 +532,16 @@ impl Scan {
     fn step(&mut self, rules: LeaseRules) -> std::result::Result<Vec<Decision>, Halt> {
         let lane = self.query.lane();
         let now = self.query.now;
+        if !self.policies_read {
+            let tasks = self
+                .query
+                .queues
+                .iter()
+                .map(crate::graph::queue_record_id)
+                .collect::<Result<Vec<_>>>()?;
+            self.reading_policies = true;
+            return Err(Halt::Need(Need::Policies { tasks, now }));
+        }
         loop {
             if let Some(queue) = self.query.queues.get(self.expired_at) {
                 self.paging = true;
@@ -771,6 +821,7 @@ impl Engine {
                 }
             },
             Some(Doing::Next(scan)) => match (scan.paging, s) {
+                (false, Supply::Loaded(found)) if scan.reading_policies => scan.policies(found),
                 (true, Supply::Page(page)) => {
                     scan.paged(page);
                     Ok(())
@@ -868,7 +919,7 @@ pub fn drive<T: crate::store::Txn + ?Sized>(
 ) -> Result<()> {
     while let Some(need) = engine.step()? {
         let supply = match need {
-            Need::Load { tasks, now, .. } => Supply::Loaded(
+            Need::Load { tasks, now, .. } | Need::Policies { tasks, now } => Supply::Loaded(
                 tasks
                     .iter()
                     .map(|t| tx.load(t, now))

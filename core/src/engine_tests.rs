@@ -122,8 +122,13 @@ fn a_batchs_first_read_of_the_ready_index_is_its_count() {
             within: None,
         };
         let mut e = Engine::new([Job::Next(query)], LeaseRules::default());
+        let Some(Need::Policies { tasks, .. }) = e.step().unwrap() else {
+            panic!("the queues' policies first")
+        };
+        assert_eq!(tasks, vec![Id::parse("queue", "queue:q").unwrap()]);
+        e.supply(Supply::Loaded(vec![None])).unwrap();
         let Some(Need::Expired { .. }) = e.step().unwrap() else {
-            panic!("expired leases first")
+            panic!("then expired leases")
         };
         e.supply(Supply::Page(Vec::new())).unwrap();
         let Some(Need::Ready { limit, after, .. }) = e.step().unwrap() else {

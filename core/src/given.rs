@@ -601,6 +601,16 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
                 },
             )
         }
+        name @ ("queue_pause" | "queue_resume") => {
+            let queue = g.id("queue")?;
+            write(
+                crate::graph::queue_record_id(&queue)?,
+                R::QueuePause {
+                    by: g.operator("operator")?,
+                    paused: name == "queue_pause",
+                },
+            )
+        }
         "queue" => Call::QueueShow {
             queue: g.id("queue")?,
         },

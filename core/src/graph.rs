@@ -331,6 +331,11 @@ pub struct QueuePolicy {
     /// The retry policy of a task added without one (`None`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// When an operator paused the queue (`None`: it is not paused):
+    /// `next` passes over a paused queue's tasks. A claim that names a
+    /// task still takes it; an attempt in flight runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<Timestamp>,
 }
 
 /// The key named by a key's record id (`key:KEY`), if it is one.
@@ -810,8 +815,16 @@ pub struct Census {
     pub held: u64,
     /// Behind a dependency that ended without success.
     pub blocked: u64,
-    /// Ready but not taken (a lock delay, a race lost in this very call).
+    /// Ready but not taken (a lock delay, a race lost in this very call,
+    /// a paused queue).
     pub ready: u64,
+    /// How many of the queues asked are paused (`next` passes over them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub paused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Census {

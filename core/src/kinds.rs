@@ -315,6 +315,8 @@ pub enum RequestKind {
     Limit,
     /// A queue's policy set (by an operator).
     QueuePolicy,
+    /// A queue paused or resumed (by an operator).
+    QueuePause,
     /// Refusals a server answered, kept (by the server's own beat).
     NoteRefusals,
     /// What a scheduler's tick of a schedule came to, kept on its record
@@ -365,6 +367,7 @@ impl RequestKind {
             RequestKind::Wake => "wake",
             RequestKind::Limit => "limit",
             RequestKind::QueuePolicy => "queue_policy",
+            RequestKind::QueuePause => "queue_pause",
             RequestKind::NoteRefusals => "note_refusals",
             RequestKind::ScheduleTicked => "schedule_ticked",
             RequestKind::KeyHold => "key_hold",

@@ -307,6 +307,11 @@ impl fmt::Display for Refusal {
                 f,
                 "dependency {upstream} ended {state}; an operator's redispatch of it unblocks this task"
             ),
+            Refusal::NoneReady { census: c } if c.paused > 0 => write!(
+                f,
+                "nothing taken: {} of the queues asked paused ({} ready, {} queued, {} held, {} blocked)",
+                c.paused, c.ready, c.queued, c.held, c.blocked
+            ),
             Refusal::NoneReady { census: c } => write!(
                 f,
                 "nothing ready ({} queued, {} held, {} blocked)",

@@ -194,6 +194,13 @@ pub enum Request {
         by: Actor,
         retry: Option<crate::graph::RetryPolicy>,
     },
+    /// Pauses (or resumes) the queue whose record (`queue:QUEUE`) this
+    /// is: while it is paused `next` passes over its tasks. An operator's.
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    QueuePause {
+        by: Actor,
+        paused: bool,
+    },
     /// Written by a store in the commit of a grant of a task with a key (a
     /// follow-up on the key's record, never sent): `task` holds a grant.
     #[cfg_attr(feature = "schema", schemars(skip))]
@@ -271,6 +278,7 @@ impl Request {
             Request::Wake => RequestKind::Wake,
             Request::Limit { .. } => RequestKind::Limit,
             Request::QueuePolicy { .. } => RequestKind::QueuePolicy,
+            Request::QueuePause { .. } => RequestKind::QueuePause,
             Request::NoteRefusals { .. } => RequestKind::NoteRefusals,
             Request::KeyHold { .. } => RequestKind::KeyHold,
             Request::KeyDrop { .. } => RequestKind::KeyDrop,
@@ -295,6 +303,7 @@ impl Request {
             | Request::Finalize { by, .. }
             | Request::Limit { by, .. }
             | Request::QueuePolicy { by, .. }
+            | Request::QueuePause { by, .. }
             | Request::Prune { by, .. } => by.clone(),
             Request::Declare { manifest } => Actor::Worker(manifest.executor.clone()),
             Request::Register { run_id } | Request::Retry { run_id } => {

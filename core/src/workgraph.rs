@@ -286,6 +286,19 @@ impl<S: Store> Authority<S> {
         self.send(&task, Request::QueuePolicy { by, retry }).await
     }
 
+    /// Pauses queue `queue` (`paused`), or resumes it: while it is paused
+    /// `next` passes over its tasks (a claim naming one still takes it;
+    /// an attempt in flight runs on). An operator's.
+    pub async fn pause_queue(
+        &self,
+        queue: &Id,
+        paused: bool,
+        by: crate::model::Actor,
+    ) -> Result<Reply> {
+        let task = crate::graph::queue_record_id(queue)?;
+        self.send(&task, Request::QueuePause { by, paused }).await
+    }
+
     /// Keeps `notes` (refusals a server answered) in the store's refusal
     /// log, which holds the newest [`crate::refusal::RefusalNote::KEPT`].
     pub async fn note_refusals(&self, notes: Vec<crate::refusal::RefusalNote>) -> Result<Reply> {
@@ -589,10 +602,19 @@ impl<S: Store> Authority<S> {
         if !granted.is_empty() {
             return granted.into_iter().map(reply).collect();
         }
-        let census = match self.census_from_counts(&query).await? {
+        let mut census = match self.census_from_counts(&query).await? {
             Some(c) => c,
             None => self.census(&query).await?,
         };
+        for q in &query.queues {
+            if self
+                .queue_policy(q)
+                .await?
+                .is_some_and(|p| p.paused_at.is_some())
+            {
+                census.paused += 1;
+            }
+        }
         Ok(vec![Reply::Refused(if census.drained() {
             Refusal::Drained { census }
         } else {

@@ -188,7 +188,11 @@ class Authority:
     ) -> Union[dict[str, Any], Refusal]:
         """An operator sets a queue's retry policy (none of the retry arguments: removed); the queue as `queue_policy` shows it, with `idempotent`."""
     async def queue_policy(self, queue: str) -> dict[str, Any]:
-        """A queue's `retry` policy (a dict, or None)."""
+        """A queue's `retry` policy (a dict, or None) and `paused_at` (None while it runs)."""
+    async def pause_queue(self, queue: str, operator: str) -> Union[dict[str, Any], Refusal]:
+        """An operator pauses a queue: `next` passes over its tasks until it is resumed; the queue as `queue_policy` shows it, with `idempotent`."""
+    async def resume_queue(self, queue: str, operator: str) -> Union[dict[str, Any], Refusal]:
+        """An operator resumes a paused queue; the queue as `queue_policy` shows it, with `idempotent`."""
     async def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:
         """Make each live schedule's task for the current period (once, store-wide)."""
     @overload

@@ -565,6 +565,24 @@ impl Authority {
         Self::answer(slf, Self::made("limit", given)?)
     }
 
+    /// An operator pauses queue `queue`: `next` passes over its tasks until
+    /// it is resumed (a claim naming one still takes it; attempts in
+    /// flight run on). The queue as `queue_policy` shows it (with
+    /// `idempotent`), or a `Refusal`.
+    #[pyo3(signature = (queue, operator))]
+    fn pause_queue(slf: &Bound<'_, Self>, queue: &str, operator: &str) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"queue": queue, "operator": operator});
+        Self::answer(slf, Self::made("queue_pause", given)?)
+    }
+
+    /// An operator resumes queue `queue`: `next` takes its tasks again.
+    /// The queue as `queue_policy` shows it, or a `Refusal`.
+    #[pyo3(signature = (queue, operator))]
+    fn resume_queue(slf: &Bound<'_, Self>, queue: &str, operator: &str) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"queue": queue, "operator": operator});
+        Self::answer(slf, Self::made("queue_resume", given)?)
+    }
+
     /// An operator sets queue `queue`'s retry policy: a task added to the
     /// queue without one of its own takes it, fixed when it is added.
     /// With none of the retry arguments the policy is removed. The queue

@@ -289,6 +289,23 @@ def test_a_queue_policy_retries_what_is_added_to_the_queue(auth):
     assert auth.queue_policy("builds")["retry"] is None
 
 
+def test_a_paused_queue_is_passed_over_until_resumed(auth):
+    auth.add("compile", queue="builds")
+    auth.add("lint", queue="checks")
+    r = auth.pause_queue("builds", "alice")
+    assert r["queue"] == "builds" and r["paused_at"] and not r["idempotent"]
+    assert auth.pause_queue("builds", "alice")["paused_at"] == r["paused_at"]
+    assert auth.queue_policy("builds")["paused_at"] == r["paused_at"]
+    refused = auth.next("w1", ["builds"])
+    assert refused.reason == "none_ready" and refused.details["paused"] == 1
+    assert auth.next("w1", ["builds", "checks"]).task == "lint"
+    with pytest.raises(baton.InvalidInput) as e:
+        auth.pause_queue("builds", "")
+    assert e.value.field == "operator"
+    assert auth.resume_queue("builds", "alice")["paused_at"] is None
+    assert auth.next("w1", ["builds"]).task == "compile"
+
+
 def test_a_schedule_makes_one_task_per_period(auth):
     r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
     assert r["schedule"] == "schedule:hourly" and r["every_ms"] == 3_600_000

@@ -49,6 +49,8 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("limit"), post(set_limit).get(key_status))
         .route(at("keys"), get(keys))
         .route(at("queue_policy"), post(set_queue_policy).get(queue_policy))
+        .route(at("queue_pause"), post(pause_queue))
+        .route(at("queue_resume"), post(resume_queue))
         .route(at("prune"), post(prune))
 }
 
@@ -570,6 +572,22 @@ async fn set_queue_policy(
     let task = baton_core::graph::queue_record_id(&queue)?;
     let retry = b.retry;
     run(&a, write_of(task, Request::QueuePolicy { by, retry })).await
+}
+
+async fn pause_queue(AsCaller(a): AsCaller, Path(queue): Path<String>, body: Bytes) -> Handled {
+    paused(a, queue, body, true).await
+}
+
+async fn resume_queue(AsCaller(a): AsCaller, Path(queue): Path<String>, body: Bytes) -> Handled {
+    paused(a, queue, body, false).await
+}
+
+async fn paused(a: Authority<CallerStore>, queue: String, body: Bytes, paused: bool) -> Handled {
+    let b: OperatorBody = parse_strict(&body)?;
+    let queue = baton_core::Id::parse("queue", &queue)?;
+    let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
+    let task = baton_core::graph::queue_record_id(&queue)?;
+    run(&a, write_of(task, Request::QueuePause { by, paused })).await
 }
 
 async fn queue_policy(AsCaller(a): AsCaller, Path(queue): Path<String>) -> Handled {

@@ -82,6 +82,13 @@ pub(crate) struct QueuePolicyBody {
     pub(crate) operator: String,
 }
 
+/// The body of `POST /v1/queues/{queue}/pause` and `.../resume`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OperatorBody {
+    pub(crate) operator: String,
+}
+
 /// The body of `POST /v1/prune`.
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

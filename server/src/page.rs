@@ -453,6 +453,7 @@ const PAGE: &str = r##"<!doctype html>
   #auth { display: none; }
   .err { color: #a3281b; } .ok { color: #1b6e2e; }
   button { font: inherit; padding: .1rem .5rem; cursor: pointer; }
+  .paused { color: #a3281b; font-weight: 600; }
   button.confirm { background: #a3281b; color: #fff; border: 1px solid #7d1f15; }
   a.task { color: #0b57d0; cursor: pointer; display: inline-block; max-width: 22rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; vertical-align: bottom; }
   td.t { white-space: nowrap; }
@@ -477,7 +478,7 @@ const PAGE: &str = r##"<!doctype html>
 <h2>Tasks by state</h2>
 <div class="counts" id="counts"></div>
 <h2>Queues</h2>
-<table><thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>retrying</th><th>blocked</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th></tr></thead><tbody id="queues"></tbody></table>
+<table><thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>retrying</th><th>blocked</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th><th>dispatch</th></tr></thead><tbody id="queues"></tbody></table>
 <h2>Failures</h2>
 <table><thead><tr><th>task</th><th>state</th><th>attempt</th><th>error</th><th>when</th><th>actions</th></tr></thead><tbody id="failures"></tbody></table>
 <h2>Leases: live, and recently expired</h2>
@@ -489,7 +490,7 @@ const PAGE: &str = r##"<!doctype html>
 <h2>Key limits</h2>
 <table><thead><tr><th>key</th><th>limit</th><th>holders</th><th>parked</th></tr></thead><tbody id="keys"></tbody></table>
 <h2>Queue policies</h2>
-<table><thead><tr><th>queue</th><th>retry</th></tr></thead><tbody id="policies"></tbody></table>
+<table><thead><tr><th>queue</th><th>retry</th><th>paused</th></tr></thead><tbody id="policies"></tbody></table>
 <h2>Recent refusals <span class="muted">(the newest 50, kept in the store)</span></h2>
 <table><thead><tr><th>task</th><th>request</th><th>reason</th><th>message</th></tr></thead><tbody id="refusals"></tbody></table>
 <h2>Recent events</h2>
@@ -603,7 +604,8 @@ function action(label, task, run) {
     const by = { role: "operator", id: $("operator").value.trim() || "status-page" };
     const { res, json } = await run(by);
     if (res.ok && json && !json.refused) notice(label + " " + task + ": " + (json.cancel_requested && (json.state === "CLAIMED" || json.state === "RUNNING")
-      ? "cancel requested; it stops when its holder gives it back or its lease ends (now " + json.state + ")" : "now " + (json.state || "done")), true);
+      ? "cancel requested; it stops when its holder gives it back or its lease ends (now " + json.state + ")"
+      : "queue" in json ? (json.paused_at ? "paused: next passes over its tasks" : "running") : "now " + (json.state || "done")), true);
     else notice(label + " " + task + ": " + ((json && (json.message || (json.error && json.error.message))) || res.statusText), false);
     refresh();
   });
@@ -612,6 +614,9 @@ function action(label, task, run) {
 const path = (t, verb) => "/v1/tasks/" + encodeURIComponent(t) + "/" + verb;
 const retry = (t, iteration) => action("retry", t, (by) => api(path(t, "redispatch"), { by, iteration: iteration + 1 }));
 const cancel = (t) => action("cancel", t, (by) => api(path(t, "cancel"), { by, fence: null }));
+const queuePath = (q, verb) => "/v1/queues/" + encodeURIComponent(q) + "/" + verb;
+const pauseQueue = (q) => action("pause", q, (by) => api(queuePath(q, "pause"), { operator: by.id }));
+const resumeQueue = (q) => action("resume", q, (by) => api(queuePath(q, "resume"), { operator: by.id }));
 const finalize = (t) => action("finalize", t, (by) => api(path(t, "finalize"), { by, error: { reason: "finalized from the status page" } }));
 function actions(...buttons) { const d = document.createElement("span"); for (const b of buttons) { d.appendChild(b); d.appendChild(document.createTextNode(" ")); } return d; }
 function chart(pm) {
@@ -662,20 +667,27 @@ async function showList() {
   for (const [state, n] of Object.entries(s.counts)) card(n, state, "state", state);
   // Where the waiting tasks stand (known while few enough wait to read).
   for (const [standing, n] of Object.entries(s.standing || {})) if (standing !== "WAITING") card(n, standing, "standing", standing);
+  const set = s.settings || {};
+  const pausedAt = {}; for (const p of set.queues || []) if (p.paused_at) pausedAt[p.queue] = p.paused_at;
+  // A queue's dispatch: running (pause) or paused since when (resume).
+  const dispatch = (name) => { if (!name) return ""; const at = pausedAt[name]; const d = document.createElement("span");
+    if (at) { const w = document.createElement("span"); w.className = "paused"; w.textContent = "paused " + ago(at, s.now) + " "; d.appendChild(w); d.appendChild(resumeQueue(name)); }
+    else d.appendChild(pauseQueue(name));
+    return d; };
   const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));
+  for (const name of Object.keys(pausedAt)) if (!q.some(d => d.name === name)) q.push({ name, counts: {} });
   const c = (d, ...ks) => ks.reduce((a, k) => a + (d.counts[k] || 0), 0);
   const st = (d, k) => d.standing ? (d.standing[k] || 0) : "-";
-  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-"]);
+  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-", d => dispatch(d.name)]);
   rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => retryText(f, s.now), f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
     f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
   rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state + (l.cancel_requested ? ", cancel requested" : ""),
     l => l.live ? span(l.left_ms) : "expired " + span(l.left_ms) + " ago", l => !l.live ? "" : l.cancel_requested ? cancelText(l.cancel_requested) : actions(cancel(l.task))], l => l.state);
   for (const tr of $("leases").rows) if (tr.cells[4] && tr.cells[4].textContent.startsWith("expired")) tr.cells[4].className = "expired";
   chart(s.per_minute);
-  const set = s.settings || {};
   rows("schedules", set.schedules || [], [x => x.schedule, x => x.every_ms ? "every " + span(x.every_ms) : "cron " + x.cron, x => x.queue, x => x.next_run ? x.next_run + " (" + ago(x.next_run, s.now) + ")" : "-", x => x.state, x => x.failure ? x.failure.error : ""]);
   rows("keys", set.keys || [], [k => k.key, k => k.limit == null ? "none" : k.limit, k => k.holders, k => k.parked]);
-  rows("policies", set.queues || [], [p => p.queue, p => !p.retry ? "none" : p.retry.max_attempts + " attempts, backoff " + span(p.retry.backoff_ms) + " x" + p.retry.factor + " up to " + span(p.retry.max_backoff_ms)]);
+  rows("policies", set.queues || [], [p => p.queue, p => !p.retry ? "none" : p.retry.max_attempts + " attempts, backoff " + span(p.retry.backoff_ms) + " x" + p.retry.factor + " up to " + span(p.retry.max_backoff_ms), p => p.paused_at ? "since " + p.paused_at : "no"]);
   rows("refusals", s.refusals, [r => taskLink(r.task), r => r.request, r => r.refusal.refused, r => r.refusal.message]);
   rows("events", s.events, [e => e.seq, e => taskLink(e.task), e => e.kind, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
 }

@@ -79,9 +79,10 @@ struct Stmts {
     event_many: Statement,
     note_many: Statement,
     held_now: Statement,
+    peek: Statement,
 }
 
-const SQL: [&str; 17] = [
+const SQL: [&str; 18] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
     // Before them, the records of their concurrency keys, in key order:
@@ -156,6 +157,9 @@ const SQL: [&str; 17] = [
      WHERE held_key > $1
        AND held_key < $1 || int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint + 1)
      ORDER BY held_key LIMIT $2 FOR UPDATE SKIP LOCKED",
+    // peek: records read without a lock (a `next`'s queues' policies,
+    // which core may read as of any moment of the transaction).
+    "SELECT task_id, record FROM tasks WHERE task_id = ANY($1)",
 ];
 
 impl Stmts {
@@ -185,6 +189,7 @@ impl Stmts {
             event_many: next()?,
             note_many: next()?,
             held_now: next()?,
+            peek: next()?,
         })
     }
 
@@ -468,6 +473,9 @@ struct PgTx<'a> {
     /// A queue's expired leases, read in the first round trip of a
     /// transaction whose one job is a `next` of that queue.
     expired_ahead: Option<(Lane, Id, Vec<Snapshot>)>,
+    /// The policy records of a `next`'s queues, read (without a lock) in
+    /// the transaction's first round trip.
+    policies_ahead: Option<(Vec<String>, Vec<tokio_postgres::Row>)>,
     channel: String,
     wrote: bool,
     /// Set when the server aborted the transaction for a conflict a new
@@ -586,6 +594,31 @@ impl PgTx<'_> {
                     .cloned()
                     .flatten()
                     .map(|j| Ok(Snapshot::at(self.inner.decode(&j)?, now)))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    /// The records of `tasks` as read without a lock: those read ahead in
+    /// the first round trip, or read now.
+    async fn peek(&mut self, tasks: &[TaskId], now: Timestamp) -> Result<Vec<Option<Snapshot>>> {
+        let ids: Vec<String> = tasks.iter().map(|t| t.as_str().to_owned()).collect();
+        let rows = match self.policies_ahead.take() {
+            Some((read, rows)) if read == ids => rows,
+            _ => {
+                let p: [&(dyn ToSql + Sync); 1] = [&ids];
+                match self.client.query(&self.st.peek, &p).await {
+                    Ok(rows) => rows,
+                    Err(e) => return Err(self.fail(&e)),
+                }
+            }
+        };
+        let found: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        ids.iter()
+            .map(|t| {
+                found
+                    .get(t)
+                    .map(|j| Ok(Snapshot::at(self.inner.decode(j)?, now)))
                     .transpose()
             })
             .collect()
@@ -738,6 +771,7 @@ impl PgTx<'_> {
         while let Some(need) = engine.step()? {
             let supply = match need {
                 Need::Load { tasks, now, .. } => Supply::Loaded(self.load(&tasks, now).await?),
+                Need::Policies { tasks, now } => Supply::Loaded(self.peek(&tasks, now).await?),
                 Need::Write(mut d) => {
                     self.write(&mut d).await?;
                     Supply::Written(d)
@@ -898,13 +932,33 @@ async fn attempt(
             None => Ok(None),
         }
     };
+    // A `next` reads its queues' policies first: read in this round trip.
+    let policy_ids: Option<Vec<String>> = match jobs {
+        [Job::Next(q)] => q
+            .queues
+            .iter()
+            .map(|queue| baton_core::graph::queue_record_id(queue).map(|t| t.as_str().to_owned()))
+            .collect::<Result<Vec<_>>>()
+            .ok(),
+        _ => None,
+    };
+    let policies = async {
+        match &policy_ids {
+            Some(ids) => {
+                let p: [&(dyn ToSql + Sync); 1] = [ids];
+                client.query(&st.peek, &p).await.map(Some)
+            }
+            None => Ok(None),
+        }
+    };
     // In this order on the wire: the clock and fences after the locks,
     // the pages after the clock.
-    let (begun, locked, clock, pages) = futures_util::join!(
+    let (begun, locked, clock, pages, policies) = futures_util::join!(
         client.batch_execute("BEGIN"),
         lock,
         client.query_one(&st.clock, &clock_p),
-        pages
+        pages,
+        policies
     );
     let mut t = PgTx {
         inner,
@@ -916,6 +970,7 @@ async fn attempt(
         pending: Pending::default(),
         ready_ahead: None,
         expired_ahead: None,
+        policies_ahead: None,
         channel: ready_channel(&inner.schema),
         wrote: false,
         retry: None,
@@ -927,6 +982,9 @@ async fn attempt(
         let now = Timestamp(clock.get(0));
         t.fences = clock.get::<_, Vec<i64>>(1).into();
         t.remember(&locked);
+        if let (Some(ids), Some(rows)) = (policy_ids, policies.map_err(|e| t.fail(&e))?) {
+            t.policies_ahead = Some((ids, rows));
+        }
         if let (Some((lane, queue, ..)), Some((expired, ready))) =
             (&ahead, pages.map_err(|e| t.fail(&e))?)
         {

@@ -527,7 +527,9 @@ fn scoped_queue<'a>(op: &'a Operation, rec: Option<&'a TaskRecord>) -> Option<&'
     }
     match &op.request {
         Request::Add { node } => Some(node.queue.as_str()),
-        Request::QueuePolicy { .. } => op.task.as_str().strip_prefix(crate::graph::QUEUE_PREFIX),
+        Request::QueuePolicy { .. } | Request::QueuePause { .. } => {
+            op.task.as_str().strip_prefix(crate::graph::QUEUE_PREFIX)
+        }
         _ => None,
     }
 }
@@ -549,6 +551,7 @@ fn decide_request(
             | Request::Cancel { fence: None, .. }
             | Request::Limit { .. }
             | Request::QueuePolicy { .. }
+            | Request::QueuePause { .. }
     ) && !actor.is_operator()
     {
         return refuse(Refusal::OperatorRequired {
@@ -585,7 +588,10 @@ fn decide_request(
         return key::decide(op, rec, upstream);
     }
     if let Request::QueuePolicy { by, retry } = req {
-        return queue::decide(op, rec, by, *retry);
+        return queue::decide(op, rec, by, queue::Change::Retry(*retry));
+    }
+    if let Request::QueuePause { by, paused } = req {
+        return queue::decide(op, rec, by, queue::Change::Paused(*paused));
     }
     if let Request::NoteRefusals { notes } = req {
         return queue::note_refusals(op, rec, notes);
@@ -687,6 +693,7 @@ fn decide_request(
         Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
         // Decided above, record or not.
         Request::QueuePolicy { .. }
+        | Request::QueuePause { .. }
         | Request::NoteRefusals { .. }
         | Request::ScheduleTicked { .. } => illegal(rec, req),
         Request::Limit { .. }

@@ -6,7 +6,7 @@
 //! the policy it found, so a policy set later changes only later adds.
 
 use super::*;
-use crate::graph::{QUEUE_PREFIX, QueuePolicy, RetryPolicy};
+use crate::graph::{QUEUE_PREFIX, RetryPolicy};
 
 /// Creating a record whose id names a queue's policy or the refusal
 /// log, other than by its own request: refused, so no task can stand in
@@ -15,8 +15,10 @@ pub(super) fn reserved(op: &Operation) -> Option<Verdict> {
     use crate::refusal::REFUSALS_PREFIX;
     let id = op.task.as_str();
     let (prefix, what) = if id.starts_with(QUEUE_PREFIX)
-        && !matches!(op.request, Request::QueuePolicy { .. })
-    {
+        && !matches!(
+            op.request,
+            Request::QueuePolicy { .. } | Request::QueuePause { .. }
+        ) {
         (QUEUE_PREFIX, "queues' policies")
     } else if id.starts_with(REFUSALS_PREFIX) && !matches!(op.request, Request::NoteRefusals { .. })
     {
@@ -69,12 +71,24 @@ pub(super) fn note_refusals(
     commit(r, Vec::new())
 }
 
-/// Sets the policy on the queue's record (`rec`, `None` before the first).
+/// What a request changes of a queue's policy: the rest is kept.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Change {
+    /// The retry policy (`queue set`).
+    Retry(Option<RetryPolicy>),
+    /// Paused or resumed (`queue pause`, `queue resume`).
+    Paused(bool),
+}
+
+/// Changes the policy on the queue's record (`rec`, `None` before the
+/// first), keeping what the change does not name. Pausing a paused queue
+/// (or resuming one that runs) changes nothing: it keeps when it was
+/// paused.
 pub(super) fn decide(
     op: &Operation,
     rec: Option<&TaskRecord>,
     by: &Actor,
-    retry: Option<RetryPolicy>,
+    change: Change,
 ) -> Verdict {
     if crate::graph::queue_of_record(&op.task).is_none() {
         return Verdict::Invalid(Error::invalid(
@@ -85,7 +99,22 @@ pub(super) fn decide(
             ),
         ));
     }
-    let policy = QueuePolicy { retry };
+    let was = rec.and_then(|r| r.queue_policy).unwrap_or_default();
+    let mut policy = was;
+    let details = match change {
+        Change::Retry(retry) => {
+            policy.retry = retry;
+            json!({"retry": retry})
+        }
+        Change::Paused(paused) => {
+            policy.paused_at = match (paused, was.paused_at) {
+                (true, Some(at)) => Some(at),
+                (true, None) => Some(op.now),
+                (false, _) => None,
+            };
+            json!({"paused": paused})
+        }
+    };
     let mut r = match rec {
         Some(r) if r.queue_policy == Some(policy) => return Verdict::Ack,
         Some(r) if r.queue_policy.is_some() => next(r, op.now),
@@ -101,7 +130,7 @@ pub(super) fn decide(
         None,
         op.now,
     )
-    .details(json!({"retry": retry}));
+    .details(details);
     commit(r, vec![e])
 }
 

@@ -402,7 +402,8 @@ pub fn a_queue_policy_retries_failed_and_stalled_attempts<H: Harness>(ctx: &mut 
     assert_eq!(
         ctx.block_on(a.queue_policy(&queue)).unwrap(),
         Some(crate::graph::QueuePolicy {
-            retry: Some(policy)
+            retry: Some(policy),
+            paused_at: None,
         })
     );
     let r = ctx.block_on(a.add(&id("queue:pq2"), spec("queue:pq2", None, 0, &[])));
@@ -757,4 +758,115 @@ pub fn records_that_hold_settings_take_no_task_request<H: Harness>(ctx: &mut Ctx
         .block_on(a.prune(Actor::Worker(id("w")), 0, 1000))
         .unwrap_err();
     assert_eq!(e.kind, crate::error::ErrorKind::NotPermitted, "{e}");
+}
+
+/// A paused queue: `next` passes over its ready tasks and its expired
+/// leases (saying how many of the queues asked are paused), and grants
+/// from the other queues it is asked for; a claim naming a task still
+/// takes it; a worker pauses nothing; pausing again changes nothing and
+/// keeps when it was paused, as does a change of the retry policy; once
+/// resumed, `next` takes the queue's tasks again.
+pub fn a_paused_queue_is_passed_over_until_resumed<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let ttl = ctx.short_ttl_ms();
+    let (paused, other) = (id("held-back"), id("runs-on"));
+    let w = id("w");
+    let alice = Actor::Operator(id("alice"));
+    for t in ["early", "ready", "named"] {
+        ctx.block_on(a.add(&id(t), spec(t, Some("held-back"), 0, &[])))
+            .unwrap();
+    }
+    ctx.block_on(a.add(&id("elsewhere"), spec("elsewhere", Some("runs-on"), 0, &[])))
+        .unwrap();
+    // Granted before the pause; its lease runs out while paused.
+    let early = ctx
+        .block_on(a.claim(&id("early"), &w, Some(ttl)))
+        .unwrap()
+        .grant()
+        .expect("early");
+    let r = ctx
+        .block_on(a.pause_queue(&paused, true, Actor::Worker(w.clone())))
+        .unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::OperatorRequired { .. }),
+        "a worker pauses no queue: {r:?}"
+    );
+    let r = ctx
+        .block_on(a.pause_queue(&paused, true, alice.clone()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    let at = ctx
+        .block_on(a.queue_policy(&paused))
+        .unwrap()
+        .and_then(|p| p.paused_at)
+        .expect("paused");
+    ctx.expire(ttl);
+    let r = ctx
+        .block_on(a.next(&w, std::slice::from_ref(&paused), Some(ttl), None))
+        .unwrap();
+    match refusal(&r) {
+        Refusal::NoneReady { census } => {
+            assert_eq!(census.paused, 1, "{census:?}");
+            assert!(census.ready >= 2, "its tasks stay ready: {census:?}");
+        }
+        other => panic!("a paused queue grants nothing: {other:?}"),
+    }
+    let both = [paused.clone(), other.clone()];
+    let g = ctx
+        .block_on(a.next(&w, &both, Some(ttl), None))
+        .unwrap()
+        .grant()
+        .expect("the queue that runs");
+    assert_eq!(g.task.as_str(), "elsewhere");
+    let r = ctx.block_on(a.next(&w, &both, Some(ttl), None)).unwrap();
+    assert!(
+        matches!(refusal(&r), Refusal::NoneReady { .. }),
+        "nothing else outside the paused queue: {r:?}"
+    );
+    let named = ctx
+        .block_on(a.claim(&id("named"), &w, Some(10 * ttl)))
+        .unwrap();
+    assert!(named.grant().is_some(), "a named claim takes it: {named:?}");
+    // Again, and a new retry policy: still paused since the first.
+    let again = ctx
+        .block_on(a.pause_queue(&paused, true, alice.clone()))
+        .unwrap();
+    assert!(again.is_idempotent(), "{again:?}");
+    ctx.block_on(a.set_queue_policy(
+        &paused,
+        Some(crate::graph::RetryPolicy::new(2, 1000)),
+        alice.clone(),
+    ))
+    .unwrap();
+    let policy = ctx.block_on(a.queue_policy(&paused)).unwrap().unwrap();
+    assert_eq!(policy.paused_at, Some(at), "{policy:?}");
+    assert!(policy.retry.is_some());
+    let r = ctx
+        .block_on(a.next(&w, std::slice::from_ref(&paused), Some(ttl), None))
+        .unwrap();
+    assert!(matches!(refusal(&r), Refusal::NoneReady { .. }), "{r:?}");
+    // Resumed: its tasks are granted again, the expired one among them.
+    let r = ctx
+        .block_on(a.pause_queue(&paused, false, alice.clone()))
+        .unwrap();
+    assert!(matches!(r, Reply::Committed(_)), "{r:?}");
+    assert_eq!(
+        ctx.block_on(a.queue_policy(&paused))
+            .unwrap()
+            .and_then(|p| p.paused_at),
+        None
+    );
+    let mut granted = Vec::new();
+    for _ in 0..2 {
+        let g = ctx
+            .block_on(a.next(&w, std::slice::from_ref(&paused), Some(10 * ttl), None))
+            .unwrap()
+            .grant()
+            .expect("resumed");
+        granted.push((g.task.as_str().to_owned(), g.fence));
+    }
+    granted.sort();
+    assert_eq!(granted[0].0, "early");
+    assert!(granted[0].1 > early.fence, "a new attempt: {granted:?}");
+    assert_eq!(granted[1].0, "ready");
 }
