@@ -707,6 +707,38 @@ pub enum QueueCommand {
         #[arg(long)]
         operator: String,
     },
+    /// Retry every task of QUEUE that failed for good (FAILED, STALLED,
+    /// NOT_STARTED): each is redispatched as its next iteration, decided
+    /// on its own record (one changed meanwhile is refused, the rest go
+    /// on). Answers how many, the refused, and whether more are left.
+    ///
+    /// Example: baton queue retry-failed builds --operator alice
+    #[serde(rename = "retry-failed")]
+    RetryFailed {
+        /// The queue's id (as `add --queue` names it).
+        queue: String,
+        /// Who retries them (an operator's act).
+        #[arg(long)]
+        operator: String,
+        /// At most this many (default 1000).
+        #[arg(long)]
+        max: Option<u64>,
+    },
+    /// Discard every task of QUEUE that failed for good: each is forgotten
+    /// now (its body and events go, its tombstone stays, as `prune` does).
+    ///
+    /// Example: baton queue discard-failed builds --operator alice
+    #[serde(rename = "discard-failed")]
+    DiscardFailed {
+        /// The queue's id (as `add --queue` names it).
+        queue: String,
+        /// Who discards them (an operator's act).
+        #[arg(long)]
+        operator: String,
+        /// At most this many (default 1000).
+        #[arg(long)]
+        max: Option<u64>,
+    },
     /// A queue's policy (`{"retry": null}` when none was set) and when it
     /// was paused (`paused_at`, null while it runs).
     ///

@@ -932,3 +932,74 @@ fn waiting_workers_take_nothing_from_a_paused_queue_until_it_resumes() {
     taken.sort();
     assert_eq!(taken, ["job-0", "job-1", "job-2"]);
 }
+
+/// `queue retry-failed` and `queue discard-failed`: tasks whose `run`
+/// child failed are retried a page at a time (`--max`, with `more`), run
+/// again by a worker process, and once failed again discarded, each a
+/// tombstone; a task of another queue is never touched.
+#[test]
+fn a_queues_failed_runs_are_retried_then_discarded_from_the_cli() {
+    let env = Env::new(Backend::Sqlite);
+    for t in ["job-0", "job-1"] {
+        assert_eq!(env.baton(&["add", t, "--queue", "jobs"]).0, 0);
+    }
+    assert_eq!(env.baton(&["add", "other", "--queue", "misc"]).0, 0);
+    let fail_runs = |queue: &str, n: usize| {
+        for _ in 0..n {
+            let (code, out) = env.baton(&[
+                "run", "--next", "--queue", queue, "--owner", "w", "--", "sh", "-c", "exit 3",
+            ]);
+            assert_ne!(code, 0, "{out:?}");
+        }
+    };
+    fail_runs("jobs", 2);
+    fail_runs("misc", 1);
+    let (code, out) = env.baton(&[
+        "queue",
+        "retry-failed",
+        "jobs",
+        "--operator",
+        "alice",
+        "--max",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{out:?}");
+    assert_eq!(
+        (&out[0]["retried"], &out[0]["more"]),
+        (&serde_json::json!(1), &Value::Bool(true)),
+        "{out:?}"
+    );
+    let (code, out) = env.baton(&["queue", "retry-failed", "jobs", "--operator", "alice"]);
+    assert_eq!(code, 0, "{out:?}");
+    assert_eq!(
+        (&out[0]["retried"], &out[0]["more"]),
+        (&serde_json::json!(1), &Value::Bool(false)),
+        "{out:?}"
+    );
+    // Run again: they fail again, as their iteration 2.
+    fail_runs("jobs", 2);
+    for t in ["job-0", "job-1"] {
+        let (_, shown) = env.baton(&["task", "show", t]);
+        assert_eq!(
+            (shown[0]["state"].as_str(), shown[0]["iteration"].as_u64()),
+            (Some("FAILED"), Some(2)),
+            "{shown:?}"
+        );
+    }
+    let (code, out) = env.baton(&["queue", "discard-failed", "jobs", "--operator", "alice"]);
+    assert_eq!(
+        (code, &out[0]["discarded"]),
+        (0, &serde_json::json!(2)),
+        "{out:?}"
+    );
+    for t in ["job-0", "job-1"] {
+        let (_, shown) = env.baton(&["task", "show", t]);
+        assert!(shown[0]["pruned_at"].is_string(), "{shown:?}");
+    }
+    let (_, shown) = env.baton(&["task", "show", "other"]);
+    assert_eq!(
+        (shown[0]["state"].as_str(), &shown[0]["pruned_at"]),
+        (Some("FAILED"), &Value::Null),
+        "{shown:?}"
+    );
+}

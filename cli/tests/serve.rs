@@ -3625,3 +3625,110 @@ fn a_queue_is_paused_and_resumed_from_the_page() {
     let (_, r) = next("builds");
     assert_eq!(r["task"], "build-1", "{r}");
 }
+
+/// A queue's failed tasks retried, then discarded, from the page, each act
+/// confirmed: a worker's token asking the same over the API is refused and
+/// changes nothing; the operator's retry makes every failed task of the
+/// queue ready as its next iteration (another queue's stays failed), and
+/// once they fail again the discard leaves each a tombstone.
+#[test]
+fn a_queues_failed_tasks_are_retried_and_discarded_from_the_page() {
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let server = Server::start(&store, Some(&token_file(dir.path())));
+    let a = server.addr;
+    let post = |path: &str, token: &str, body: &str| {
+        let (s, r) = http(a, "POST", path, Some(token), body).unwrap();
+        (s, r)
+    };
+    let (s, r) = post(
+        "/v1/graph",
+        OPERATOR,
+        r#"[{"task": "load-1", "queue": "etl"}, {"task": "load-2", "queue": "etl"},
+            {"task": "load-3", "queue": "etl"}, {"task": "other", "queue": "misc"}]"#,
+    );
+    assert_eq!(s, 200, "{r}");
+    let fail_all = |tasks: &[&str]| {
+        for t in tasks {
+            let (s, g) = post(&format!("/v1/tasks/{t}/claim"), WORKER, r#"{"owner":"w"}"#);
+            assert_eq!(s, 200, "{g}");
+            let (s, r) = post(
+                &format!("/v1/tasks/{t}/fail"),
+                WORKER,
+                &format!(r#"{{"owner":"w","fence":{}}}"#, g["fence"]),
+            );
+            assert_eq!((s, r["state"].as_str()), (200, Some("FAILED")), "{r}");
+        }
+    };
+    let etl = ["load-1", "load-2", "load-3"];
+    fail_all(&etl);
+    fail_all(&["other"]);
+    let (s, r) = post(
+        "/v1/queues/etl/retry-failed",
+        WORKER,
+        r#"{"operator":"mallory"}"#,
+    );
+    assert_eq!(s, 403, "{r}");
+    let show = |t: &str| {
+        http(a, "GET", &format!("/v1/tasks/{t}"), Some(OPERATOR), "")
+            .unwrap()
+            .1
+    };
+    assert_eq!(show("load-1")["state"], "FAILED", "nothing changed");
+
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    b.go(&format!("{}/", server.url()));
+    b.eval(&format!(
+        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
+    ));
+    let button = |verb: &str| {
+        format!("document.querySelector('#queues button[data-action=\"{verb}\"][data-task=etl]')")
+    };
+    let click = |verb: &str| {
+        format!(
+            "(() => {{ const b = {}; b.click(); return b.textContent; }})()",
+            button(verb)
+        )
+    };
+    b.until(
+        "the retry of etl's failed",
+        &format!("!!{}", button("retry failed")),
+    );
+    assert_eq!(
+        b.eval(&click("retry failed")).as_str(),
+        Some("confirm retry failed etl?")
+    );
+    b.eval(&click("retry failed"));
+    b.until(
+        "the retry's notice",
+        "document.getElementById('notice').textContent.includes('retry failed etl: 3 retried')",
+    );
+    for t in etl {
+        let r = show(t);
+        assert_eq!(
+            (r["state"].as_str(), r["iteration"].as_u64()),
+            (Some("REGISTERED"), Some(2)),
+            "{r}"
+        );
+    }
+    assert_eq!(show("other")["state"], "FAILED", "another queue's stays");
+    // No failed task left in etl: its buttons go.
+    b.until("no retry of etl", &format!("!{}", button("retry failed")));
+    fail_all(&etl);
+    b.until(
+        "the discard of etl's failed",
+        &format!("!!{}", button("discard failed")),
+    );
+    b.eval(&click("discard failed"));
+    b.eval(&click("discard failed"));
+    b.until(
+        "the discard's notice",
+        "document.getElementById('notice').textContent.includes('discard failed etl: 3 discarded')",
+    );
+    for t in etl {
+        let r = show(t);
+        assert!(r["pruned_at"].is_string(), "{r}");
+    }
+    assert!(show("other")["pruned_at"].is_null());
+}

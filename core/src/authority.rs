@@ -18,6 +18,10 @@ use std::sync::Arc;
 #[path = "retention.rs"]
 mod retention;
 
+#[path = "bulk.rs"]
+mod bulk;
+pub use bulk::{Bulk, BulkOutcome};
+
 /// The answer to a request that the store could answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {

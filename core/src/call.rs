@@ -122,6 +122,13 @@ pub enum Call {
     Keys,
     /// A queue's policy.
     QueueShow { queue: Id },
+    /// Retries or discards each of a queue's failed tasks, at most `max`.
+    QueueFailed {
+        queue: Id,
+        act: crate::authority::Bulk,
+        by: Actor,
+        max: usize,
+    },
     /// Forgets ended tasks older than `older_than_ms`, at most `max`.
     Prune {
         by: Actor,
@@ -605,6 +612,31 @@ impl Call {
             }
             Call::QueueShow { queue } => {
                 Output::one(queue_json(a, &queue).await?).shaped(Shape::Setting)
+            }
+            Call::QueueFailed {
+                queue,
+                act,
+                by,
+                max,
+            } => {
+                let out = a.bulk_failed(&queue, act, by, max).await?;
+                let done = match act {
+                    crate::authority::Bulk::Retry => "retried",
+                    crate::authority::Bulk::Discard => "discarded",
+                };
+                let refused: Vec<Value> = out
+                    .refused
+                    .iter()
+                    .map(|(task, why)| json!({"task": task, "refusal": why}))
+                    .collect();
+                Output::one(json!({
+                    "queue": queue,
+                    done: out.done,
+                    // Not "refused": that key marks an answer that is a refusal.
+                    "refusals": refused,
+                    "more": out.more,
+                }))
+                .written(out.done > 0)
             }
             Call::Prune {
                 by,

@@ -341,6 +341,10 @@ const NODE_INPUTS: &[&str] = &[
     "traceparent",
 ];
 
+/// How many failed tasks a `queue retry-failed` or `discard-failed` acts
+/// on when it does not say (it answers `more` when some are left).
+pub const BULK_DEFAULT: usize = 1000;
+
 /// The operation named `op` (the catalogue's name) with what `given`
 /// holds, every input read by its rule: or an error naming the input and
 /// the rule it broke, an input the operation does not take among them.
@@ -613,6 +617,18 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
         }
         "queue" => Call::QueueShow {
             queue: g.id("queue")?,
+        },
+        name @ ("queue_retry_failed" | "queue_discard_failed") => Call::QueueFailed {
+            queue: g.id("queue")?,
+            act: if name == "queue_retry_failed" {
+                crate::authority::Bulk::Retry
+            } else {
+                crate::authority::Bulk::Discard
+            },
+            by: g.operator("operator")?,
+            max: g
+                .number("max")?
+                .map_or(BULK_DEFAULT, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         },
         "prune" => Call::Prune {
             older_than_ms: g

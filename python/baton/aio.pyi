@@ -191,6 +191,10 @@ class Authority:
         """A queue's `retry` policy (a dict, or None) and `paused_at` (None while it runs)."""
     async def pause_queue(self, queue: str, operator: str) -> Union[dict[str, Any], Refusal]:
         """An operator pauses a queue: `next` passes over its tasks until it is resumed; the queue as `queue_policy` shows it, with `idempotent`."""
+    async def retry_failed(self, queue: str, operator: str, max: Optional[int] = None) -> dict[str, Any]:
+        """An operator retries every task of the queue that failed for good (FAILED, STALLED, NOT_STARTED), at most `max` (default 1000): `queue`, `retried`, `refusals` ([{"task", "refusal"}]), `more`."""
+    async def discard_failed(self, queue: str, operator: str, max: Optional[int] = None) -> dict[str, Any]:
+        """An operator discards every task of the queue that failed for good (each forgotten now, its tombstone kept), at most `max` (default 1000): `queue`, `discarded`, `refusals`, `more`."""
     async def resume_queue(self, queue: str, operator: str) -> Union[dict[str, Any], Refusal]:
         """An operator resumes a paused queue; the queue as `queue_policy` shows it, with `idempotent`."""
     async def tick_schedules(self) -> List[tuple[str, Union[Record, Refusal]]]:

@@ -583,6 +583,34 @@ impl Authority {
         Self::answer(slf, Self::made("queue_resume", given)?)
     }
 
+    /// An operator retries every task of `queue` that failed for good
+    /// (FAILED, STALLED, NOT_STARTED), at most `max` (default 1000):
+    /// `{"queue", "retried", "refusals": [{"task", "refusal"}], "more"}`.
+    #[pyo3(signature = (queue, operator, max = None))]
+    fn retry_failed(
+        slf: &Bound<'_, Self>,
+        queue: &str,
+        operator: &str,
+        max: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"queue": queue, "operator": operator, "max": max});
+        Self::answer(slf, Self::made("queue_retry_failed", given)?)
+    }
+
+    /// An operator discards every task of `queue` that failed for good:
+    /// each forgotten now, its tombstone kept; at most `max` (default
+    /// 1000): `{"queue", "discarded", "refusals", "more"}`.
+    #[pyo3(signature = (queue, operator, max = None))]
+    fn discard_failed(
+        slf: &Bound<'_, Self>,
+        queue: &str,
+        operator: &str,
+        max: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let given = serde_json::json!({"queue": queue, "operator": operator, "max": max});
+        Self::answer(slf, Self::made("queue_discard_failed", given)?)
+    }
+
     /// An operator sets queue `queue`'s retry policy: a task added to the
     /// queue without one of its own takes it, fixed when it is added.
     /// With none of the retry arguments the policy is removed. The queue

@@ -306,6 +306,22 @@ def test_a_paused_queue_is_passed_over_until_resumed(auth):
     assert auth.next("w1", ["builds"]).task == "compile"
 
 
+def test_a_queues_failed_tasks_are_retried_then_discarded(auth):
+    for t in ["a", "b"]:
+        auth.add(t, queue="etl")
+        g = auth.next("w1", ["etl"])
+        assert auth.fail(g.task, "w1", g.fence, {"exit": 1}).state == "FAILED"
+    r = auth.retry_failed("etl", "alice", max=1)
+    assert (r["retried"], r["more"], r["refusals"]) == (1, True, [])
+    assert auth.retry_failed("etl", "alice")["retried"] == 1
+    assert auth.retry_failed("etl", "alice")["retried"] == 0
+    for _ in range(2):
+        g = auth.next("w1", ["etl"])
+        assert auth.fail(g.task, "w1", g.fence, None).iteration == 2
+    assert auth.discard_failed("etl", "alice")["discarded"] == 2
+    assert auth.get("a").to_dict()["pruned_at"] is not None
+
+
 def test_a_schedule_makes_one_task_per_period(auth):
     r = auth.schedule("hourly", 3600, queue="cron", max_attempts=2)
     assert r["schedule"] == "schedule:hourly" and r["every_ms"] == 3_600_000

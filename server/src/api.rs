@@ -51,6 +51,8 @@ pub(crate) fn routes() -> Router<Shared> {
         .route(at("queue_policy"), post(set_queue_policy).get(queue_policy))
         .route(at("queue_pause"), post(pause_queue))
         .route(at("queue_resume"), post(resume_queue))
+        .route(at("queue_retry_failed"), post(retry_failed))
+        .route(at("queue_discard_failed"), post(discard_failed))
         .route(at("prune"), post(prune))
 }
 
@@ -588,6 +590,38 @@ async fn paused(a: Authority<CallerStore>, queue: String, body: Bytes, paused: b
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
     let task = baton_core::graph::queue_record_id(&queue)?;
     run(&a, write_of(task, Request::QueuePause { by, paused })).await
+}
+
+async fn retry_failed(AsCaller(a): AsCaller, Path(queue): Path<String>, body: Bytes) -> Handled {
+    bulk(a, queue, body, baton_core::authority::Bulk::Retry).await
+}
+
+async fn discard_failed(AsCaller(a): AsCaller, Path(queue): Path<String>, body: Bytes) -> Handled {
+    bulk(a, queue, body, baton_core::authority::Bulk::Discard).await
+}
+
+/// Each task of the act is admitted as its own request (a worker's token
+/// is refused at the first, before anything changed).
+async fn bulk(
+    a: Authority<CallerStore>,
+    queue: String,
+    body: Bytes,
+    act: baton_core::authority::Bulk,
+) -> Handled {
+    let b: BulkBody = parse_strict(&body)?;
+    let queue = baton_core::Id::parse("queue", &queue)?;
+    let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
+    let max = b.max.unwrap_or(baton_core::given::BULK_DEFAULT);
+    run(
+        &a,
+        Call::QueueFailed {
+            queue,
+            act,
+            by,
+            max,
+        },
+    )
+    .await
 }
 
 async fn queue_policy(AsCaller(a): AsCaller, Path(queue): Path<String>) -> Handled {

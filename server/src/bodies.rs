@@ -89,6 +89,15 @@ pub(crate) struct OperatorBody {
     pub(crate) operator: String,
 }
 
+/// The body of `POST /v1/queues/{queue}/retry-failed` and `.../discard-failed`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BulkBody {
+    pub(crate) operator: String,
+    #[serde(default)]
+    pub(crate) max: Option<usize>,
+}
+
 /// The body of `POST /v1/prune`.
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

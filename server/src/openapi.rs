@@ -8,8 +8,8 @@
 //! described by the catalogue's schema of them.
 
 use crate::bodies::{
-    AckBody, CheckpointBody, LimitBody, NextBody, NoBody, OperatorBody, PruneBody, QueuePolicyBody,
-    ReportsBody, ScheduleBody,
+    AckBody, BulkBody, CheckpointBody, LimitBody, NextBody, NoBody, OperatorBody, PruneBody,
+    QueuePolicyBody, ReportsBody, ScheduleBody,
 };
 use baton_core::catalogue::{Input, Kind, OPERATIONS, Op};
 use baton_core::{Preconditions, Request};
@@ -85,6 +85,7 @@ fn decoded_body(op: &Op, path: &str) -> Option<Value> {
         "limit" => schema_of::<LimitBody>(),
         "queue_policy" => schema_of::<QueuePolicyBody>(),
         "queue_pause" | "queue_resume" => schema_of::<OperatorBody>(),
+        "queue_retry_failed" | "queue_discard_failed" => schema_of::<BulkBody>(),
         "prune" => schema_of::<PruneBody>(),
         "ack" => schema_of::<AckBody>(),
         "sweep" | "tick" => schema_of::<NoBody>(),

@@ -478,7 +478,7 @@ const PAGE: &str = r##"<!doctype html>
 <h2>Tasks by state</h2>
 <div class="counts" id="counts"></div>
 <h2>Queues</h2>
-<table><thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>retrying</th><th>blocked</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th><th>dispatch</th></tr></thead><tbody id="queues"></tbody></table>
+<table><thead><tr><th>queue</th><th>waiting</th><th>ready</th><th>retrying</th><th>blocked</th><th>held</th><th>succeeded</th><th>failed</th><th>other</th><th>oldest waiting</th><th>actions</th></tr></thead><tbody id="queues"></tbody></table>
 <h2>Failures</h2>
 <table><thead><tr><th>task</th><th>state</th><th>attempt</th><th>error</th><th>when</th><th>actions</th></tr></thead><tbody id="failures"></tbody></table>
 <h2>Leases: live, and recently expired</h2>
@@ -605,6 +605,7 @@ function action(label, task, run) {
     const { res, json } = await run(by);
     if (res.ok && json && !json.refused) notice(label + " " + task + ": " + (json.cancel_requested && (json.state === "CLAIMED" || json.state === "RUNNING")
       ? "cancel requested; it stops when its holder gives it back or its lease ends (now " + json.state + ")"
+      : "retried" in json || "discarded" in json ? bulkText(json)
       : "queue" in json ? (json.paused_at ? "paused: next passes over its tasks" : "running") : "now " + (json.state || "done")), true);
     else notice(label + " " + task + ": " + ((json && (json.message || (json.error && json.error.message))) || res.statusText), false);
     refresh();
@@ -617,6 +618,12 @@ const cancel = (t) => action("cancel", t, (by) => api(path(t, "cancel"), { by, f
 const queuePath = (q, verb) => "/v1/queues/" + encodeURIComponent(q) + "/" + verb;
 const pauseQueue = (q) => action("pause", q, (by) => api(queuePath(q, "pause"), { operator: by.id }));
 const resumeQueue = (q) => action("resume", q, (by) => api(queuePath(q, "resume"), { operator: by.id }));
+const retryFailed = (q) => action("retry failed", q, (by) => api(queuePath(q, "retry-failed"), { operator: by.id }));
+const discardFailed = (q) => action("discard failed", q, (by) => api(queuePath(q, "discard-failed"), { operator: by.id }));
+function bulkText(j) {
+  const n = "retried" in j ? j.retried + " retried" : j.discarded + " discarded";
+  return n + (j.refusals.length ? ", " + j.refusals.length + " refused (" + j.refusals.map(r => r.task + ": " + r.refusal).join("; ") + ")" : "") + (j.more ? "; more are left: again for the rest" : "");
+}
 const finalize = (t) => action("finalize", t, (by) => api(path(t, "finalize"), { by, error: { reason: "finalized from the status page" } }));
 function actions(...buttons) { const d = document.createElement("span"); for (const b of buttons) { d.appendChild(b); d.appendChild(document.createTextNode(" ")); } return d; }
 function chart(pm) {
@@ -669,16 +676,19 @@ async function showList() {
   for (const [standing, n] of Object.entries(s.standing || {})) if (standing !== "WAITING") card(n, standing, "standing", standing);
   const set = s.settings || {};
   const pausedAt = {}; for (const p of set.queues || []) if (p.paused_at) pausedAt[p.queue] = p.paused_at;
-  // A queue's dispatch: running (pause) or paused since when (resume).
-  const dispatch = (name) => { if (!name) return ""; const at = pausedAt[name]; const d = document.createElement("span");
-    if (at) { const w = document.createElement("span"); w.className = "paused"; w.textContent = "paused " + ago(at, s.now) + " "; d.appendChild(w); d.appendChild(resumeQueue(name)); }
-    else d.appendChild(pauseQueue(name));
-    return d; };
+  // A queue's actions: running (pause) or paused since when (resume);
+  // with failed tasks, retry or discard them all.
+  const failed = (d) => c(d, "FAILED", "STALLED", "NOT_STARTED");
+  const queueActions = (d) => { const name = d.name; if (!name) return ""; const at = pausedAt[name]; const out = document.createElement("span");
+    if (at) { const w = document.createElement("span"); w.className = "paused"; w.textContent = "paused " + ago(at, s.now) + " "; out.appendChild(w); out.appendChild(resumeQueue(name)); }
+    else out.appendChild(pauseQueue(name));
+    if (failed(d) > 0) for (const b of [retryFailed(name), discardFailed(name)]) { out.appendChild(document.createTextNode(" ")); out.appendChild(b); }
+    return out; };
   const q = Object.entries(s.queues).map(([name, d]) => ({ name, ...d }));
   for (const name of Object.keys(pausedAt)) if (!q.some(d => d.name === name)) q.push({ name, counts: {} });
   const c = (d, ...ks) => ks.reduce((a, k) => a + (d.counts[k] || 0), 0);
   const st = (d, k) => d.standing ? (d.standing[k] || 0) : "-";
-  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => c(d, "FAILED", "STALLED", "NOT_STARTED"), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-", d => dispatch(d.name)]);
+  rows("queues", q, [d => d.name || "(outside the graph)", d => c(d, "DECLARED", "REGISTERED"), d => st(d, "READY"), d => st(d, "RETRYING"), d => st(d, "BLOCKED"), d => c(d, "CLAIMED", "RUNNING"), d => c(d, "SUCCEEDED"), d => failed(d), d => c(d, "CANCELLED"), d => d.oldest_waiting ? ago(d.oldest_waiting, s.now) : "-", d => queueActions(d)]);
   rows("failures", s.failures, [f => taskLink(f.task), f => f.state, f => retryText(f, s.now), f => errorView(f.error, errorLabel(f.state), "failures/" + f.task), f => ago(f.at, s.now),
     f => f.state === "REGISTERED" ? actions(finalize(f.task)) : actions(retry(f.task, f.iteration), finalize(f.task))], f => f.state);
   rows("leases", s.leases, [l => taskLink(l.task), l => l.owner, l => l.fence, l => l.state + (l.cancel_requested ? ", cancel requested" : ""),

@@ -276,7 +276,8 @@ macro_rules! conformance_tests {
             reports_in_one_call_are_each_decided_on_their_own_fence,
             a_scoped_request_acts_only_within_its_scope,
             a_traceparent_given_at_add_is_carried_on_each_grant,
-            a_paused_queue_is_passed_over_until_resumed
+            a_paused_queue_is_passed_over_until_resumed,
+            a_queues_failed_tasks_are_retried_or_discarded_in_bulk
         );
     };
     (@cases $harness:expr; $($case:ident),* $(,)?) => {

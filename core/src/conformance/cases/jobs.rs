@@ -870,3 +870,90 @@ pub fn a_paused_queue_is_passed_over_until_resumed<H: Harness>(ctx: &mut Ctx<H>)
     assert!(granted[0].1 > early.fence, "a new attempt: {granted:?}");
     assert_eq!(granted[1].0, "ready");
 }
+
+/// An operator's act on every failed task of a queue: a worker's is
+/// refused before anything changes; a retry takes the queue's failed
+/// tasks (never another queue's, never a task that succeeded or waits), each as its next iteration, up to its `max` and saying more
+/// are left; a discard forgets them now, each keeping its tombstone.
+pub fn a_queues_failed_tasks_are_retried_or_discarded_in_bulk<H: Harness>(ctx: &mut Ctx<H>) {
+    use crate::authority::Bulk;
+    let a = ctx.auth();
+    let (dlq, w) = (id("dlq"), id("w"));
+    let alice = Actor::Operator(id("alice"));
+    for (t, q) in [
+        ("f1", "dlq"),
+        ("f2", "dlq"),
+        ("f3", "dlq"),
+        ("ok", "dlq"),
+        ("e1", "elsewhere"),
+    ] {
+        ctx.block_on(a.add(&id(t), spec(t, Some(q), 0, &[])))
+            .unwrap();
+    }
+    for t in ["f1", "f2", "f3", "e1", "ok"] {
+        let g = ctx
+            .block_on(a.claim(&id(t), &w, Some(600_000)))
+            .unwrap()
+            .grant()
+            .unwrap_or_else(|| panic!("{t}"));
+        let r = if t == "ok" {
+            ctx.block_on(a.complete(&id(t), &w, g.fence))
+        } else {
+            ctx.block_on(a.fail(&id(t), &w, g.fence, None))
+        };
+        assert!(matches!(r.unwrap(), Reply::Committed(_)));
+    }
+    ctx.block_on(a.add(&id("waits"), spec("waits", Some("dlq"), 0, &[])))
+        .unwrap();
+    let state = |t: &str| ctx.block_on(a.get(&id(t))).unwrap().unwrap();
+    let e = ctx
+        .block_on(a.bulk_failed(&dlq, Bulk::Retry, Actor::Worker(w.clone()), 100))
+        .unwrap_err();
+    assert_eq!(e.kind, crate::ErrorKind::NotPermitted, "{e}");
+    assert_eq!(
+        state("f1").state,
+        State::Failed,
+        "a worker's changed nothing"
+    );
+    let first = ctx
+        .block_on(a.bulk_failed(&dlq, Bulk::Retry, alice.clone(), 1))
+        .unwrap();
+    assert_eq!((first.done, first.more), (1, true), "{first:?}");
+    let rest = ctx
+        .block_on(a.bulk_failed(&dlq, Bulk::Retry, alice.clone(), 100))
+        .unwrap();
+    assert_eq!((rest.done, rest.more), (2, false), "{rest:?}");
+    assert!(rest.refused.is_empty(), "{rest:?}");
+    for t in ["f1", "f2", "f3"] {
+        let r = state(t);
+        assert_eq!((r.state, r.iteration), (State::Registered, 2), "{t}: {r:?}");
+    }
+    assert_eq!(state("e1").state, State::Failed, "another queue's stays");
+    assert_eq!(state("ok").state, State::Succeeded);
+    // They fail again: discarded, each a tombstone now.
+    for t in ["f1", "f2", "f3"] {
+        let g = ctx
+            .block_on(a.claim(&id(t), &w, Some(600_000)))
+            .unwrap()
+            .grant()
+            .unwrap_or_else(|| panic!("{t} again"));
+        ctx.block_on(a.fail(&id(t), &w, g.fence, None)).unwrap();
+    }
+    let gone = ctx
+        .block_on(a.bulk_failed(&dlq, Bulk::Discard, alice.clone(), 100))
+        .unwrap();
+    assert_eq!((gone.done, gone.more), (3, false), "{gone:?}");
+    for t in ["f1", "f2", "f3"] {
+        let r = state(t);
+        assert!(
+            r.pruned_at.is_some() && r.state == State::Failed,
+            "{t}: {r:?}"
+        );
+    }
+    assert_eq!(state("e1").pruned_at, None);
+    assert_eq!(state("waits").state, State::Registered);
+    let again = ctx
+        .block_on(a.bulk_failed(&dlq, Bulk::Discard, alice, 100))
+        .unwrap();
+    assert_eq!((again.done, again.more), (0, false), "{again:?}");
+}
