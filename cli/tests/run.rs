@@ -593,7 +593,25 @@ fn replace_store(env: &Env, b: Backend) {
 }
 
 fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, sig).unwrap();
+    if sig != nix::sys::signal::Signal::SIGSTOP {
+        return;
+    }
+    // A stop takes hold asynchronously: until the kernel reports every
+    // thread stopped, the process may still renew (into a store about to
+    // be replaced by a copy that would not hold that renewal).
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)).unwrap() {
+            WaitStatus::Stopped(..) => return,
+            WaitStatus::StillAlive if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            other => panic!("the process did not stop: {other:?}"),
+        }
+    }
 }
 
 /// The interval a child recorded (`/proc/uptime`, one host's monotonic clock).
