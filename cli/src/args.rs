@@ -455,6 +455,24 @@ pub enum Command {
         /// key require.
         #[arg(long, env = "BATON_FENCE_KEY")]
         fence_key: Option<PathBuf>,
+        /// Post every outbox notification to this webhook (http:// or
+        /// https://), signed (`x-baton-signature: sha256=HMAC`), in order per
+        /// task, acknowledged on a 2xx, tried again with backoff, dead after
+        /// --deliver-tries failures (shown on the page). At least once: the
+        /// receiver de-duplicates on `x-baton-intent`.
+        #[arg(long, requires = "deliver_key")]
+        deliver: Option<String>,
+        /// The key file that signs each post (its first key; `baton guard
+        /// keygen` makes one; the receiver keeps the same).
+        #[arg(long, requires = "deliver")]
+        deliver_key: Option<PathBuf>,
+        /// Failures after which a notification is dead (1 to 100).
+        #[arg(long, default_value_t = 10, requires = "deliver")]
+        deliver_tries: u32,
+        /// How long the receiver has to answer a post before it counts as
+        /// failed (1 ms to 7 days).
+        #[arg(long, default_value = "10s", requires = "deliver")]
+        deliver_timeout: String,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     ///

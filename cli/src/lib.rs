@@ -495,6 +495,7 @@ struct ServeLimits<'a> {
     max_wait: &'a str,
     request_log: bool,
     fence_key: Option<&'a std::path::Path>,
+    deliver: Option<(&'a str, &'a std::path::Path, u32, &'a str)>,
 }
 
 #[cfg(not(feature = "serve"))]
@@ -563,6 +564,19 @@ async fn serve(
         .fence_key
         .map(baton_open::read_fence_keys)
         .transpose()?;
+    opts.deliver = limits
+        .deliver
+        .map(|(url, key, tries, timeout)| {
+            let keys = baton_open::read_fence_keys(key)
+                .map_err(|e| Error::invalid("deliver_key", e.message))?;
+            let policy = baton_core::delivery::DeliveryPolicy::with_tries(tries)?;
+            let mut d = baton_server::Deliver::new(url, keys, policy)?;
+            d.timeout = parse_ttl(Some(timeout))
+                .map_err(|e| Error::invalid("deliver_timeout", e.message))?
+                .map_or(baton_server::POST_TIMEOUT, std::time::Duration::from_millis);
+            Ok::<_, Error>(d)
+        })
+        .transpose()?;
     opts.check()?;
     let opened = baton_open::open_url(&url).await?;
     opts.meter = opened.meter;
@@ -603,6 +617,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             max_wait,
             request_log,
             fence_key,
+            deliver,
+            deliver_key,
+            deliver_tries,
+            deliver_timeout,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
             let limits = ServeLimits {
@@ -613,6 +631,10 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
                 max_wait,
                 request_log: *request_log,
                 fence_key: fence_key.as_deref(),
+                deliver: deliver
+                    .as_deref()
+                    .zip(deliver_key.as_deref())
+                    .map(|(url, key)| (url, key, *deliver_tries, deliver_timeout.as_str())),
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }

@@ -3732,3 +3732,255 @@ fn a_queues_failed_tasks_are_retried_and_discarded_from_the_page() {
     }
     assert!(show("other")["pruned_at"].is_null());
 }
+
+/// What a webhook receiver saw: each post's task, seq and intent, whether
+/// its signature held, and whether it was answered 2xx.
+#[derive(Debug, Clone)]
+struct Post {
+    task: String,
+    seq: u64,
+    intent: String,
+    signed: bool,
+    taken: bool,
+}
+
+/// A webhook receiver on a loopback port that fails on purpose: every
+/// post for task `poison` is answered 500; of the rest, the first try of
+/// every third notification is answered 500 and the first try of the
+/// fourth stalls past the deliverer's timeout. Every post is recorded.
+fn receiver(key: Vec<u8>) -> (SocketAddr, Arc<Mutex<Vec<Post>>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let posts: Arc<Mutex<Vec<Post>>> = Arc::default();
+    let kept = posts.clone();
+    std::thread::spawn(move || {
+        let mut firsts: Vec<String> = Vec::new();
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head, body) = loop {
+                let Ok(n) = c.read(&mut chunk) else {
+                    break (String::new(), Vec::new());
+                };
+                if n == 0 {
+                    break (String::new(), Vec::new());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..at]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if buf.len() >= at + 4 + len {
+                    break (head, buf[at + 4..at + 4 + len].to_vec());
+                }
+            };
+            let Ok(n) = serde_json::from_slice::<Value>(&body) else {
+                continue;
+            };
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                    .map(|v| v.trim().to_owned())
+                    .unwrap_or_default()
+            };
+            let signed =
+                header("x-baton-signature") == baton_core::delivery::signature(&key, &body);
+            let intent = n["intent_id"].as_str().unwrap_or_default().to_owned();
+            let task = n["task"].as_str().unwrap_or_default().to_owned();
+            let first = !firsts.contains(&intent);
+            if first {
+                firsts.push(intent.clone());
+            }
+            let k = firsts.iter().position(|i| *i == intent).unwrap_or(0);
+            let (status, stall) = if task == "poison" || (first && k % 3 == 1) {
+                (500, false)
+            } else if first && k == 3 {
+                (200, true)
+            } else {
+                (200, false)
+            };
+            if stall {
+                std::thread::sleep(Duration::from_millis(1_500));
+            }
+            kept.lock().unwrap().push(Post {
+                task,
+                seq: n["seq"].as_u64().unwrap_or(0),
+                intent,
+                signed,
+                taken: status == 200 && !stall,
+            });
+            let _ = write!(
+                c,
+                "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    (addr, posts)
+}
+
+/// `baton serve --deliver`, the hard way: a receiver that fails and
+/// stalls on purpose, and the server SIGKILLed while it delivers. Every
+/// notification of the outbox reaches the receiver, signed, at least once
+/// (once restarted, what was posted and not acknowledged is posted
+/// again); each task's posts arrive in outbox order; a notification the
+/// receiver keeps refusing is dead after its tries, acknowledged, and
+/// shown on the page; nothing is left pending.
+#[test]
+fn the_outbox_is_delivered_at_least_once_in_order_through_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let key_file = dir.path().join("hook.key");
+    let key = "a-webhook-key-of-32-bytes-or-more-0001";
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    let (hook, posts) = receiver(key.as_bytes().to_vec());
+    // The work: eight declared tasks and a poison one, each announcing
+    // its declaration and its registration.
+    let declare = |task: &str| {
+        let m = serde_json::json!({
+            "task_id": task, "executor": "ci", "source_branch": "main", "source_oid": "abc",
+            "target_version": "1", "steps": ["build"], "required_evidence": [],
+            "notification_events": ["DECLARED", "REGISTERED"],
+        });
+        let p = dir.path().join(format!("{task}.json"));
+        std::fs::write(&p, m.to_string()).unwrap();
+        assert_eq!(
+            baton(&store, None, &["task", "declare", p.to_str().unwrap()]).0,
+            0
+        );
+        assert_eq!(
+            baton(&store, None, &["task", "register", task, "--run", "r1"]).0,
+            0
+        );
+    };
+    let tasks: Vec<String> = (0..8).map(|i| format!("job-{i}")).collect();
+    for t in &tasks {
+        declare(t);
+    }
+    declare("poison");
+    let out = Command::new(BIN)
+        .args(["--store", &store, "outbox", "pending", "--limit", "1000"])
+        .env_remove("BATON_STORE")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let pending = String::from_utf8_lossy(&out.stdout).to_string();
+    let all: Vec<Value> = pending
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(all.len(), 18, "{pending}");
+
+    let url = format!("http://{hook}/hook");
+    let args = [
+        "--deliver",
+        url.as_str(),
+        "--deliver-key",
+        key_file.to_str().unwrap(),
+        "--deliver-tries",
+        "3",
+        "--deliver-timeout",
+        "500ms",
+        "--sweep-every",
+        "off",
+    ];
+    let mut first = Server::start_with(&store, &args);
+    let until = Instant::now() + Duration::from_secs(20);
+    while posts.lock().unwrap().iter().filter(|p| p.taken).count() < 6 {
+        assert!(
+            Instant::now() < until,
+            "nothing delivered: {:?}",
+            posts.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let second = Server::start_with(&store, &args);
+    let a = second.addr;
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, p) = http(a, "GET", "/v1/outbox?limit=1000", None, "").unwrap();
+        assert_eq!(s, 200, "{p}");
+        if p["items"].as_array().is_some_and(Vec::is_empty) {
+            break;
+        }
+        assert!(Instant::now() < until, "still pending: {p}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let posts = posts.lock().unwrap().clone();
+    assert!(
+        posts.iter().all(|p| p.signed),
+        "an unsigned post: {posts:?}"
+    );
+    for n in &all {
+        let intent = n["intent_id"].as_str().unwrap();
+        let task = n["task"].as_str().unwrap();
+        let taken = posts.iter().any(|p| p.intent == intent && p.taken);
+        if task == "poison" {
+            assert!(!taken);
+            // Three tries by the server that gave it up (the first may
+            // have tried some before it was killed).
+            assert!(
+                posts.iter().filter(|p| p.intent == intent).count() >= 3,
+                "{posts:?}"
+            );
+        } else {
+            assert!(taken, "{intent} ({task}) never delivered: {posts:?}");
+        }
+    }
+    for t in tasks.iter().map(String::as_str).chain(["poison"]) {
+        let seqs: Vec<u64> = posts
+            .iter()
+            .filter(|p| p.task == t)
+            .map(|p| p.seq)
+            .collect();
+        assert!(
+            seqs.windows(2).all(|w| w[0] <= w[1]),
+            "{t}'s posts out of order: {seqs:?}"
+        );
+    }
+    assert!(
+        posts.iter().any(|p| !p.taken && p.task != "poison"),
+        "the receiver failed some on purpose"
+    );
+    let (_, status) = http(a, "GET", "/v1/status", None, "").unwrap();
+    let dl = &status["deliveries"];
+    assert_eq!(dl["url"], url.as_str(), "{status}");
+    let dead = dl["dead"].as_array().unwrap();
+    assert!(
+        !dead.is_empty()
+            && dead
+                .iter()
+                .all(|d| d["task"] == "poison" && d["failures"] == 3),
+        "{dl}"
+    );
+    assert!(dl["failing"].as_array().unwrap().is_empty(), "{dl}");
+    let m = scrape(a, "none");
+    assert_eq!(metric(&m, "baton_webhook_failing"), Some(0.0), "{m}");
+    assert!(
+        metric(&m, "baton_webhook_dead").is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+    assert!(
+        metric(&m, "baton_webhook_delivered").is_some_and(|n| n >= 1.0),
+        "{m}"
+    );
+    let Some(browser) = chromium() else { return };
+    let mut b = Browser::open(browser, &dir.path().join("profile"));
+    b.go(&format!("{}/", second.url()));
+    b.until(
+        "the dead delivery",
+        &format!("{}.includes('poison')", table_text("deliveries-dead")),
+    );
+    let text = b.eval("document.getElementById('deliveries').textContent");
+    assert!(
+        text.as_str().unwrap().contains(&format!("to {url}: ")),
+        "{text}"
+    );
+}

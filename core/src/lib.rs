@@ -26,6 +26,7 @@ pub mod catalogue;
 pub mod commit;
 pub mod counts;
 pub mod decide;
+pub mod delivery;
 pub mod engine;
 pub mod error;
 pub mod fault;

@@ -20,6 +20,7 @@ mod bodies;
 mod caller;
 mod conns;
 mod counted;
+mod deliver;
 pub mod metrics;
 mod openapi;
 mod origin;
@@ -28,4 +29,5 @@ mod protocol;
 mod server;
 
 pub use auth::Tokens;
+pub use deliver::{Deliver, POST_TIMEOUT};
 pub use server::{Listen, READ_TIMEOUT, ServeOptions, Served, serve, spawn};

@@ -71,6 +71,9 @@ pub struct Metrics {
     dead_letters_elsewhere: Gauge,
     unlabelled_queues: Gauge,
     live_leases: Gauge,
+    delivered: Gauge,
+    deliveries_dead: Gauge,
+    deliveries_failing: Gauge,
     batch: Histogram,
     latency: Family<ByRoute, Histogram>,
     store_errors: Family<ByKind, Counter>,
@@ -159,6 +162,24 @@ impl Metrics {
             "Tasks held under a live lease (CLAIMED or RUNNING), read at scrape",
             live_leases.clone(),
         );
+        let delivered = Gauge::default();
+        registry.register(
+            "webhook_delivered",
+            "Outbox notifications the webhook took (2xx) since the server started (--deliver)",
+            delivered.clone(),
+        );
+        let deliveries_dead = Gauge::default();
+        registry.register(
+            "webhook_dead",
+            "Outbox notifications given up on after their tries since the server started",
+            deliveries_dead.clone(),
+        );
+        let deliveries_failing = Gauge::default();
+        registry.register(
+            "webhook_failing",
+            "Outbox notifications whose posts are failing and will be tried again",
+            deliveries_failing.clone(),
+        );
         registry.register(
             "build",
             "The server's version",
@@ -202,6 +223,9 @@ impl Metrics {
             dead_letters_elsewhere,
             unlabelled_queues,
             live_leases,
+            delivered,
+            deliveries_dead,
+            deliveries_failing,
             batch,
             latency,
             store_errors,
@@ -276,6 +300,14 @@ impl Metrics {
     /// census found (0 where it has none), for the [`MAX_QUEUE_LABELS`]
     /// queues with the most tasks, the rest added up; a queue no longer
     /// found is gone.
+    /// The webhook deliverer's totals, read at scrape.
+    pub fn deliveries(&self, delivered: u64, dead: u64, failing: usize) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.delivered.set(gauge(delivered));
+        self.deliveries_dead.set(gauge(dead));
+        self.deliveries_failing.set(gauge(failing as u64));
+    }
+
     pub fn census<'a>(&self, counts: impl IntoIterator<Item = (&'a str, State, u64)>) {
         use std::collections::BTreeMap;
         let mut by_queue: BTreeMap<&str, BTreeMap<State, u64>> = BTreeMap::new();

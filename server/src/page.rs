@@ -356,8 +356,15 @@ async fn status(
         .take(SHOWN)
         .map(|(q, p)| baton_core::call::queue_view(q, p))
         .collect();
+    let deliveries = app
+        .deliveries
+        .lock()
+        .ok()
+        .filter(|d| !d.url.is_empty())
+        .map(|d| d.view());
     json(&json!({
         "now": now,
+        "deliveries": deliveries,
         "settings": {"schedules": schedules, "keys": keys, "queues": policies},
         "counts": counts,
         "queues": census.queues,
@@ -489,6 +496,9 @@ const PAGE: &str = r##"<!doctype html>
 <table><thead><tr><th>schedule</th><th>period</th><th>queue</th><th>next run</th><th>state</th><th>failure</th></tr></thead><tbody id="schedules"></tbody></table>
 <h2>Key limits</h2>
 <table><thead><tr><th>key</th><th>limit</th><th>holders</th><th>parked</th></tr></thead><tbody id="keys"></tbody></table>
+<div id="deliveries-box" hidden><h2>Webhook deliveries</h2>
+<p id="deliveries"></p>
+<table><thead><tr><th>task</th><th>seq</th><th>event</th><th>tries</th><th>error</th><th>when</th></tr></thead><tbody id="deliveries-dead"></tbody></table></div>
 <h2>Queue policies</h2>
 <table><thead><tr><th>queue</th><th>retry</th><th>paused</th></tr></thead><tbody id="policies"></tbody></table>
 <h2>Recent refusals <span class="muted">(the newest 50, kept in the store)</span></h2>
@@ -698,6 +708,14 @@ async function showList() {
   rows("schedules", set.schedules || [], [x => x.schedule, x => x.every_ms ? "every " + span(x.every_ms) : "cron " + x.cron, x => x.queue, x => x.next_run ? x.next_run + " (" + ago(x.next_run, s.now) + ")" : "-", x => x.state, x => x.failure ? x.failure.error : ""]);
   rows("keys", set.keys || [], [k => k.key, k => k.limit == null ? "none" : k.limit, k => k.holders, k => k.parked]);
   rows("policies", set.queues || [], [p => p.queue, p => !p.retry ? "none" : p.retry.max_attempts + " attempts, backoff " + span(p.retry.backoff_ms) + " x" + p.retry.factor + " up to " + span(p.retry.max_backoff_ms), p => p.paused_at ? "since " + p.paused_at : "no"]);
+  const dl = s.deliveries;
+  $("deliveries-box").hidden = !dl;
+  if (dl) {
+    $("deliveries").textContent = "to " + dl.url + ": " + dl.delivered + " delivered, " + dl.failing.length + " failing"
+      + (dl.failing.length ? " (" + dl.failing.map(f => f.task + " #" + f.seq + " try " + f.failures + ": " + f.error).join("; ") + ")" : "")
+      + ", " + dl.dead_total + " dead since the server started" + (dl.error ? "; " + dl.error : "");
+    rows("deliveries-dead", dl.dead, [x => taskLink(x.task), x => x.seq, x => x.kind, x => x.failures, x => x.error, x => x.at]);
+  }
   rows("refusals", s.refusals, [r => taskLink(r.task), r => r.request, r => r.refusal.refused, r => r.refusal.message]);
   rows("events", s.events, [e => e.seq, e => taskLink(e.task), e => e.kind, e => actor(e.actor), e => e.fence, e => Object.keys(e.details || {}).length ? e.details : "", e => e.at]);
 }

@@ -77,6 +77,8 @@ pub struct ServeOptions {
     /// Sign every fence granted through the server (`--fence-key`): the
     /// task API's grants carry `token`, and `http://` clients ask for it.
     pub fence_keys: Option<Arc<baton_core::fencing::FenceKeys>>,
+    /// Post every outbox notification to a webhook (`--deliver URL`).
+    pub deliver: Option<crate::deliver::Deliver>,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -120,6 +122,7 @@ impl ServeOptions {
             max_wait: MAX_WAIT,
             meter: None,
             fence_keys: None,
+            deliver: None,
         }
     }
 }
@@ -157,6 +160,12 @@ async fn readyz(State(app): State<Shared>) -> Response {
 }
 
 async fn metrics(State(app): State<Shared>, _caller: crate::caller::AsCaller) -> Handled {
+    if let Ok(d) = app.deliveries.lock()
+        && !d.url.is_empty()
+    {
+        let (delivered, dead) = d.state.totals();
+        app.metrics.deliveries(delivered, dead, d.state.failing());
+    }
     if let Ok(counts) = app.authority.counts().await {
         app.metrics.census(
             counts
@@ -324,9 +333,20 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         max_blocking: (opts.max_connections / 4).max(1),
         max_wait: opts.max_wait,
         fence_keys: opts.fence_keys,
+        deliveries: Mutex::new(match &opts.deliver {
+            Some(d) => crate::deliver::DeliveryStatus::new(&d.url, d.policy),
+            None => crate::deliver::DeliveryStatus::default(),
+        }),
     });
     if let Some(every) = opts.sweep_every {
         tokio::spawn(sweep_loop(app.clone(), every, stopping.clone()));
+    }
+    if let Some(d) = opts.deliver {
+        tokio::spawn(crate::deliver::deliver_loop(
+            app.clone(),
+            d,
+            stopping.clone(),
+        ));
     }
     if let Some(meter) = &opts.meter {
         let observed = Arc::downgrade(&app);
