@@ -2056,6 +2056,18 @@ impl Browser {
         self.call("Page.navigate", serde_json::json!({"url": url}));
     }
 
+    /// Gives the page `token` (as its token form keeps it), reloads, and
+    /// waits for the new page (what the old one showed is gone with it).
+    fn sign_in(&mut self, token: &str) {
+        self.eval(&format!(
+            "window.beforeSignIn = true; sessionStorage.setItem('baton-token', {token:?}); location.reload(); true"
+        ));
+        self.until(
+            "the page, reloaded",
+            "window.beforeSignIn === undefined && document.readyState === 'complete'",
+        );
+    }
+
     /// A screenshot, written to `path` (and named in the test's output).
     fn screenshot(&mut self, path: &Path) {
         use base64::Engine;
@@ -2175,9 +2187,7 @@ fn an_operator_runs_the_fleet_from_the_status_page_in_a_real_browser() {
         "the token form",
         "getComputedStyle(document.getElementById('auth')).display !== 'none'",
     );
-    b.eval(&format!(
-        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
-    ));
+    b.sign_in(OPERATOR);
     b.until(
         "the failure's error",
         &format!("{}.includes('disk full on /data')", table_text("failures")),
@@ -3549,9 +3559,7 @@ fn a_queue_is_paused_and_resumed_from_the_page() {
     let pause_button =
         "!!document.querySelector('#queues button[data-action=pause][data-task=builds]')";
     // A worker's token: refused, nothing paused.
-    b.eval(&format!(
-        "sessionStorage.setItem('baton-token', {WORKER:?}); location.reload(); true"
-    ));
+    b.sign_in(WORKER);
     b.until("the queue's pause", pause_button);
     assert_eq!(
         b.eval(&click("pause")).as_str(),
@@ -3570,9 +3578,7 @@ fn a_queue_is_paused_and_resumed_from_the_page() {
     let (_, q) = http(a, "GET", "/v1/queues/builds/policy", Some(WORKER), "").unwrap();
     assert_eq!(q["paused_at"], Value::Null, "{q}");
     // The operator's: paused.
-    b.eval(&format!(
-        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
-    ));
+    b.sign_in(OPERATOR);
     b.until("the queue's pause", pause_button);
     b.eval(&click("pause"));
     b.eval(&click("pause"));
@@ -3679,9 +3685,7 @@ fn a_queues_failed_tasks_are_retried_and_discarded_from_the_page() {
 
     let mut b = Browser::open(browser, &dir.path().join("profile"));
     b.go(&format!("{}/", server.url()));
-    b.eval(&format!(
-        "sessionStorage.setItem('baton-token', {OPERATOR:?}); location.reload(); true"
-    ));
+    b.sign_in(OPERATOR);
     let button = |verb: &str| {
         format!("document.querySelector('#queues button[data-action=\"{verb}\"][data-task=etl]')")
     };

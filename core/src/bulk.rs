@@ -58,27 +58,15 @@ impl<S: Store> Authority<S> {
                 before: now,
             },
         };
-        // Who may is the decision's to say: asked on no record first.
-        let probe = Operation {
-            task: crate::refusal::refusals_record_id(),
-            request: request(1),
-            pre: Preconditions::none(),
-            now,
-            clock: crate::time::CommitClock::none(),
+        let what = match act {
+            Bulk::Retry => "a retry",
+            Bulk::Discard => "a discard",
         };
-        if let Verdict::Refuse {
-            refusal: refusal @ Refusal::OperatorRequired { .. },
-            ..
-        } = crate::decide::decide(&probe, None, crate::decide::Judged::default()).verdict
-        {
-            return Err(Error::not_permitted(format!(
-                "{} of queue {queue}'s failed tasks was refused: {refusal}",
-                match act {
-                    Bulk::Retry => "a retry",
-                    Bulk::Discard => "a discard",
-                }
-            )));
-        }
+        Self::may_act(
+            request(1),
+            now,
+            &format!("{what} of queue {queue}'s failed tasks"),
+        )?;
         let mut out = BulkOutcome::default();
         let mut tried = 0usize;
         for state in State::ALL.into_iter().filter(|s| s.is_dead_letter()) {

@@ -5,6 +5,28 @@
 use super::*;
 
 impl<S: Store> Authority<S> {
+    /// Who may make an act over many tasks is the decision's to say: one
+    /// of its requests asked on no record, before any is read; refused
+    /// (`what` was refused: ...) when it needs an operator.
+    pub(super) fn may_act(request: Request, now: Timestamp, what: &str) -> Result<()> {
+        let probe = Operation {
+            task: crate::refusal::refusals_record_id(),
+            request,
+            pre: Preconditions::none(),
+            now,
+            clock: crate::time::CommitClock::none(),
+        };
+        match crate::decide::decide(&probe, None, crate::decide::Judged::default()).verdict {
+            Verdict::Refuse {
+                refusal: refusal @ Refusal::OperatorRequired { .. },
+                ..
+            } => Err(Error::not_permitted(format!(
+                "{what} was refused: {refusal}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Retention: prunes tasks that ended at least `older_than_ms` ago
     /// (by this authority's clock), at most `max` of them, in commits of
     /// [`PRUNE_BATCH`]: each becomes its tombstone and loses its events and
@@ -18,27 +40,12 @@ impl<S: Store> Authority<S> {
             now.as_millis()
                 .saturating_sub(i64::try_from(older_than_ms).unwrap_or(i64::MAX)),
         );
-        // Who may prune is the decision's to say, and it says so whether
-        // or not anything is due: asked on no record, before any is read.
-        let probe = Operation {
-            task: crate::refusal::refusals_record_id(),
-            request: Request::Prune {
-                by: by.clone(),
-                before,
-            },
-            pre: Preconditions::none(),
-            now,
-            clock: crate::time::CommitClock::none(),
+        // Whether or not anything is due.
+        let probe = Request::Prune {
+            by: by.clone(),
+            before,
         };
-        if let Verdict::Refuse {
-            refusal: refusal @ Refusal::OperatorRequired { .. },
-            ..
-        } = crate::decide::decide(&probe, None, crate::decide::Judged::default()).verdict
-        {
-            return Err(Error::not_permitted(format!(
-                "prune was refused: {refusal}"
-            )));
-        }
+        Self::may_act(probe, now, "prune")?;
         let mut pruned: u64 = 0;
         for state in State::ALL.into_iter().filter(|s| s.is_terminal()) {
             let mut cursor: Option<TaskId> = None;

@@ -87,6 +87,22 @@ impl Authority {
 }
 
 impl Authority {
+    /// An operator's act on queue `queue` (pause, resume, retry or
+    /// discard its failed tasks), as the catalogue's `op` makes it.
+    fn queue_act(
+        slf: &Bound<'_, Self>,
+        op: &str,
+        queue: &str,
+        operator: &str,
+        max: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let mut given = serde_json::json!({"queue": queue, "operator": operator});
+        if let Some(n) = max {
+            given["max"] = serde_json::json!(n);
+        }
+        Self::answer(slf, Self::made(op, given)?)
+    }
+
     /// The catalogue's operation `op` made by core from `given` (its
     /// inputs by the catalogue's names): core reads each and keeps the
     /// rules between them.
@@ -571,16 +587,14 @@ impl Authority {
     /// `idempotent`), or a `Refusal`.
     #[pyo3(signature = (queue, operator))]
     fn pause_queue(slf: &Bound<'_, Self>, queue: &str, operator: &str) -> PyResult<Py<PyAny>> {
-        let given = serde_json::json!({"queue": queue, "operator": operator});
-        Self::answer(slf, Self::made("queue_pause", given)?)
+        Self::queue_act(slf, "queue_pause", queue, operator, None)
     }
 
     /// An operator resumes queue `queue`: `next` takes its tasks again.
     /// The queue as `queue_policy` shows it, or a `Refusal`.
     #[pyo3(signature = (queue, operator))]
     fn resume_queue(slf: &Bound<'_, Self>, queue: &str, operator: &str) -> PyResult<Py<PyAny>> {
-        let given = serde_json::json!({"queue": queue, "operator": operator});
-        Self::answer(slf, Self::made("queue_resume", given)?)
+        Self::queue_act(slf, "queue_resume", queue, operator, None)
     }
 
     /// An operator retries every task of `queue` that failed for good
@@ -593,8 +607,7 @@ impl Authority {
         operator: &str,
         max: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
-        let given = serde_json::json!({"queue": queue, "operator": operator, "max": max});
-        Self::answer(slf, Self::made("queue_retry_failed", given)?)
+        Self::queue_act(slf, "queue_retry_failed", queue, operator, max)
     }
 
     /// An operator discards every task of `queue` that failed for good:
@@ -607,8 +620,7 @@ impl Authority {
         operator: &str,
         max: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
-        let given = serde_json::json!({"queue": queue, "operator": operator, "max": max});
-        Self::answer(slf, Self::made("queue_discard_failed", given)?)
+        Self::queue_act(slf, "queue_discard_failed", queue, operator, max)
     }
 
     /// An operator sets queue `queue`'s retry policy: a task added to the
