@@ -65,7 +65,7 @@ pub(crate) struct App {
     /// Signs the fences of live leases for their holders (`--fence-key`).
     pub fence_keys: Option<Arc<baton_core::fencing::FenceKeys>>,
     /// The outbox's deliverer (`--deliver`; its URL empty when none).
-    pub deliveries: Mutex<crate::deliver::DeliveryStatus>,
+    pub deliveries: Mutex<crate::delivery_status::DeliveryStatus>,
 }
 
 /// One blocking query's place under its token's cap, given back on drop.

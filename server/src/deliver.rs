@@ -5,7 +5,7 @@
 
 use crate::app::Shared;
 use baton_core::delivery::{
-    ATTEMPT_HEADER, AfterFailure, Deliveries, DeliveryPolicy, INTENT_HEADER, SIGNATURE_HEADER,
+    ATTEMPT_HEADER, AfterFailure, DeliveryPolicy, INTENT_HEADER, SIGNATURE_HEADER,
 };
 use baton_core::{Error, Notification};
 use http_body_util::{BodyExt, Full};
@@ -221,29 +221,4 @@ async fn round(app: &Shared, client: &HttpsClient, d: &Arc<Deliver>) -> bool {
         }
     }
     true
-}
-
-/// What the status page shows of the deliverer.
-#[derive(Debug, Default)]
-pub(crate) struct DeliveryStatus {
-    pub url: String,
-    pub state: Deliveries,
-    pub error: Option<String>,
-}
-
-impl DeliveryStatus {
-    pub(crate) fn new(url: &str, policy: DeliveryPolicy) -> DeliveryStatus {
-        DeliveryStatus {
-            url: url.to_owned(),
-            state: Deliveries::new(policy),
-            error: None,
-        }
-    }
-
-    pub(crate) fn view(&self) -> serde_json::Value {
-        let mut v = self.state.view();
-        v["url"] = serde_json::json!(self.url);
-        v["error"] = serde_json::json!(self.error);
-        v
-    }
 }

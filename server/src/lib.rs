@@ -21,6 +21,7 @@ mod caller;
 mod conns;
 mod counted;
 mod deliver;
+mod delivery_status;
 pub mod metrics;
 mod openapi;
 mod origin;

@@ -334,8 +334,8 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         max_wait: opts.max_wait,
         fence_keys: opts.fence_keys,
         deliveries: Mutex::new(match &opts.deliver {
-            Some(d) => crate::deliver::DeliveryStatus::new(&d.url, d.policy),
-            None => crate::deliver::DeliveryStatus::default(),
+            Some(d) => crate::delivery_status::DeliveryStatus::new(&d.url, d.policy),
+            None => crate::delivery_status::DeliveryStatus::default(),
         }),
     });
     if let Some(every) = opts.sweep_every {
