@@ -2501,12 +2501,12 @@ fn retrying_and_blocked_work_is_visible_on_the_page() {
     assert_eq!(s, 200, "{status}");
     assert_eq!(
         status["standing"],
-        serde_json::json!({"READY": 1, "WAITING": 1, "RETRYING": 1, "BLOCKED": 3}),
+        serde_json::json!({"READY": 1, "WAITING": 1, "RETRYING": 1, "BLOCKED": 3, "PAUSED": 0}),
         "{status}"
     );
     assert_eq!(
         status["queues"]["chain"]["standing"],
-        serde_json::json!({"READY": 0, "WAITING": 0, "RETRYING": 0, "BLOCKED": 3})
+        serde_json::json!({"READY": 0, "WAITING": 0, "RETRYING": 0, "BLOCKED": 3, "PAUSED": 0})
     );
     let failure = status["failures"]
         .as_array()
@@ -3604,6 +3604,18 @@ fn a_queue_is_paused_and_resumed_from_the_page() {
         .unwrap_or_else(|| panic!("{queues}"))
         .to_owned();
     assert!(row.contains("paused ") && row.contains("ago"), "{row}");
+    // Its ready task counts as paused, not ready: waiting 1, ready 0.
+    assert!(row.starts_with("builds\t1\t0\t"), "{row}");
+    let (_, status) = http(a, "GET", "/v1/status", Some(OPERATOR), "").unwrap();
+    assert_eq!(
+        status["queues"]["builds"]["standing"]["PAUSED"], 1,
+        "{status}"
+    );
+    assert_eq!(status["standing"]["READY"], 1, "lint's: {status}");
+    b.until(
+        "the paused card",
+        "(document.querySelector('.count[data-standing=PAUSED] b') || {}).textContent === '1'",
+    );
     let policies = b.eval(&table_text("policies"));
     assert!(
         policies.as_str().unwrap().contains("builds\tnone\tsince "),

@@ -205,7 +205,7 @@ impl Census {
             return;
         }
         match standing(record, upstream, stuck, query.now) {
-            Some(Standing::Ready) => self.ready += 1,
+            Some(Standing::Ready | Standing::Paused) => self.ready += 1,
             Some(Standing::Waiting | Standing::Retrying) => self.queued += 1,
             Some(Standing::Blocked) => self.blocked += 1,
             None => {}
@@ -228,14 +228,18 @@ pub enum Standing {
     /// Behind a dependency that ended without success or does not exist,
     /// at any depth: it cannot become ready without an operator.
     Blocked,
+    /// Ready, in a queue an operator paused: `next` passes over it until
+    /// the queue is resumed ([`Standing::in_queue`]).
+    Paused,
 }
 
 impl Standing {
-    pub const ALL: [Standing; 4] = [
+    pub const ALL: [Standing; 5] = [
         Standing::Ready,
         Standing::Waiting,
         Standing::Retrying,
         Standing::Blocked,
+        Standing::Paused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -244,6 +248,16 @@ impl Standing {
             Standing::Waiting => "WAITING",
             Standing::Retrying => "RETRYING",
             Standing::Blocked => "BLOCKED",
+            Standing::Paused => "PAUSED",
+        }
+    }
+
+    /// Where a task that stands so stands in its queue: a ready one in a
+    /// paused queue is paused ([`crate::graph::QueuePolicy::paused_at`]).
+    pub fn in_queue(self, queue_paused: bool) -> Standing {
+        match self {
+            Standing::Ready if queue_paused => Standing::Paused,
+            s => s,
         }
     }
 }

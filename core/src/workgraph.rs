@@ -678,7 +678,8 @@ impl<S: Store> Authority<S> {
 
     /// Every waiting task (REGISTERED or DECLARED, as derived now) with
     /// where it stands ([`crate::next::standing`]: ready, waiting,
-    /// retrying or blocked at any depth), reading at most `limit` of them;
+    /// retrying or blocked at any depth; ready in a paused queue is
+    /// paused), reading at most `limit` of them;
     /// `None` when more wait than that (the store's counts still say how
     /// many). What the status page shows by queue.
     pub async fn standings(
@@ -708,11 +709,22 @@ impl<S: Store> Authority<S> {
         }
         let stuck = crate::next::stuck(&read);
         let now = self.now();
+        let paused: std::collections::BTreeSet<Id> = self
+            .queue_policies()
+            .await?
+            .into_iter()
+            .filter(|(_, p)| p.paused_at.is_some())
+            .map(|(q, _)| q)
+            .collect();
         Ok(Some(
             read.into_iter()
                 .filter_map(|(r, up)| {
                     let s = crate::next::standing(&r, &up, stuck.contains(&r.task), now)?;
-                    Some((r, s))
+                    let in_paused = r
+                        .node
+                        .as_ref()
+                        .is_some_and(|n| paused.contains(&n.spec.queue));
+                    Some((r, s.in_queue(in_paused)))
                 })
                 .collect(),
         ))
