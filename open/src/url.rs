@@ -192,7 +192,7 @@ fn backend_feature(url: &StoreUrl) -> Option<(&'static str, &'static str)> {
 fn compiled_out(url: &StoreUrl) -> Error {
     match backend_feature(url) {
         Some((feature, scheme)) => Error::unsupported(format!(
-            "{scheme} stores need baton built with the `{feature}` feature (cargo build -p baton-cli --features {feature}; for a library, the `{feature}` feature of baton-open)"
+            "{scheme} stores need baton built with the `{feature}` feature (the CLI: cargo build -p baton-cli --features {feature}; Python: MATURIN_PEP517_ARGS=\"--features {feature}\" pip install ./python; a library: the `{feature}` feature of baton-open)"
         )),
         None => Error::unsupported("this build has no store for that URL"),
     }
