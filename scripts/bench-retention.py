@@ -8,7 +8,11 @@ store's size on disk. Without pruning the size grows with every round;
 with it, it levels off once the window is full (tombstones remain: a few
 dozen bytes per task through, the price of never granting an id twice).
 
-Usage: scripts/bench-retention.py [TASKS=1000000] [ROUND=20000] [--no-prune]
+With --forget, each prune also marks its tombstones to be forgotten a
+window later (`forget_after`), so later prunes remove them and the size
+stays flat: the cost is that a forgotten id could be granted again.
+
+Usage: scripts/bench-retention.py [TASKS=1000000] [ROUND=20000] [--no-prune|--forget]
 Needs the Python package (`pip install ./python`); runs on a fresh SQLite
 file in a temporary folder.
 """
@@ -29,6 +33,7 @@ def size(folder):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     prune = "--no-prune" not in sys.argv
+    forget = "--forget" in sys.argv
     total = int(args[0]) if args else 1_000_000
     per_round = int(args[1]) if len(args) > 1 else 20_000
     folder = tempfile.mkdtemp(prefix="baton-retention-")
@@ -53,7 +58,7 @@ def main():
         if prune and len(ends) > window_rounds:
             # Keep the last `window_rounds` rounds' tasks.
             window = time.time() - ends[-window_rounds - 1]
-            pruned = a.prune(window, "bench")
+            pruned = a.prune(window, "bench", forget_after=window if forget else None)
         mb = size(folder) / 1e6
         print(
             f"{r:5d}  {done:13d}  {statistics.median(waits) / 1000:12.1f}  {pruned:6d}  "

@@ -105,6 +105,7 @@ impl fmt::Debug for FabricStore {
 /// writer whose reply was lost can tell whether its write landed.
 #[derive(Serialize, Deserialize)]
 struct Envelope {
+    #[serde(serialize_with = "TaskRecord::serialize_stored")]
     record: TaskRecord,
     request: String,
 }

@@ -147,10 +147,12 @@ pub(super) fn plan(keys: &Keys, decided: &Decided<'_>) -> Result<Plan> {
     }
     // Each task's last record, and what happens to its keys on leases.
     let mut written: BTreeMap<&TaskId, &TaskRecord> = BTreeMap::new();
+    let mut forgotten: BTreeMap<&TaskId, bool> = BTreeMap::new();
     let mut acts: BTreeMap<&TaskId, [KeyAct; 3]> = BTreeMap::new();
     for (task, d) in decided.wrote {
         if let Some(r) = d.record_to_write() {
             written.insert(task, r);
+            forgotten.insert(task, d.forgets());
         }
         let a = acts.entry(task).or_insert([KeyAct::Keep; 3]);
         a[0] = holder_act(d.lease, a[0]);
@@ -204,6 +206,20 @@ pub(super) fn plan(keys: &Keys, decided: &Decided<'_>) -> Result<Plan> {
         }
     }
     for (task, r) in &written {
+        let old = decided
+            .read
+            .get(*task)
+            .and_then(|f| f.record.as_ref())
+            .map(|(r, _)| r);
+        if forgotten.get(*task).copied().unwrap_or(false) {
+            // A tombstone forgotten: its key and its index and count
+            // entries go (its history went at its prune).
+            plan.writes.push(Write::Delete {
+                key: keys.task(task.as_str()),
+            });
+            index_writes(keys, old, None, &mut plan.writes);
+            continue;
+        }
         let env = Envelope {
             record: (*r).clone(),
             request: decided.request_id.to_owned(),
@@ -212,11 +228,6 @@ pub(super) fn plan(keys: &Keys, decided: &Decided<'_>) -> Result<Plan> {
             key: keys.task(task.as_str()),
             value: encode(&env)?,
         });
-        let old = decided
-            .read
-            .get(*task)
-            .and_then(|f| f.record.as_ref())
-            .map(|(r, _)| r);
         index_writes(keys, old, Some(r), &mut plan.writes);
     }
     let (mut events, mut notes) = (0u64, 0u64);

@@ -351,6 +351,7 @@ impl FabricStore {
             granted.get(2).copied().flatten(),
         )?;
         let record = match d.record_to_write() {
+            Some(_) if d.forgets() => None,
             Some(r) => Some((r.clone(), revision)),
             None => found.record.clone(),
         };

@@ -378,6 +378,12 @@ pub enum Command {
         /// How long ago a task must have ended (`7d`, `12h`, `0s` for every ended task).
         #[arg(long)]
         finished_before: String,
+        /// Forget the tombstones this run makes this much later (`90d`):
+        /// a run with the same `--finished-before` that much later removes
+        /// them, and every run removes those whose time came. The cost: a
+        /// forgotten id can be granted again (default: keep them for ever).
+        #[arg(long)]
+        forget_after: Option<String>,
         /// Who prunes (an operator's act).
         #[arg(long)]
         operator: String,
@@ -434,6 +440,11 @@ pub enum Command {
         /// this long ago (`30d`), at most 640 a beat (default: keep everything).
         #[arg(long)]
         prune_after: Option<String>,
+        /// With --prune-after: forget each tombstone this long after it was
+        /// made (`90d`), so the store stops growing; a forgotten id can be
+        /// granted again (default: keep tombstones for ever).
+        #[arg(long, requires = "prune_after")]
+        forget_after: Option<String>,
         /// The most connections held at once; past it a new connection takes
         /// the place of the one idle longest.
         #[arg(long, default_value_t = 1024)]

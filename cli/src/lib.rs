@@ -490,6 +490,7 @@ fn field_name(arg: &str) -> String {
 struct ServeLimits<'a> {
     sweep_every: &'a str,
     prune_after: Option<&'a str>,
+    forget_after: Option<&'a str>,
     max_connections: usize,
     read_timeout: &'a str,
     max_wait: &'a str,
@@ -537,6 +538,10 @@ async fn serve(
         .prune_after
         .map(|v| catalogue::duration_ms(Kind::Retention, "prune_after", v))
         .transpose()?;
+    let forget_after = limits
+        .forget_after
+        .map(|v| catalogue::duration_ms(Kind::Retention, "forget_after", v))
+        .transpose()?;
     let tokens = tokens.map(baton_server::Tokens::load).transpose()?;
     let tls = tls
         .map(|(cert, key)| baton_store_http::tls::server_config(cert, key))
@@ -556,6 +561,7 @@ async fn serve(
     opts.tls = tls;
     opts.sweep_every = sweep_every;
     opts.prune_after_ms = prune_after;
+    opts.forget_after_ms = forget_after;
     opts.request_log = limits.request_log;
     opts.max_connections = limits.max_connections;
     opts.read_timeout = read_timeout;
@@ -612,6 +618,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             tls_key,
             sweep_every,
             prune_after,
+            forget_after,
             max_connections,
             read_timeout,
             max_wait,
@@ -626,6 +633,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             let limits = ServeLimits {
                 sweep_every,
                 prune_after: prune_after.as_deref(),
+                forget_after: forget_after.as_deref(),
                 max_connections: *max_connections,
                 read_timeout,
                 max_wait,

@@ -18,6 +18,7 @@ per_backend!(
     a_graph_drains_in_dependency_order,
     a_bad_graph_adds_nothing,
     run_next_runs_whatever_next_grants,
+    prune_forget_after_frees_ids_from_the_cli,
 );
 
 struct Env {
@@ -1002,4 +1003,92 @@ fn a_queues_failed_runs_are_retried_then_discarded_from_the_cli() {
         (Some("FAILED"), &Value::Null),
         "{shown:?}"
     );
+}
+
+/// `prune --forget-after`: the tombstones a run makes go at a run that
+/// much later (not at an earlier one), counted as `forgotten`; the id is
+/// then granted anew under a higher fence, and a tombstone made without it
+/// stays. On SQLite the stored tombstone is compact (no body, times as
+/// numbers). A bad duration changes nothing.
+fn prune_forget_after_frees_ids_from_the_cli(backend: Backend) {
+    let env = Env::new(backend);
+    let run_one = |t: &str| {
+        assert_eq!(env.baton(&["add", t, "--queue", "q"]).0, 0);
+        let (code, out) = env.baton(&[
+            "run", "--next", "--queue", "q", "--owner", "w", "--", "true",
+        ]);
+        assert_eq!(code, 0, "{out:?}");
+        out.last().unwrap()["fence"].as_u64().unwrap()
+    };
+    let kept_fence = run_one("kept");
+    let prune = |extra: &[&str]| {
+        let mut args = vec!["prune", "--finished-before", "0s", "--operator", "alice"];
+        args.extend_from_slice(extra);
+        env.baton(&args)
+    };
+    let (code, out) = prune(&[]);
+    assert_eq!(
+        (code, &out[0]["pruned"]),
+        (0, &serde_json::json!(1)),
+        "{out:?}"
+    );
+    let gone_fence = run_one("gone");
+    let (code, out) = prune(&["--forget-after", "nonsense"]);
+    assert_eq!(code, 2, "{out:?}");
+    assert_eq!(
+        out[0]["error"]["field"].as_str(),
+        Some("forget_after"),
+        "{out:?}"
+    );
+    let (_, shown) = env.baton(&["task", "show", "gone"]);
+    assert!(
+        shown[0]["pruned_at"].is_null(),
+        "a bad run changed nothing: {shown:?}"
+    );
+    let (code, out) = prune(&["--forget-after", "1s"]);
+    assert_eq!(
+        (code, &out[0]["pruned"], &out[0]["forgotten"]),
+        (0, &serde_json::json!(1), &serde_json::json!(0)),
+        "{out:?}"
+    );
+    let (_, shown) = env.baton(&["task", "show", "gone"]);
+    assert!(shown[0]["forget_at"].is_string(), "{shown:?}");
+    if let Some(path) = env.store.strip_prefix("sqlite:") {
+        let db = rusqlite::Connection::open(path).unwrap();
+        let stored: String = db
+            .query_row("SELECT record FROM tasks WHERE task_id = 'gone'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert!(
+            !stored.contains("manifest")
+                && stored.contains("\"pruned_at\":1")
+                && stored.len() < 400,
+            "{stored}"
+        );
+    }
+    let (_, out) = prune(&[]);
+    assert_eq!(
+        out[0]["forgotten"],
+        serde_json::json!(0),
+        "not yet: {out:?}"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let (code, out) = prune(&[]);
+    assert_eq!(
+        (code, &out[0]["pruned"], &out[0]["forgotten"]),
+        (0, &serde_json::json!(0), &serde_json::json!(1)),
+        "{out:?}"
+    );
+    let (code, shown) = env.baton(&["task", "show", "gone"]);
+    assert_eq!(
+        (code, shown[0]["refused"].as_str()),
+        (5, Some("not_found")),
+        "{shown:?}"
+    );
+    let (_, shown) = env.baton(&["task", "show", "kept"]);
+    assert!(shown[0]["pruned_at"].is_string(), "{shown:?}");
+    // Free again: added and run anew, under a fence past both.
+    let again = run_one("gone");
+    assert!(again > gone_fence && again > kept_fence, "{again}");
 }

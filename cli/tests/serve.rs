@@ -1857,6 +1857,91 @@ fn a_server_prunes_on_its_beat_when_asked() {
     assert_eq!(s, 400, "{r}");
 }
 
+/// `serve --prune-after 1s --forget-after 1s`: a task that ends becomes a
+/// tombstone on the beat, then goes on a later beat, and its id is granted
+/// anew under a higher fence; `--forget-after` alone is a usage error, and
+/// `POST /v1/prune` takes `forget_after_ms`, refusing a bad one by name.
+#[test]
+fn a_server_forgets_tombstones_on_its_beat_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    let alone = Command::new(BIN)
+        .args([
+            "--store",
+            &store,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--forget-after",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(alone.status.code(), Some(2), "{alone:?}");
+    assert!(
+        String::from_utf8_lossy(&alone.stderr).contains("--prune-after"),
+        "{alone:?}"
+    );
+    let server = Server::start_with(
+        &store,
+        &[
+            "--sweep-every",
+            "200ms",
+            "--prune-after",
+            "1s",
+            "--forget-after",
+            "1s",
+        ],
+    );
+    let url = server.url();
+    let (code, g) = baton(&url, None, &["claim", "old", "--owner", "w"]);
+    assert_eq!(code, 0, "{g}");
+    let fence = g["fence"].as_u64().unwrap();
+    let f = fence.to_string();
+    let (code, out) = baton(
+        &url,
+        None,
+        &["complete", "old", "--owner", "w", "--fence", &f],
+    );
+    assert_eq!(code, 0, "{out}");
+    let until = Instant::now() + Duration::from_secs(15);
+    let mut was_tombstone = false;
+    loop {
+        let (code, r) = baton(&url, None, &["task", "show", "old"]);
+        if r["pruned_at"].is_string() {
+            assert!(r["forget_at"].is_string(), "{r}");
+            was_tombstone = true;
+        }
+        if code == 5 && r["refused"] == "not_found" {
+            break;
+        }
+        assert!(Instant::now() < until, "the beat never forgot it: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(was_tombstone, "it was a tombstone before it went");
+    let (code, g) = baton(&url, None, &["claim", "old", "--owner", "w"]);
+    assert_eq!(code, 0, "granted anew: {g}");
+    assert!(g["fence"].as_u64().unwrap() > fence, "{g}");
+    let (s, r) = http(
+        server.addr,
+        "POST",
+        "/v1/prune",
+        None,
+        r#"{"finished_before_ms":0,"forget_after_ms":-5,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!(s, 400, "{r}");
+    let (s, r) = http(
+        server.addr,
+        "POST",
+        "/v1/prune",
+        None,
+        r#"{"finished_before_ms":0,"forget_after_ms":60000,"operator":"alice"}"#,
+    )
+    .unwrap();
+    assert_eq!((s, r["forgotten"].as_u64()), (200, Some(0)), "{r}");
+}
+
 /// `serve --request-log`: a JSON line per request on standard error with
 /// its method, path, status, latency and the token's name, never the token.
 #[test]

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 #[path = "retention.rs"]
 mod retention;
+pub use retention::Pruned;
 
 #[path = "bulk.rs"]
 mod bulk;

@@ -56,6 +56,7 @@ impl<S: Store> Authority<S> {
             Bulk::Discard => Request::Prune {
                 by: by.clone(),
                 before: now,
+                forget_after_ms: None,
             },
         };
         let what = match act {

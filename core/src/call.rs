@@ -129,10 +129,13 @@ pub enum Call {
         by: Actor,
         max: usize,
     },
-    /// Forgets ended tasks older than `older_than_ms`, at most `max`.
+    /// Prunes ended tasks older than `older_than_ms` to tombstones, marked
+    /// to be forgotten `forget_after_ms` later if given, and forgets the
+    /// marked tombstones whose time came; at most `max`.
     Prune {
         by: Actor,
         older_than_ms: u64,
+        forget_after_ms: Option<u64>,
         max: usize,
     },
 }
@@ -641,12 +644,15 @@ impl Call {
             Call::Prune {
                 by,
                 older_than_ms,
+                forget_after_ms,
                 max,
             } => {
-                let pruned = a.prune(by, older_than_ms, max).await?;
-                Output::one(json!({"pruned": pruned}))
-                    .written(pruned > 0)
-                    .answering(Answer::Count(pruned))
+                let p = a
+                    .prune_and_forget(by, older_than_ms, forget_after_ms, max)
+                    .await?;
+                Output::one(json!({"pruned": p.pruned, "forgotten": p.forgotten}))
+                    .written(p.pruned + p.forgotten > 0)
+                    .answering(Answer::Count(p.pruned))
             }
         })
     }

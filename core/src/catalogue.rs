@@ -618,7 +618,7 @@ pub const OPERATIONS: &[Op] = &[
     },
     Op {
         name: "prune",
-        summary: "Retention: tasks that ended long enough ago lose their body and events and keep a tombstone",
+        summary: "Retention: tasks that ended long enough ago lose their body and events and keep a tombstone (with forget_after, the tombstone goes that much later)",
         write: true,
         operator: true,
         cli: Some("prune"),
@@ -631,6 +631,7 @@ pub const OPERATIONS: &[Op] = &[
                 Kind::Retention,
                 true,
             ),
+            input("forget_after", "forget_after_ms", Kind::Retention, false),
             input("operator", "operator", Kind::Id, true),
             input("max", "max", Kind::Count, false),
         ],

@@ -634,6 +634,7 @@ pub fn call(op: &str, mut g: Given<'_>) -> Result<Call> {
             older_than_ms: g
                 .ms("finished_before", Kind::Retention)?
                 .ok_or_else(|| Error::invalid("finished_before", "is required"))?,
+            forget_after_ms: g.ms("forget_after", Kind::Retention)?,
             by: g.operator("operator")?,
             max: g
                 .number("max")?

@@ -59,7 +59,7 @@ pub mod workgraph;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use authority::{Authority, Holder, Page, ReleaseGate, Reply, Swept, Verification};
+pub use authority::{Authority, Holder, Page, Pruned, ReleaseGate, Reply, Swept, Verification};
 pub use decide::{
     Change, Decision, Judged, LeaseEffect, LeaseRules, TimerEffect, Verdict, decide, decide_in,
     decide_with, derive, live_lease, settle,

@@ -63,9 +63,17 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
         decision.assign_fence(inner.fence);
     }
     if let Some(r) = decision.record_to_write() {
-        let old = inner.tasks.insert(r.task.clone(), r.clone());
+        // A tombstone forgotten leaves nothing: no record, count or entry.
+        let forgets = decision.forgets();
+        let old = if forgets {
+            inner.tasks.remove(&r.task)
+        } else {
+            inner.tasks.insert(r.task.clone(), r.clone())
+        };
         crate::counts::tally(&mut inner.counts, old.as_ref(), -1);
-        crate::counts::tally(&mut inner.counts, Some(r), 1);
+        if !forgets {
+            crate::counts::tally(&mut inner.counts, Some(r), 1);
+        }
         if let Some(o) = old {
             if let Some(e) = o.ready_entry() {
                 inner.ready.remove(&e.key());
@@ -74,10 +82,10 @@ fn commit(inner: &mut Inner, decision: &mut Decision) {
                 inner.held.remove(&k);
             }
         }
-        if let Some(e) = r.ready_entry() {
+        if let Some(e) = r.ready_entry().filter(|_| !forgets) {
             inner.ready.insert(e.key(), r.task.clone());
         }
-        if let Some(k) = r.held_key() {
+        if let Some(k) = r.held_key().filter(|_| !forgets) {
             inner.held.insert(k, r.task.clone());
         }
     }

@@ -21,7 +21,9 @@ pub struct Lease {
     pub owner: OwnerId,
     pub attempt: u64,
     pub fence: u64,
+    #[serde(deserialize_with = "crate::time::stored::either")]
     pub expires_at: Timestamp,
+    #[serde(deserialize_with = "crate::time::stored::either")]
     pub claimed_at: Timestamp,
     /// The store's judge of time found this grant's lease run out (set by
     /// the settlement that wrote the expiry down), as opposed to a grant
@@ -36,7 +38,11 @@ pub struct Lease {
     /// When the attempt this grant belongs to reaches its run-time limit
     /// (the task's `timeout_ms` from the grant that started it): the lease
     /// never runs past it, however often it is renewed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::time::stored::opt_either"
+    )]
     pub ends_by: Option<Timestamp>,
 }
 
@@ -88,6 +94,7 @@ pub struct TaskRecord {
     /// Count of logical tries.
     pub attempt: u64,
     /// Count of attempts that ended because their lease expired.
+    #[serde(default)]
     pub stalls: u32,
     /// Loop round; only an operator redispatch advances it.
     pub iteration: u64,
@@ -96,16 +103,23 @@ pub struct TaskRecord {
     pub run_id: Option<Id>,
     pub executor: Option<Id>,
     /// 1-based step being worked on (0 before start).
+    #[serde(default)]
     pub current_step: u32,
+    #[serde(default)]
     pub evidence: BTreeMap<String, String>,
     pub error: Option<Value>,
+    #[serde(default)]
     pub metadata: BTreeMap<String, Value>,
     pub closure: Option<Closure>,
+    #[serde(deserialize_with = "crate::time::stored::either")]
     pub created_at: Timestamp,
     /// The start deadline counts from here (declare, register, retry, release, stall-return).
     pub deadline_from: Option<Timestamp>,
+    #[serde(default, deserialize_with = "crate::time::stored::opt_either")]
     pub started_at: Option<Timestamp>,
+    #[serde(default, deserialize_with = "crate::time::stored::opt_either")]
     pub finished_at: Option<Timestamp>,
+    #[serde(deserialize_with = "crate::time::stored::either")]
     pub updated_at: Timestamp,
     /// The task's place in the work graph (queue, priority, dependencies),
     /// if it was added to one or declared with one.
@@ -141,13 +155,130 @@ pub struct TaskRecord {
     /// When retention pruned this ended task: its body and events are
     /// gone, this record is its tombstone (state, fences, times), and no
     /// request but another prune is ever decided on it again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::time::stored::opt_either"
+    )]
     pub pruned_at: Option<Timestamp>,
+    /// A tombstone pruned with a time to be forgotten: a prune whose
+    /// cutoff (`before`) reaches this removes the record, and its id is
+    /// free again ([`crate::Request::Prune`]'s `forget_after_ms`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::time::stored::opt_either"
+    )]
+    pub forget_at: Option<Timestamp>,
     /// The steps the task's attempts recorded (`checkpoint`), in the order
     /// they were recorded: each grant carries them, so the next attempt
     /// skips them. Never overwritten; pruned with the task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checkpoints: Vec<Checkpoint>,
+}
+
+/// A tombstone as stores keep it: what a pruned task still has, and no key
+/// for what it no longer has (its body, run, evidence, error, metadata and
+/// deadlines are gone). Read back as a [`TaskRecord`], whose missing fields
+/// take their empty values. Every other record is stored whole.
+#[derive(serde::Serialize)]
+struct StoredTombstone<'a> {
+    task: &'a TaskId,
+    state: State,
+    revision: u64,
+    attempt: u64,
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    stalls: u32,
+    iteration: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<StoredLease<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closure: Option<&'a Closure>,
+    #[serde(serialize_with = "ms")]
+    created_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_ms")]
+    started_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_ms")]
+    finished_at: Option<Timestamp>,
+    #[serde(serialize_with = "ms")]
+    updated_at: Timestamp,
+    #[serde(serialize_with = "ms")]
+    pruned_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_ms")]
+    forget_at: Option<Timestamp>,
+}
+
+/// A tombstone's last lease as stored: its times as milliseconds.
+#[derive(serde::Serialize)]
+struct StoredLease<'a> {
+    owner: &'a OwnerId,
+    attempt: u64,
+    fence: u64,
+    #[serde(serialize_with = "ms")]
+    expires_at: Timestamp,
+    #[serde(serialize_with = "ms")]
+    claimed_at: Timestamp,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    expired: bool,
+    #[serde(skip_serializing_if = "is_zero")]
+    lock_delay_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_ms")]
+    ends_by: Option<Timestamp>,
+}
+
+use crate::time::stored::{as_ms as ms, opt_as_ms as opt_ms};
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl TaskRecord {
+    /// Serializes the record as stores keep it: a tombstone in its compact
+    /// form ([`StoredTombstone`]: about half the bytes), anything else
+    /// whole. What reads it back is the record's own `Deserialize`.
+    pub fn serialize_stored<S: serde::Serializer>(
+        &self,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        use serde::Serialize;
+        match self.pruned_at {
+            Some(pruned_at) => StoredTombstone {
+                task: &self.task,
+                state: self.state,
+                revision: self.revision,
+                attempt: self.attempt,
+                stalls: self.stalls,
+                iteration: self.iteration,
+                lease: self.lease.as_ref().map(|l| StoredLease {
+                    owner: &l.owner,
+                    attempt: l.attempt,
+                    fence: l.fence,
+                    expires_at: l.expires_at,
+                    claimed_at: l.claimed_at,
+                    expired: l.expired,
+                    lock_delay_ms: l.lock_delay_ms,
+                    ends_by: l.ends_by,
+                }),
+                closure: self.closure.as_ref(),
+                created_at: self.created_at,
+                started_at: self.started_at,
+                finished_at: self.finished_at,
+                updated_at: self.updated_at,
+                pruned_at,
+                forget_at: self.forget_at,
+            }
+            .serialize(s),
+            None => self.serialize(s),
+        }
+    }
+
+    /// The record as stores keep it, as JSON ([`TaskRecord::serialize_stored`]).
+    pub fn to_stored_json(&self) -> serde_json::Result<String> {
+        let mut out = Vec::with_capacity(512);
+        self.serialize_stored(&mut serde_json::Serializer::new(&mut out))?;
+        // serde_json writes UTF-8 only.
+        String::from_utf8(out).map_err(serde::ser::Error::custom)
+    }
 }
 
 /// A failed attempt waiting to be tried again ([`TaskRecord::retry_wait`]).
@@ -260,6 +391,10 @@ impl TaskRecord {
             s if s.is_terminal() && self.pruned_at.is_none() => {
                 Some(self.finished_at.unwrap_or(self.updated_at))
             }
+            // A tombstone to be forgotten: a prune whose cutoff reaches
+            // its time finds it through the same index, and one without
+            // is never read again.
+            s if s.is_terminal() => self.forget_at,
             _ => None,
         }
     }

@@ -225,12 +225,17 @@ pub enum Request {
     Unpark,
     /// Retention: if the task ended at or before `before`, its body and
     /// events are removed and its record becomes a tombstone (the id is
-    /// never granted again; its fences stay). An operator's, or the
+    /// never granted again; its fences stay). With `forget_after_ms`, the
+    /// tombstone is marked to be forgotten (removed, its id free again) by
+    /// a prune whose `before` is that much later. On a tombstone so marked
+    /// whose time has come, the prune forgets it. An operator's, or the
     /// system's (a server's retention beat).
     #[cfg_attr(feature = "schema", schemars(skip))]
     Prune {
         by: Actor,
         before: Timestamp,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forget_after_ms: Option<u64>,
     },
 }
 

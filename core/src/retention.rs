@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// What a retention pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Ended tasks that became tombstones.
+    pub pruned: u64,
+    /// Tombstones whose time came, removed.
+    pub forgotten: u64,
+}
+
 impl<S: Store> Authority<S> {
     /// Who may make an act over many tasks is the decision's to say: one
     /// of its requests asked on no record, before any is read; refused
@@ -35,6 +44,26 @@ impl<S: Store> Authority<S> {
     /// end and a tombstone is not at all, so a pass never reads what an
     /// earlier one pruned. Returns how many it pruned.
     pub async fn prune(&self, by: Actor, older_than_ms: u64, max: usize) -> Result<u64> {
+        self.prune_and_forget(by, older_than_ms, None, max)
+            .await
+            .map(|p| p.pruned)
+    }
+
+    /// [`Authority::prune`], and with `forget_after_ms` each tombstone it
+    /// makes is marked to be forgotten by a pass whose cutoff is that much
+    /// later (with the same `older_than_ms`, that long after this one).
+    /// Every pass forgets the marked tombstones whose time came, found
+    /// through the same index (a marked tombstone is due at its time):
+    /// their records go and their ids are free again, the one cost (an id
+    /// forgotten can be granted anew, under a higher fence, as the fence
+    /// counter never goes back). At most `max` records changed in all.
+    pub async fn prune_and_forget(
+        &self,
+        by: Actor,
+        older_than_ms: u64,
+        forget_after_ms: Option<u64>,
+        max: usize,
+    ) -> Result<Pruned> {
         let now = self.clock.now();
         let before = Timestamp(
             now.as_millis()
@@ -44,15 +73,17 @@ impl<S: Store> Authority<S> {
         let probe = Request::Prune {
             by: by.clone(),
             before,
+            forget_after_ms,
         };
         Self::may_act(probe, now, "prune")?;
-        let mut pruned: u64 = 0;
+        let mut out = Pruned::default();
         for state in State::ALL.into_iter().filter(|s| s.is_terminal()) {
             let mut cursor: Option<TaskId> = None;
             loop {
-                let left = max.saturating_sub(usize::try_from(pruned).unwrap_or(usize::MAX));
+                let changed = out.pruned + out.forgotten;
+                let left = max.saturating_sub(usize::try_from(changed).unwrap_or(usize::MAX));
                 if left == 0 {
-                    return Ok(pruned);
+                    return Ok(out);
                 }
                 let limit = PRUNE_BATCH.min(left);
                 let query = ListQuery {
@@ -77,6 +108,7 @@ impl<S: Store> Authority<S> {
                         request: Request::Prune {
                             by: by.clone(),
                             before,
+                            forget_after_ms,
                         },
                         pre: Preconditions::none(),
                         now: at,
@@ -88,6 +120,11 @@ impl<S: Store> Authority<S> {
                 // input stops the pass: nothing of this batch was written.
                 for d in &decided {
                     match &d.verdict {
+                        // Forgotten meanwhile by another pass.
+                        Verdict::Refuse {
+                            refusal: Refusal::NotFound,
+                            ..
+                        } => {}
                         Verdict::Refuse { refusal, .. } => {
                             return Err(Error::not_permitted(format!(
                                 "prune was refused: {refusal}"
@@ -97,13 +134,14 @@ impl<S: Store> Authority<S> {
                         _ => {}
                     }
                 }
-                pruned += decided.iter().filter(|d| d.drops_history()).count() as u64;
+                out.pruned += decided.iter().filter(|d| d.drops_history()).count() as u64;
+                out.forgotten += decided.iter().filter(|d| d.forgets()).count() as u64;
                 if batch.len() < limit {
                     break;
                 }
             }
         }
-        Ok(pruned)
+        Ok(out)
     }
 
     /// Persists the derived change of every task whose lease or start

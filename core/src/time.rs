@@ -143,6 +143,82 @@ impl<'de> serde::Deserialize<'de> for Timestamp {
     }
 }
 
+/// Stored times as milliseconds since the epoch: a compact stored
+/// tombstone writes its times so ([`crate::TaskRecord::serialize_stored`]),
+/// and a record's times read either form back (`deserialize_with`). Only
+/// stored records take the number; what callers send is RFC 3339.
+pub mod stored {
+    use super::{MAX_TIMESTAMP_MS, Timestamp};
+
+    pub fn as_ms<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(t.0)
+    }
+
+    pub fn opt_as_ms<S: serde::Serializer>(t: &Option<Timestamp>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => s.serialize_some(&t.0),
+            None => s.serialize_none(),
+        }
+    }
+
+    struct Either;
+
+    impl serde::de::Visitor<'_> for Either {
+        type Value = Timestamp;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an RFC 3339 time or milliseconds since the epoch")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Timestamp, E> {
+            Timestamp::parse_rfc3339(v).map_err(E::custom)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Timestamp, E> {
+            i64::try_from(v)
+                .ok()
+                .filter(|ms| *ms <= MAX_TIMESTAMP_MS)
+                .map(Timestamp)
+                .ok_or_else(|| E::custom("is past 9999-12-31T23:59:59.999Z"))
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Timestamp, E> {
+            u64::try_from(v)
+                .map_err(|_| E::custom("is before 1970-01-01"))
+                .and_then(|v| self.visit_u64(v))
+        }
+    }
+
+    pub fn either<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+        d.deserialize_any(Either)
+    }
+
+    pub fn opt_either<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Timestamp>, D::Error> {
+        struct Maybe;
+        impl<'de> serde::de::Visitor<'de> for Maybe {
+            type Value = Option<Timestamp>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a time, or null")
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                either(d).map(Some)
+            }
+        }
+        d.deserialize_option(Maybe)
+    }
+}
+
 /// A source of the current time.
 pub trait Clock: Send + Sync + fmt::Debug {
     fn now(&self) -> Timestamp;

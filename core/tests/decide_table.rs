@@ -2260,3 +2260,104 @@ fn only_a_live_grant_of_another_is_a_race_lost() {
         assert!(!r.held_by_another(), "{r:?} stands whoever asks");
     }
 }
+
+/// A prune with a time to forget: the tombstone is stored compact (about
+/// half its whole JSON, nothing of the body) and reads back as itself; a
+/// prune whose cutoff reaches its time forgets it, one before does not,
+/// and a tombstone made without one is never forgotten.
+#[test]
+fn a_tombstone_is_stored_compact_and_forgotten_when_its_time_comes() {
+    let prune = |before: Timestamp, forget_after_ms: Option<u64>| Request::Prune {
+        by: op(),
+        before,
+        forget_after_ms,
+    };
+    let ended = bare_succeeded();
+    let marked = then(Some(ended.clone()), prune(at(MIN), Some(10 * MIN)), at(MIN));
+    assert_eq!(marked.pruned_at, Some(at(MIN)));
+    assert_eq!(
+        marked.forget_at,
+        Some(at(11 * MIN)),
+        "its cutoff plus the wait"
+    );
+    assert_eq!(
+        marked.due_at(),
+        marked.forget_at,
+        "found through the due index"
+    );
+    let stored = marked.to_stored_json().unwrap();
+    let whole = serde_json::to_string(&marked).unwrap();
+    assert!(stored.len() * 3 <= whole.len() * 2, "{stored} vs {whole}");
+    assert!(
+        stored.contains("\"pruned_at\":1767225660000"),
+        "times as numbers: {stored}"
+    );
+    for gone in [
+        "manifest",
+        "run_id",
+        "evidence",
+        "metadata",
+        "error",
+        "deadline_from",
+    ] {
+        assert!(!stored.contains(&format!("\"{gone}\"")), "{stored}");
+    }
+    let back: TaskRecord = serde_json::from_str(&stored).unwrap();
+    assert_eq!(back, marked, "the compact form reads back as the tombstone");
+    for bad in ["-5", "253402300800000", "1.5", "true"] {
+        let broken = stored.replace(
+            "\"created_at\":1767225600000",
+            &format!("\"created_at\":{bad}"),
+        );
+        assert_ne!(broken, stored);
+        let e = serde_json::from_str::<TaskRecord>(&broken).unwrap_err();
+        assert!(
+            e.to_string().contains("created_at") || e.is_data(),
+            "{bad}: {e}"
+        );
+    }
+    // Every other record is stored whole.
+    assert_eq!(
+        ended.to_stored_json().unwrap(),
+        serde_json::to_string(&ended).unwrap()
+    );
+    // Not before its time; at it, forgotten (the record's next revision).
+    let early = step(Some(&marked), prune(at(11 * MIN - 1), None), at(20 * MIN));
+    assert!(
+        matches!(early.verdict, Verdict::Ack) && !early.forgets(),
+        "{early:?}"
+    );
+    let due = step(Some(&marked), prune(at(11 * MIN), None), at(20 * MIN));
+    assert!(due.forgets() && !due.drops_history(), "{due:?}");
+    assert_eq!(due.record_to_write().unwrap().revision, marked.revision + 1);
+    assert_eq!(due.events().count(), 0);
+    // A worker forgets nothing.
+    let by_worker = step(
+        Some(&marked),
+        Request::Prune {
+            by: Actor::Worker(w("a")),
+            before: at(11 * MIN),
+            forget_after_ms: None,
+        },
+        at(20 * MIN),
+    );
+    assert!(
+        matches!(
+            by_worker.verdict,
+            Verdict::Refuse {
+                refusal: Refusal::OperatorRequired { .. },
+                ..
+            }
+        ),
+        "{by_worker:?}"
+    );
+    // Made without a time: kept for ever, and out of the due index.
+    let unmarked = then(Some(ended), prune(at(MIN), None), at(MIN));
+    assert_eq!((unmarked.forget_at, unmarked.due_at()), (None, None));
+    let never = step(
+        Some(&unmarked),
+        prune(at(1_000 * MIN), Some(0)),
+        at(1_000 * MIN),
+    );
+    assert!(matches!(never.verdict, Verdict::Ack), "{never:?}");
+}

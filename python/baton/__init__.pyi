@@ -442,8 +442,9 @@ class Authority:
         """Unacknowledged notifications as dicts."""
     def ack(self, intent_ids: Sequence[str]) -> int: ...
     def sweep(self, dry_run: bool = False) -> builtins.list[dict[str, Any]]: ...
-    def prune(self, finished_before: _Seconds, operator: str, max: Optional[int] = None) -> int:
-        """Retention: tasks that ended at least `finished_before` ago keep only a tombstone."""
+    def prune(self, finished_before: _Seconds, operator: str, max: Optional[int] = None, forget_after: Optional[_Seconds] = None) -> int:
+        """Retention: tasks that ended at least `finished_before` ago keep only a tombstone (how many were pruned);
+        with `forget_after`, each tombstone made goes that much later (its id may then be granted again)."""
 
     # the work graph
     def add(

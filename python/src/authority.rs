@@ -652,15 +652,19 @@ impl Authority {
     /// Retention, an operator's act: tasks that ended at least
     /// `finished_before` ago (seconds, or "30d") lose their body and
     /// events and keep a tombstone; at most `max` of them. How many.
-    #[pyo3(signature = (finished_before, operator, max = None))]
+    /// With `forget_after`, each tombstone made goes that much later (a
+    /// later prune removes it; its id may then be granted again).
+    #[pyo3(signature = (finished_before, operator, max = None, forget_after = None))]
     fn prune(
         slf: &Bound<'_, Self>,
         finished_before: &Bound<'_, PyAny>,
         operator: &str,
         max: Option<usize>,
+        forget_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let given = serde_json::json!({
             "finished_before": millis("finished_before", Some(finished_before))?,
+            "forget_after": millis("forget_after", forget_after)?,
             "operator": operator,
             "max": max,
         });

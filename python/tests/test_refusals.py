@@ -118,3 +118,22 @@ def test_if_granted_reads_naturally(auth):
         if grant := auth.claim("once", owner):
             won.append(grant.owner)
     assert won == ["w1"]
+
+
+def test_a_tombstone_made_with_forget_after_goes_and_frees_its_id(any_url):
+    a = baton.authority_for(any_url)
+    g = a.claim("gone", "w1")
+    a.complete("gone", "w1", g.fence)
+    with pytest.raises(baton.InvalidInput) as e:
+        a.prune(0, "alice", forget_after="soon")
+    assert e.value.field == "forget_after"
+    assert "pruned_at" not in a.get("gone").to_dict(), "a bad call changed nothing"
+    assert a.prune(0, "alice", forget_after="1s") == 1
+    tomb = a.get("gone").to_dict()
+    assert tomb["pruned_at"] and tomb["forget_at"], tomb
+    assert a.prune(0, "alice") == 0 and a.get("gone") is not None, "not yet"
+    time.sleep(1.1)
+    assert a.prune(0, "alice") == 0
+    assert a.get("gone") is None, "forgotten"
+    again = a.claim("gone", "w2")
+    assert again and again.fence > g.fence

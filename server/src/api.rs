@@ -638,6 +638,10 @@ async fn prune(AsCaller(a): AsCaller, body: Bytes) -> Handled {
         "finished_before_ms",
         b.finished_before_ms,
     )?;
+    let forget_after_ms = b
+        .forget_after_ms
+        .map(|ms| catalogue::check_ms(catalogue::Kind::Retention, "forget_after_ms", ms))
+        .transpose()?;
     let by = baton_core::Actor::Operator(baton_core::Id::parse("operator", &b.operator)?);
     let max = b.max.unwrap_or(usize::MAX);
     run(
@@ -645,6 +649,7 @@ async fn prune(AsCaller(a): AsCaller, body: Bytes) -> Handled {
         Call::Prune {
             by,
             older_than_ms: ms,
+            forget_after_ms,
             max,
         },
     )

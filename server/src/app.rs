@@ -49,6 +49,8 @@ pub(crate) struct App {
     pub stopping: watch::Receiver<bool>,
     /// Retention on the sweeper's beat (see `ServeOptions::prune_after_ms`).
     pub prune_after_ms: Option<u64>,
+    /// Tombstones forgotten this long after they were made.
+    pub forget_after_ms: Option<u64>,
     /// A line per request on standard error.
     pub request_log: bool,
     /// No tokens on a TCP (so loopback) listener: only loopback `Host`s

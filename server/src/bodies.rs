@@ -103,6 +103,8 @@ pub(crate) struct BulkBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct PruneBody {
     pub(crate) finished_before_ms: u64,
+    #[serde(default)]
+    pub(crate) forget_after_ms: Option<u64>,
     pub(crate) operator: String,
     #[serde(default)]
     pub(crate) max: Option<usize>,

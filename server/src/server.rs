@@ -64,6 +64,9 @@ pub struct ServeOptions {
     /// Retention on the sweep's beat: tasks that ended more than this many
     /// ms ago are pruned, at most 640 a beat; `None`: never.
     pub prune_after_ms: Option<u64>,
+    /// With `prune_after_ms`: each tombstone is forgotten this long after
+    /// it was made (its id free again).
+    pub forget_after_ms: Option<u64>,
     /// Write a line per request on standard error (method, path, status,
     /// latency, the token's name; never the token).
     pub request_log: bool,
@@ -117,6 +120,7 @@ impl ServeOptions {
             tls: None,
             sweep_every: Some(SWEEP_EVERY),
             prune_after_ms: None,
+            forget_after_ms: None,
             request_log: false,
             max_connections: MAX_CONNECTIONS,
             max_wait: MAX_WAIT,
@@ -327,6 +331,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         })),
         stopping: stopping.clone(),
         prune_after_ms: opts.prune_after_ms,
+        forget_after_ms: opts.forget_after_ms,
         request_log: opts.request_log,
         check_host,
         blocking: Mutex::new(std::collections::HashMap::new()),
@@ -417,7 +422,12 @@ async fn sweep_loop(app: Shared, every: Duration, mut stopping: watch::Receiver<
         if let Some(ms) = app.prune_after_ms {
             let _ = app
                 .authority
-                .prune(baton_core::Actor::System, ms, PRUNE_PER_BEAT)
+                .prune_and_forget(
+                    baton_core::Actor::System,
+                    ms,
+                    app.forget_after_ms,
+                    PRUNE_PER_BEAT,
+                )
                 .await;
         }
         // The refusals answered since the last beat, into the store.

@@ -80,9 +80,10 @@ struct Stmts {
     note_many: Statement,
     held_now: Statement,
     peek: Statement,
+    forget: Statement,
 }
 
-const SQL: [&str; 18] = [
+const SQL: [&str; 19] = [
     // lock: the named tasks' rows, in id order (no deadlock between
     // batches); and, later, tasks a decision reads that no job named.
     // Before them, the records of their concurrency keys, in key order:
@@ -160,6 +161,9 @@ const SQL: [&str; 18] = [
     // peek: records read without a lock (a `next`'s queues' policies,
     // which core may read as of any moment of the transaction).
     "SELECT task_id, record FROM tasks WHERE task_id = ANY($1)",
+    // forget: a tombstone whose time came (its count goes by the delete
+    // trigger; its history went at its prune).
+    "DELETE FROM tasks WHERE task_id = $1",
 ];
 
 impl Stmts {
@@ -190,6 +194,7 @@ impl Stmts {
             note_many: next()?,
             held_now: next()?,
             peek: next()?,
+            forget: next()?,
         })
     }
 
@@ -290,6 +295,9 @@ struct Pending {
     /// Tasks pruned: their events and acknowledged notifications go,
     /// after this round trip's other writes.
     drops: Vec<String>,
+    /// Tombstones forgotten: their rows go, after this round trip's
+    /// other writes.
+    forgets: Vec<String>,
 }
 
 impl Pending {
@@ -299,6 +307,7 @@ impl Pending {
             && self.notes.is_empty()
             && self.queues.is_empty()
             && self.drops.is_empty()
+            && self.forgets.is_empty()
     }
 
     /// Every pending statement, sent in order when first polled; the
@@ -385,6 +394,9 @@ impl Pending {
         for task in &self.drops {
             sent.push(client.execute_raw(&st.drop_events, [task]).boxed());
             sent.push(client.execute_raw(&st.drop_notes, [task]).boxed());
+        }
+        for task in &self.forgets {
+            sent.push(client.execute_raw(&st.forget, [task]).boxed());
         }
         for (key, n) in &self.queues {
             sent.push(
@@ -654,13 +666,22 @@ impl PgTx<'_> {
         {
             p.drops.push(r.task.as_str().to_owned());
         }
-        if let Some(r) = d.record_to_write() {
+        if d.forgets()
+            && let Some(r) = d.record_to_write()
+        {
+            let task = r.task.as_str().to_owned();
+            self.known.insert(task.clone(), None);
+            self.in_table.remove(&task);
+            p.forgets.push(task);
+        } else if let Some(r) = d.record_to_write() {
             let task = r.task.as_str().to_owned();
             let row = TaskRow {
                 state: r.state.as_str(),
                 due: r.due_at().map(|t| t.as_millis()),
                 revision: i64::try_from(r.revision).unwrap_or(i64::MAX),
-                record: encode(r)?,
+                record: r
+                    .to_stored_json()
+                    .map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))?,
                 ready: r.ready_entry().map(|e| e.key()),
                 held: r.held_key(),
                 counted: r.census_queue().map(str::to_owned),

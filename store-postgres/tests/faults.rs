@@ -280,7 +280,9 @@ fn processes_opening_a_fresh_database_at_once_do_not_race() {
 /// commit together or not at all: after the kill every task still has its
 /// body and its events; once the lock is gone a new pass prunes them all,
 /// each tombstone without an event, no pruned id is granted again, and
-/// the fences go on from where they were.
+/// the fences go on from where they were. Then forgetting, killed the same
+/// way while it waits for the tasks' rows: every tombstone stays, and the
+/// next pass forgets them all (counts too), each id granted anew later.
 #[test]
 fn a_prune_killed_mid_transaction_prunes_nothing_half() {
     let Some(pg) = PgCluster::start_or_skip() else {
@@ -371,9 +373,12 @@ fn a_prune_killed_mid_transaction_prunes_nothing_half() {
         assert!(events_of(t) >= 2, "{t} lost its events to a killed pass");
     }
 
-    // The lock gone, a pass prunes every one, each without an event.
-    let pruned = rt.block_on(a.prune(operator, 0, usize::MAX)).unwrap();
-    assert_eq!(pruned, n as u64);
+    // The lock gone, a pass prunes every one, each without an event, each
+    // tombstone marked to be forgotten by any later pass.
+    let pruned = rt
+        .block_on(a.prune_and_forget(operator.clone(), 0, Some(0), usize::MAX))
+        .unwrap();
+    assert_eq!((pruned.pruned, pruned.forgotten), (n as u64, 0));
     for t in &tasks {
         let r = rt.block_on(a.get(&id(t))).unwrap().unwrap();
         assert!(r.pruned_at.is_some(), "{t}: {r:?}");
@@ -386,6 +391,84 @@ fn a_prune_killed_mid_transaction_prunes_nothing_half() {
     }
     let g = rt
         .block_on(a.claim(&id("after"), &w, Some(60_000)))
+        .unwrap()
+        .grant()
+        .unwrap();
+    assert!(g.fence > last_fence, "{} after {last_fence}", g.fence);
+    let last_fence = g.fence;
+
+    // Forgetting cut off the same way: the pass waits for the tasks' row
+    // locks (another session holds the table) and is killed there; every
+    // tombstone stays. Then a pass forgets them all, their counts with
+    // them, and each id is granted anew under a later fence.
+    let port = pg.port;
+    let holder = std::thread::spawn(move || {
+        std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "baton",
+                "-d",
+                "retention",
+            ])
+            .args([
+                "-c",
+                "BEGIN; LOCK TABLE r.tasks IN EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;",
+            ])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let forgetting = {
+        let url = url.clone();
+        let operator = operator.clone();
+        std::thread::spawn(move || {
+            let rt = crate::rt();
+            let a = open(&rt, &url);
+            rt.block_on(a.prune_and_forget(operator, 0, None, usize::MAX))
+        })
+    };
+    assert_eq!(
+        end_the_session_waiting_on_a_lock(&pg, "retention"),
+        1,
+        "no forgetting pass was waiting on the lock"
+    );
+    let e = forgetting.join().unwrap().unwrap_err();
+    assert!(
+        matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Indeterminate),
+        "{e}"
+    );
+    assert!(holder.join().unwrap().status.success());
+    for t in &tasks {
+        let r = loop {
+            match rt.block_on(a.get(&id(t))) {
+                Ok(r) => break r,
+                Err(e) => assert_eq!(e.kind, ErrorKind::Unavailable, "{e}"),
+            }
+        };
+        assert!(
+            r.is_some_and(|r| r.pruned_at.is_some()),
+            "{t} forgotten by a killed pass"
+        );
+    }
+    let done = rt
+        .block_on(a.prune_and_forget(operator, 0, None, usize::MAX))
+        .unwrap();
+    assert_eq!((done.pruned, done.forgotten), (0, n as u64));
+    let counts = rt.block_on(a.counts()).unwrap();
+    assert_eq!(
+        counts.totals().iter().map(|(_, n)| n).sum::<u64>(),
+        1,
+        "only `after` is left: {counts:?}"
+    );
+    for t in &tasks {
+        assert!(rt.block_on(a.get(&id(t))).unwrap().is_none(), "{t} kept");
+    }
+    let g = rt
+        .block_on(a.claim(&id(&tasks[0]), &w, Some(60_000)))
         .unwrap()
         .grant()
         .unwrap();

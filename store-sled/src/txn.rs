@@ -130,7 +130,11 @@ impl SledTx<'_> {
             };
             let mut moved = BTreeMap::new();
             baton_core::counts::tally(&mut moved, current.as_ref(), -1);
-            baton_core::counts::tally(&mut moved, Some(r), 1);
+            // A tombstone forgotten leaves nothing behind to count.
+            let forgets = d.forgets();
+            if !forgets {
+                baton_core::counts::tally(&mut moved, Some(r), 1);
+            }
             for ((queue, state), by) in moved {
                 if by != 0 {
                     let k = count_key(&queue, state);
@@ -160,25 +164,34 @@ impl SledTx<'_> {
                     self.held_delta.insert(k, None);
                 }
             }
-            if let Some(due) = r.due_at() {
-                self.by_due
-                    .insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
+            if forgets {
+                // Its entries went with the old record's above; its
+                // history went at its prune.
+                self.tasks.remove(key)?;
+            } else {
+                if let Some(due) = r.due_at() {
+                    self.by_due
+                        .insert(due_key(r.state.as_str(), due, r.task.as_str()), &[])?;
+                }
+                if let Some(e) = r.ready_entry() {
+                    self.ready.insert(e.key(), key)?;
+                    self.ready_delta.insert(e.key(), Some(key.to_vec()));
+                }
+                if let Some(k) = r.held_key() {
+                    self.held.insert(k.clone(), key)?;
+                    self.held_delta.insert(k, Some(key.to_vec()));
+                }
+                let due = r
+                    .due_at()
+                    .map(|t| t.as_millis().to_be_bytes().to_vec())
+                    .unwrap_or_default();
+                self.by_state
+                    .insert(prefixed_key(r.state.as_str(), key), due)?;
+                let stored = r
+                    .to_stored_json()
+                    .map_err(|e| abort(format!("cannot encode a value: {e}")))?;
+                self.tasks.insert(key, stored.into_bytes())?;
             }
-            if let Some(e) = r.ready_entry() {
-                self.ready.insert(e.key(), key)?;
-                self.ready_delta.insert(e.key(), Some(key.to_vec()));
-            }
-            if let Some(k) = r.held_key() {
-                self.held.insert(k.clone(), key)?;
-                self.held_delta.insert(k, Some(key.to_vec()));
-            }
-            let due = r
-                .due_at()
-                .map(|t| t.as_millis().to_be_bytes().to_vec())
-                .unwrap_or_default();
-            self.by_state
-                .insert(prefixed_key(r.state.as_str(), key), due)?;
-            self.tasks.insert(key, encode(r)?)?;
         }
         if d.drops_history()
             && let Some(r) = d.record_to_write()

@@ -402,8 +402,18 @@ impl Inner {
             .and_then(|mut s| s.execute(params![r.task.as_str()]))
             .map_err(err)?;
         }
-        if let Some(r) = d.record_to_write() {
-            let json = encode(r)?;
+        if d.forgets()
+            && let Some(r) = d.record_to_write()
+        {
+            // A tombstone forgotten: its row goes (the count with it, by
+            // the `counts_delete` trigger); its history went at its prune.
+            tx.prepare_cached("DELETE FROM tasks WHERE task_id = ?1")
+                .and_then(|mut s| s.execute(params![r.task.as_str()]))
+                .map_err(err)?;
+        } else if let Some(r) = d.record_to_write() {
+            let json = r
+                .to_stored_json()
+                .map_err(|e| Error::corrupt(format!("cannot encode a row: {e}")))?;
             tx.prepare_cached(
                 "INSERT INTO tasks (task_id, state, due_at, revision, record, ready_key, held_key,
                                     counted_queue)

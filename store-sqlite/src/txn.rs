@@ -47,7 +47,11 @@ impl Txn for SqlTx<'_> {
         self.wrote = true;
         self.inner.write_decision(self.tx, d)?;
         if let Some(r) = d.record_to_write() {
-            self.seen.insert(r.task.clone(), r.clone());
+            if d.forgets() {
+                self.seen.remove(&r.task);
+            } else {
+                self.seen.insert(r.task.clone(), r.clone());
+            }
         }
         Ok(())
     }

@@ -187,6 +187,23 @@ impl<H: Harness> Ctx<H> {
         }
     }
 
+    /// Every record the store holds (settings too), as stored (at most
+    /// 10 000).
+    pub fn stored_records(&self) -> Vec<crate::TaskRecord> {
+        let a = self.auth();
+        let query = crate::store::ListQuery {
+            after: None,
+            limit: 10_000,
+            clauses: None,
+            now: a.now(),
+        };
+        self.block_on(a.store().list(&query))
+            .unwrap()
+            .into_iter()
+            .map(|s| s.record)
+            .collect()
+    }
+
     pub fn task_events(&self, task: &TaskId) -> Vec<Event> {
         self.block_on(self.auth().events(Some(task), None, 10_000))
             .unwrap()
@@ -262,6 +279,7 @@ macro_rules! conformance_tests {
             a_cascading_cancel_reaches_every_dependent,
             a_key_limit_holds_however_grants_race,
             retention_prunes_ended_tasks_and_keeps_tombstones,
+            retention_forgets_tombstones_when_their_time_comes,
             a_declared_task_is_retried_after_its_backoff,
             a_queue_policy_retries_failed_and_stalled_attempts,
             lists_of_tasks_leave_out_the_records_that_hold_settings,

@@ -94,6 +94,7 @@ pub(super) fn first_record(task: &TaskId, state: State, now: Timestamp) -> TaskR
         queue_policy: None,
         refusal_log: None,
         pruned_at: None,
+        forget_at: None,
         checkpoints: Vec::new(),
     }
 }

@@ -53,6 +53,12 @@ pub struct Change {
     /// store never lets a sequence or the fence counter go back for it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drops_history: bool,
+    /// Retention's forgetting: the store removes the record itself (a
+    /// tombstone whose time came), so its id is free again. Its history
+    /// went when it was pruned; the fence counter and the sequences never
+    /// go back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forgets: bool,
 }
 
 /// What the request itself comes to.
@@ -272,6 +278,12 @@ impl Decision {
     /// notifications in this commit (a prune).
     pub fn drops_history(&self) -> bool {
         matches!(&self.verdict, Verdict::Commit(c) if c.drops_history)
+    }
+
+    /// Whether the store removes the record in this commit instead of
+    /// writing it (a tombstone forgotten).
+    pub fn forgets(&self) -> bool {
+        matches!(&self.verdict, Verdict::Commit(c) if c.forgets)
     }
 
     /// Whether the store must assign a new fence at commit.
@@ -604,14 +616,14 @@ fn decide_request(
     {
         return v;
     }
-    if let Request::Prune { before, .. } = req {
+    if matches!(req, Request::Prune { .. }) {
         if !actor.is_operator() && actor != Actor::System {
             return refuse(Refusal::OperatorRequired {
                 request: req.kind(),
             });
         }
         return match rec {
-            Some(r) => operator::prune(r, *before, op.now),
+            Some(r) => operator::prune(r, req, op.now),
             None => refuse(Refusal::NotFound),
         };
     }
@@ -690,7 +702,7 @@ fn decide_request(
         Request::Unpark => key::unpark(rec, op.now),
         Request::Checkpoint { .. } => steps::decide(op, rec, upstream),
         // Decided above.
-        Request::Prune { before, .. } => operator::prune(rec, *before, op.now),
+        Request::Prune { .. } => operator::prune(rec, req, op.now),
         // Decided above, record or not.
         Request::QueuePolicy { .. }
         | Request::QueuePause { .. }

@@ -43,6 +43,7 @@ pub(super) fn finish(record: TaskRecord, events: Vec<EventDraft>, mints_fence: b
         notifications,
         mints_fence,
         drops_history: false,
+        forgets: false,
     }
 }
 

@@ -113,14 +113,40 @@ pub(super) fn decide(op: &Operation, rec: &TaskRecord, live: bool) -> Verdict {
 /// Retention: an ended task that ended at or before `before` becomes its
 /// tombstone (state, attempt, iteration, the last lease with its fence,
 /// its closure and times; nothing of its body), and the store drops its
-/// events with it. Anything else is left as it is (an acknowledgement):
-/// a task still live, one that ended later, one pruned already.
-pub(super) fn prune(rec: &TaskRecord, before: Timestamp, now: Timestamp) -> Verdict {
+/// events with it. With `forget_after_ms`, the tombstone is marked
+/// forgotten by a prune whose `before` reaches `before` plus that; a
+/// tombstone so marked is forgotten (removed) by such a prune. Anything
+/// else is left as it is (an acknowledgement): a task still live, one that
+/// ended later, one pruned already whose time to go has not come or was
+/// never set.
+pub(super) fn prune(rec: &TaskRecord, req: &Request, now: Timestamp) -> Verdict {
+    let Request::Prune {
+        before,
+        forget_after_ms,
+        ..
+    } = req
+    else {
+        return illegal(rec, req);
+    };
+    let before = *before;
+    if rec.pruned_at.is_some() {
+        return match rec.forget_at {
+            Some(at) if at <= before => {
+                // The record as it goes: a change like any other.
+                let mut r = rec.clone();
+                r.revision = rec.revision + 1;
+                r.updated_at = now;
+                let mut c = notify::finish(r, Vec::new(), false);
+                c.forgets = true;
+                Verdict::Commit(c)
+            }
+            _ => Verdict::Ack,
+        };
+    }
     let ended = rec.finished_at.unwrap_or(rec.updated_at);
     // A record that holds a setting (a key's limit, a queue's policy, a
     // schedule, the refusal log) is never a task's history to forget.
-    if rec.holds_setting() || !rec.state.is_terminal() || rec.pruned_at.is_some() || ended > before
-    {
+    if rec.holds_setting() || !rec.state.is_terminal() || ended > before {
         return Verdict::Ack;
     }
     let mut r = super::build::first_record(&rec.task, rec.state, rec.created_at);
@@ -134,6 +160,7 @@ pub(super) fn prune(rec: &TaskRecord, before: Timestamp, now: Timestamp) -> Verd
     r.finished_at = rec.finished_at;
     r.updated_at = now;
     r.pruned_at = Some(now);
+    r.forget_at = forget_after_ms.map(|ms| before.plus_ms(ms));
     let mut c = notify::finish(r, Vec::new(), false);
     c.drops_history = true;
     Verdict::Commit(c)

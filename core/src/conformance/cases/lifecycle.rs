@@ -611,3 +611,115 @@ pub fn retention_prunes_ended_tasks_and_keeps_tombstones<H: Harness>(ctx: &mut C
     let seqs: Vec<u64> = after.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "one order: {seqs:?}");
 }
+
+/// Retention that forgets: tombstones made by a prune with
+/// `forget_after` are removed by a pass whose cutoff passed their time
+/// (not before, and only by an operator or the system), with their counts;
+/// a tombstone made without it stays for ever. A forgotten id is free
+/// again and granted under a fence past every one given before, and the
+/// event sequence never goes back.
+pub fn retention_forgets_tombstones_when_their_time_comes<H: Harness>(ctx: &mut Ctx<H>) {
+    use crate::counts::{Counts, count_records};
+    let a = ctx.auth();
+    let w = id("w");
+    let alice = Actor::Operator(id("alice"));
+    let window = 2 * ctx.short_ttl_ms();
+    let margin = ctx.expiry_margin_ms();
+    let ended = |ctx: &mut Ctx<H>, t: &TaskId| {
+        let a = ctx.auth();
+        let f = fence(&ctx.block_on(a.claim(t, &w, None)).unwrap());
+        ctx.block_on(a.complete(t, &w, f)).unwrap();
+        f
+    };
+    // Counted as the store keeps it and as a recount of what it holds.
+    let counted = |ctx: &mut Ctx<H>| {
+        let a = ctx.auth();
+        let records = ctx.stored_records();
+        let kept = ctx.block_on(a.store().counts()).unwrap();
+        let kept = kept.map(|k| Counts::of_stored(k).queues);
+        let recount = Counts::of_stored(count_records(&records)).queues;
+        if let Some(kept) = kept {
+            assert_eq!(kept, recount, "kept counts");
+        }
+        records.len()
+    };
+    // A tombstone made without a time to go.
+    let kept = id("kept-forever");
+    let mut fences = vec![ended(ctx, &kept)];
+    ctx.advance_ms(window + margin);
+    let p = ctx
+        .block_on(a.prune_and_forget(alice.clone(), window, None, 1000))
+        .unwrap();
+    assert_eq!((p.pruned, p.forgotten), (1, 0));
+    // 70 tasks (more than one batch) pruned with one.
+    let olds: Vec<TaskId> = (0..70).map(|i| id(&format!("gone-{i:02}"))).collect();
+    for t in &olds {
+        fences.push(ended(ctx, t));
+    }
+    let top_seq = all_events(ctx, None).iter().map(|e| e.seq).max().unwrap();
+    ctx.advance_ms(window + margin);
+    let forget = 3 * ctx.short_ttl_ms();
+    let p = ctx
+        .block_on(a.prune_and_forget(alice.clone(), window, Some(forget), 1000))
+        .unwrap();
+    assert_eq!(
+        (p.pruned, p.forgotten),
+        (70, 0),
+        "pruned, none forgotten yet"
+    );
+    let r = ctx.block_on(a.get(&olds[0])).unwrap().expect("a tombstone");
+    let (pruned_at, forget_at) = (r.pruned_at.unwrap(), r.forget_at.unwrap());
+    assert!(forget_at > pruned_at, "{r:?}");
+    assert_eq!(counted(ctx), 71);
+    // Not before its time: a pass now forgets nothing.
+    let p = ctx
+        .block_on(a.prune_and_forget(alice.clone(), window, None, 1000))
+        .unwrap();
+    assert_eq!((p.pruned, p.forgotten), (0, 0), "not yet");
+    ctx.advance_ms(forget + margin);
+    // Only an operator's (or the system's) pass forgets.
+    let r = ctx.block_on(a.prune_and_forget(Actor::Worker(w.clone()), window, None, 1000));
+    assert!(r.is_err(), "a worker forgets nothing: {r:?}");
+    assert!(ctx.block_on(a.get(&olds[0])).unwrap().is_some());
+    // Its time came: any pass forgets it, with or without forget_after.
+    let p = ctx
+        .block_on(a.prune_and_forget(alice.clone(), window, None, 1000))
+        .unwrap();
+    assert_eq!((p.pruned, p.forgotten), (0, 70), "every marked tombstone");
+    let p = ctx
+        .block_on(a.prune_and_forget(alice.clone(), window, None, 1000))
+        .unwrap();
+    assert_eq!(
+        (p.pruned, p.forgotten),
+        (0, 0),
+        "a second pass finds nothing"
+    );
+    assert_eq!(counted(ctx), 1, "only the unmarked tombstone is left");
+    for t in [&olds[0], &olds[35], &olds[69]] {
+        assert!(ctx.block_on(a.get(t)).unwrap().is_none(), "{t} forgotten");
+    }
+    let r = ctx.block_on(a.get(&kept)).unwrap().expect("kept for ever");
+    assert!(r.pruned_at.is_some() && r.forget_at.is_none(), "{r:?}");
+    assert!(matches!(
+        refusal(&ctx.block_on(a.claim(&kept, &w, None)).unwrap()),
+        Refusal::Pruned { .. }
+    ));
+    // A forgotten id is free again: granted anew, under a fence past every
+    // fence given before, its events numbered after every earlier one.
+    let g = ctx.block_on(a.claim(&olds[0], &w, None)).unwrap();
+    let again = fence(&g);
+    assert!(
+        fences.iter().all(|f| again > *f),
+        "{again} after {fences:?}"
+    );
+    let r = ctx.block_on(a.get(&olds[0])).unwrap().unwrap();
+    assert_eq!((r.attempt, r.pruned_at), (1, None), "a new task: {r:?}");
+    let seqs: Vec<u64> = all_events(ctx, Some(&olds[0]))
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert!(
+        seqs.iter().all(|s| *s > top_seq),
+        "{seqs:?} after {top_seq}"
+    );
+}

@@ -188,22 +188,10 @@ pub fn verify_answers<H: Harness>(ctx: &mut Ctx<H>) {
 /// included. Settings are not counted; tombstones are, as lists show them.
 pub fn counts_kept_with_commits_equal_a_recount<H: Harness>(ctx: &mut Ctx<H>) {
     use crate::counts::{Count, Counts, count_records};
-    use crate::store::ListQuery;
     let a = ctx.auth();
     let check = |ctx: &mut Ctx<H>, when: &str| {
         let a = ctx.auth();
-        let now = a.now();
-        let records: Vec<crate::TaskRecord> = ctx
-            .block_on(a.store().list(&ListQuery {
-                after: None,
-                limit: 10_000,
-                clauses: None,
-                now,
-            }))
-            .unwrap()
-            .into_iter()
-            .map(|s| s.record)
-            .collect();
+        let records = ctx.stored_records();
         let kept: Option<Vec<Count>> = ctx.block_on(a.store().counts()).unwrap();
         let kept = kept.unwrap_or_else(|| panic!("{when}: the store keeps no counts"));
         assert_eq!(
