@@ -24,11 +24,15 @@ pub fn hex_bytes(b: &[u8]) -> String {
 }
 
 pub fn unhex(s: &str) -> Option<String> {
-    let bytes: Option<Vec<u8>> = (0..s.len())
+    String::from_utf8(unhex_bytes(s)?).ok()
+}
+
+/// The bytes [`hex_bytes`] wrote.
+pub fn unhex_bytes(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
         .step_by(2)
         .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect();
-    String::from_utf8(bytes?).ok()
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +179,11 @@ impl Keys {
     /// A held-index entry (`TaskRecord::held_key`, in hex), its value the task id.
     pub fn held(&self, key: &[u8]) -> String {
         format!("{}k/{}", self.prefix, hex_bytes(key))
+    }
+
+    /// Every held-index entry of the store.
+    pub fn helds(&self) -> String {
+        format!("{}k/", self.prefix)
     }
 
     pub fn outboxes(&self) -> String {

@@ -402,6 +402,7 @@ impl Store for FabricStore {
             min_ttl_ms: self.opts.min_ttl_secs * 1000,
             ttl_granularity_ms: 1000,
             signs_fences: false,
+            reads_ready_index: true,
         }
     }
 
@@ -466,6 +467,48 @@ impl Store for FabricStore {
 
     async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
         self.kept_counts().await
+    }
+
+    /// One key a seek, through the ready index's keys (hex, so in the
+    /// index's order); each seek at the current revision.
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let mut read = baton_core::graph::OldestReady::new(lane, queue, now);
+        while let Some((index, from, end)) = read.range() {
+            let (key_of, root): (fn(&crate::keys::Keys, &[u8]) -> String, String) = match index {
+                baton_core::graph::IndexName::Ready => {
+                    (crate::keys::Keys::ready, self.keys.readies())
+                }
+                baton_core::graph::IndexName::Held => (crate::keys::Keys::held, self.keys.helds()),
+            };
+            // Exclusive of `from`: the least key after it.
+            let mut first = key_of(&self.keys, &from).into_bytes();
+            first.push(0);
+            let end = key_of(&self.keys, &end).into_bytes();
+            let got = self
+                .range_at("read", &first, &end, None, |o| o.with_limit(1))
+                .await?
+                .ok_or_else(|| Error::unavailable("etcd: a current read was compacted"))?;
+            let key = match got.kvs().first() {
+                Some(kv) => {
+                    let text = kv.key_str().map_err(|e| Error::corrupt(e.to_string()))?;
+                    let index = text
+                        .strip_prefix(root.as_str())
+                        .and_then(crate::keys::unhex_bytes)
+                        .ok_or_else(|| {
+                            Error::corrupt(format!("etcd: a ready-index key {text:?}"))
+                        })?;
+                    Some(index)
+                }
+                None => None,
+            };
+            read.found(key.as_deref());
+        }
+        Ok(read.oldest())
     }
 
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {

@@ -126,6 +126,14 @@ impl<S: Store> Store for Broken<S> {
     async fn counts(&self) -> Result<Option<Vec<baton_core::counts::Count>>> {
         self.inner.counts().await
     }
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        self.inner.oldest_ready(lane, queue, now).await
+    }
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         self.inner.ack(intent_ids, now).await
     }

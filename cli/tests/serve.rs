@@ -436,6 +436,7 @@ fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
     )
     .unwrap();
     assert_eq!(s, 200, "{r}");
+    let adding = Instant::now();
     let (s, r) = http(
         a,
         "POST",
@@ -445,6 +446,7 @@ fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
     )
     .unwrap();
     assert_eq!(s, 200, "{r}");
+    let added = Instant::now();
     let next = |queue: &str, ttl_ms: u64| {
         let body = format!(r#"{{"owner":"w","queues":["{queue}"],"ttl_ms":{ttl_ms}}}"#);
         let (s, g) = http(a, "POST", "/v1/next", None, &body).unwrap();
@@ -481,8 +483,26 @@ fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
         assert!(Instant::now() < deadline, "never swept: {kinds:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let (waited_least, before_scrape) = (added.elapsed(), Instant::now());
     let metrics = scrape(a, "none");
+    let waited_most = adding.elapsed();
+    // Each of q0..q63 (named) has one task waiting since the graph was
+    // added; a queue whose task is held, failed, or put off an hour
+    // (flaky's retry) has none waiting.
+    let age = metric(
+        &metrics,
+        r#"baton_queue_oldest_waiting_seconds{queue="q0"}"#,
+    )
+    .unwrap_or_else(|| panic!("no oldest wait for q0 in {metrics}"));
+    assert!(
+        age >= waited_least.as_secs_f64() - 0.002 && age <= waited_most.as_secs_f64() + 0.002,
+        "{age} s, between {waited_least:?} and {waited_most:?} ({:?} to scrape)",
+        before_scrape.elapsed()
+    );
     let expect = [
+        (r#"baton_queue_oldest_waiting_seconds{queue="held"}"#, 0.0),
+        (r#"baton_queue_oldest_waiting_seconds{queue="flaky"}"#, 0.0),
+        (r#"baton_queue_oldest_waiting_seconds{queue="broken"}"#, 0.0),
         ("baton_lease_expirations_total", 1.0),
         // broken's, flaky's and sleepy's.
         ("baton_failures_total", 3.0),
@@ -510,6 +530,11 @@ fn the_sweepers_decisions_are_counted_and_alerts_have_their_metrics() {
         .filter_map(|l| l.split('"').next())
         .collect();
     assert_eq!(named.len(), 64, "{named:?}");
+    let aged = metrics
+        .lines()
+        .filter(|l| l.starts_with("baton_queue_oldest_waiting_seconds{"))
+        .count();
+    assert_eq!(aged, 64, "the named queues only: {metrics}");
     let version = format!(
         r#"baton_build_info{{version="{}"}} 1"#,
         env!("CARGO_PKG_VERSION")

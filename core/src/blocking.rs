@@ -40,6 +40,14 @@ pub trait Blocking: Send + Sync + 'static {
     fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>>;
     /// As [`Store::counts`], for a store that keeps counts.
     fn counts(&self) -> Result<Vec<Count>>;
+    /// The first key of `index` in `(from, end)`, both exclusive (for
+    /// [`Store::oldest_ready`]).
+    fn first_index_key(
+        &self,
+        index: crate::graph::IndexName,
+        from: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>>;
     /// As [`Store::ack`].
     fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64>;
     /// How many durable commits this handle has made.
@@ -191,6 +199,17 @@ impl<B: Blocking> Store for BlockingStore<B> {
 
     async fn counts(&self) -> Result<Option<Vec<Count>>> {
         self.run(|inner| inner.counts().map(Some)).await
+    }
+
+    async fn oldest_ready(
+        &self,
+        lane: crate::graph::Lane,
+        queue: &crate::id::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let read = crate::graph::OldestReady::new(lane, queue, now);
+        self.run(move |inner| read.read(|index, from, end| inner.first_index_key(index, from, end)))
+            .await
     }
 
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {

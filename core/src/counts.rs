@@ -17,6 +17,7 @@ use crate::decide::derive;
 use crate::error::Result;
 use crate::model::{State, TaskRecord};
 use crate::store::{Clause, ListQuery, Store};
+use crate::time::Timestamp;
 use std::collections::BTreeMap;
 
 /// The most due records one reading of the counts derives (the sweeper
@@ -156,6 +157,21 @@ pub fn from_sums(sums: &BTreeMap<(String, State), i64>) -> Vec<Count> {
 }
 
 impl<S: Store> Authority<S> {
+    /// Since when `queue`'s longest-waiting task has been ready and not
+    /// granted (its bare and declared tasks alike), by this authority's
+    /// clock; `None` when nothing waits. Through the store's ready index,
+    /// one seek a priority in use ([`Store::oldest_ready`]).
+    pub async fn oldest_waiting(&self, queue: &crate::Id) -> Result<Option<Timestamp>> {
+        let now = self.clock.now();
+        let mut oldest: Option<Timestamp> = None;
+        for lane in [crate::graph::Lane::Bare, crate::graph::Lane::Declared] {
+            if let Some(t) = self.store.oldest_ready(lane, queue, now).await? {
+                oldest = Some(oldest.map_or(t, |o| o.min(t)));
+            }
+        }
+        Ok(oldest)
+    }
+
     /// Tasks by queue and derived state: the store's counts, with the due
     /// records (at most [`DUE_BOUND`]) moved to the state they derive to.
     /// A store that keeps no counts is counted by reading its records (at

@@ -146,4 +146,13 @@ impl<S: Store> Store for FaultStore<S> {
     async fn counts(&self) -> Result<Option<Vec<crate::counts::Count>>> {
         self.inner.counts().await
     }
+
+    async fn oldest_ready(
+        &self,
+        lane: crate::graph::Lane,
+        queue: &crate::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        self.inner.oldest_ready(lane, queue, now).await
+    }
 }

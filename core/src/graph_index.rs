@@ -110,3 +110,133 @@ pub fn priority_rank(priority: i64) -> u64 {
 pub(super) fn rank_to_priority(rank: u64) -> i64 {
     ((!rank) ^ (1 << 63)) as i64
 }
+
+/// The two indexes of a lane and queue that [`OldestReady`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexName {
+    /// [`ReadyEntry::key`]s.
+    Ready,
+    /// [`crate::TaskRecord::held_key`]s.
+    Held,
+}
+
+/// How long the longest-waiting task of a lane and queue has waited: the
+/// earliest time at or before `now` since which one of its tasks could be
+/// granted. In the ready index that is the earliest ready time, found by
+/// reading the first key of each priority (the index orders a queue's
+/// entries by priority, then ready time), so a read costs one seek a
+/// priority in use, not one a task; in the held index (a start put off,
+/// a lease run out) it is its first key, if that time has come. At most
+/// [`OldestReady::SEEKS`] priorities are read; past them the answer is
+/// the oldest among those (`truncated`). A store gives the first key in
+/// each range it is asked.
+#[derive(Debug, Clone)]
+pub struct OldestReady {
+    prefix: Vec<u8>,
+    end: Vec<u8>,
+    /// The next range: in the ready index while `Some`, then the held
+    /// index once (`held_done`).
+    from: Option<Vec<u8>>,
+    held_done: bool,
+    now: Timestamp,
+    seeks: usize,
+    oldest: Option<Timestamp>,
+    /// More priorities were in use than [`OldestReady::SEEKS`].
+    pub truncated: bool,
+}
+
+impl OldestReady {
+    /// The most priorities one read looks at.
+    pub const SEEKS: usize = 64;
+
+    pub fn new(lane: Lane, queue: &Id, now: Timestamp) -> OldestReady {
+        let prefix = ReadyEntry::prefix(lane, queue);
+        OldestReady {
+            end: prefix_end(&prefix),
+            from: Some(prefix.clone()),
+            held_done: false,
+            prefix,
+            now,
+            seeks: 0,
+            oldest: None,
+            truncated: false,
+        }
+    }
+
+    /// The index and range whose first key to read next, `(from, end)`
+    /// both exclusive; `None` when the read is done.
+    pub fn range(&self) -> Option<(IndexName, Vec<u8>, Vec<u8>)> {
+        match &self.from {
+            Some(f) => Some((IndexName::Ready, f.clone(), self.end.clone())),
+            None if !self.held_done => {
+                // Every key is longer than the prefix, so excluding it
+                // skips nothing; keys at exactly `now` have come.
+                let mut end = self.prefix.clone();
+                end.extend_from_slice(&millis_key(self.now.plus_ms(1)));
+                Some((IndexName::Held, self.prefix.clone(), end))
+            }
+            None => None,
+        }
+    }
+
+    fn saw(&mut self, at: Timestamp) {
+        if at <= self.now && self.oldest.is_none_or(|o| at < o) {
+            self.oldest = Some(at);
+        }
+    }
+
+    /// The first key in the last [`OldestReady::range`], if any.
+    pub fn found(&mut self, key: Option<&[u8]>) {
+        let p = self.prefix.len();
+        let number = |k: &[u8], at: usize| -> Option<u64> {
+            Some(u64::from_be_bytes(k.get(at..at + 8)?.try_into().ok()?))
+        };
+        let time = |ms: u64| i64::try_from(ms).ok().map(Timestamp);
+        if self.from.is_none() {
+            self.held_done = true;
+            if let Some(at) = key.and_then(|k| number(k, p)).and_then(time) {
+                self.saw(at);
+            }
+            return;
+        }
+        let parts = key.and_then(|k| Some((number(k, p)?, time(number(k, p + 8)?)?)));
+        let Some((rank, ready)) = parts else {
+            self.from = None;
+            return;
+        };
+        self.saw(ready);
+        self.seeks += 1;
+        // Past every key of this priority: its prefix and the next rank
+        // (a key of exactly that length is no entry's, all are longer).
+        self.from = match rank.checked_add(1) {
+            Some(next) if self.seeks < Self::SEEKS => {
+                let mut from = self.prefix.clone();
+                from.extend_from_slice(&next.to_be_bytes());
+                Some(from)
+            }
+            Some(_) => {
+                self.truncated = true;
+                None
+            }
+            None => None,
+        };
+    }
+
+    /// The earliest time found at or before `now`.
+    pub fn oldest(&self) -> Option<Timestamp> {
+        self.oldest
+    }
+
+    /// The whole read, for a store that reads keys without waiting:
+    /// `first` gives the first key of an index in `(from, end)`.
+    pub fn read(
+        mut self,
+        mut first: impl FnMut(IndexName, &[u8], &[u8]) -> crate::Result<Option<Vec<u8>>>,
+    ) -> crate::Result<Option<Timestamp>> {
+        while let Some((index, from, end)) = self.range() {
+            let k = first(index, &from, &end)?;
+            self.found(k.as_deref());
+        }
+        Ok(self.oldest)
+    }
+}

@@ -286,6 +286,26 @@ impl Store for MemoryStore {
         Ok(Some(crate::counts::from_sums(&self.lock()?.counts)))
     }
 
+    async fn oldest_ready(
+        &self,
+        lane: crate::graph::Lane,
+        queue: &crate::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        use std::ops::Bound::Excluded;
+        let inner = self.lock()?;
+        crate::graph::OldestReady::new(lane, queue, now).read(|index, from, end| {
+            let keys = match index {
+                crate::graph::IndexName::Ready => &inner.ready,
+                crate::graph::IndexName::Held => &inner.held,
+            };
+            Ok(keys
+                .range::<[u8], _>((Excluded(from), Excluded(end)))
+                .next()
+                .map(|(k, _)| k.clone()))
+        })
+    }
+
     async fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         let inner = self.lock()?;
         Ok(inner

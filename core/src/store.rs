@@ -209,6 +209,10 @@ pub struct Capabilities {
     /// server with a fence key. A caller asks it for tokens only then.
     #[serde(default)]
     pub signs_fences: bool,
+    /// The store answers [`Store::oldest_ready`] (every store but a
+    /// server's client, whose server answers for its own store).
+    #[serde(default)]
+    pub reads_ready_index: bool,
 }
 
 impl Capabilities {
@@ -222,6 +226,7 @@ impl Capabilities {
             min_ttl_ms: 1,
             ttl_granularity_ms: 1,
             signs_fences: false,
+            reads_ready_index: true,
         }
     }
 
@@ -293,6 +298,26 @@ pub trait Store: Send + Sync + Debug {
     /// the same however many tasks there are.
     async fn counts(&self) -> Result<Option<Vec<Count>>> {
         Ok(None)
+    }
+
+    /// The earliest ready time at or before `now` in `lane`/`queue`'s
+    /// ready index: when its longest-waiting task became ready
+    /// ([`crate::graph::OldestReady`]: one seek a priority in use).
+    /// `Unsupported` from a store that cannot read its index from outside
+    /// (a server's client: the server answers for its own store).
+    ///
+    /// # Contract
+    /// Writes nothing. Reads the index as of one moment, or as of each
+    /// seek's moment (a wait that ended between seeks may be counted).
+    async fn oldest_ready(
+        &self,
+        _lane: crate::graph::Lane,
+        _queue: &crate::id::Id,
+        _now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        Err(crate::error::Error::unsupported(
+            "this store does not read its ready index from outside",
+        ))
     }
 
     /// Applies `ops` in order as one atomic commit, each decided on the
@@ -485,6 +510,16 @@ macro_rules! forward_store {
             }
             async fn counts(&self) -> $crate::Result<Option<Vec<$crate::counts::Count>>> {
                 <Self as AsRef<$target>>::as_ref(self).counts().await
+            }
+            async fn oldest_ready(
+                &self,
+                lane: $crate::graph::Lane,
+                queue: &$crate::Id,
+                now: $crate::Timestamp,
+            ) -> $crate::Result<Option<$crate::Timestamp>> {
+                <Self as AsRef<$target>>::as_ref(self)
+                    .oldest_ready(lane, queue, now)
+                    .await
             }
             async fn ack(
                 &self,

@@ -76,3 +76,46 @@ async fn an_empty_queue_is_drained_without_reading_a_task() {
     let (said, census) = census_of(&a.next_for(taker(), &[id("chain")]).await.unwrap());
     assert_eq!((said, census.blocked), ("drained", 1));
 }
+
+/// A queue's longest wait costs one seek a priority in use, at most
+/// `OldestReady::SEEKS` of them: with more priorities than that, the
+/// answer is the oldest among the highest ones read (a bound, said), and
+/// never a task that is not waiting.
+#[tokio::test]
+async fn the_oldest_wait_reads_a_bounded_number_of_priorities() {
+    use baton_core::graph::OldestReady;
+    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_000_000)));
+    let a = Authority::new(MemoryStore::new(), clock.clone());
+    let n = OldestReady::SEEKS as i64 + 6;
+    // The lowest priorities were added first: the oldest waits lowest.
+    for p in 0..n {
+        let t = id(&format!("p{p:03}"));
+        let spec = NodeSpec::new(&t, Some(id("wide")), p, []).unwrap();
+        a.add(&t, spec).await.unwrap();
+        clock.advance_ms(10);
+    }
+    let oldest = a.oldest_waiting(&id("wide")).await.unwrap().unwrap();
+    let first_read = n - OldestReady::SEEKS as i64;
+    let expected = a
+        .get(&id(&format!("p{first_read:03}")))
+        .await
+        .unwrap()
+        .and_then(|r| r.node)
+        .and_then(|n| n.ready_at)
+        .unwrap();
+    assert_eq!(
+        oldest,
+        expected,
+        "the oldest of the {} highest",
+        OldestReady::SEEKS
+    );
+    // Below the bound the answer is exact: grant the six lowest.
+    for p in 0..6 {
+        let g = a
+            .claim(&id(&format!("p{p:03}")), &id("w"), Some(60_000))
+            .await
+            .unwrap();
+        assert!(g.grant().is_some(), "{g:?}");
+    }
+    assert_eq!(a.oldest_waiting(&id("wide")).await.unwrap(), Some(expected));
+}

@@ -181,6 +181,15 @@ impl Store for CallerStore {
         self.app.store.counts().await
     }
 
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        self.app.store.oldest_ready(lane, queue, now).await
+    }
+
     /// Signs `fence` only while it is the fence of `task`'s live lease
     /// (judged at the server's time), and only for a caller that may act
     /// as its holder: a worker cannot get a token for another's attempt,

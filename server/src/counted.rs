@@ -164,6 +164,16 @@ impl Store for Counted {
         self.counted(r)
     }
 
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let r = self.inner.oldest_ready(lane, queue, now).await;
+        self.counted(r)
+    }
+
     async fn ack(&self, intent_ids: &[String], now: Timestamp) -> Result<u64> {
         let r = self.inner.ack(intent_ids, now).await;
         self.counted(r)

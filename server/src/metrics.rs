@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Reason {
@@ -69,6 +70,7 @@ pub struct Metrics {
     tasks_elsewhere: Family<ByStateOnly, Gauge>,
     dead_letters: Family<ByQueue, Gauge>,
     dead_letters_elsewhere: Gauge,
+    oldest_waiting: Family<ByQueue, Gauge<f64, AtomicU64>>,
     unlabelled_queues: Gauge,
     live_leases: Gauge,
     delivered: Gauge,
@@ -150,6 +152,12 @@ impl Metrics {
             "Tasks ended for good without success (FAILED, STALLED, NOT_STARTED), by queue, until retried or pruned",
             dead_letters.clone(),
         );
+        let oldest_waiting = Family::<ByQueue, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "queue_oldest_waiting_seconds",
+            "How long each named queue's longest-waiting task has been ready and not granted (0: none waits)",
+            oldest_waiting.clone(),
+        );
         let dead_letters_elsewhere = Gauge::default();
         registry.register(
             "dead_letter_tasks_in_unlabelled_queues",
@@ -221,6 +229,7 @@ impl Metrics {
             tasks_elsewhere,
             dead_letters,
             dead_letters_elsewhere,
+            oldest_waiting,
             unlabelled_queues,
             live_leases,
             delivered,
@@ -308,7 +317,32 @@ impl Metrics {
         self.deliveries_failing.set(gauge(failing as u64));
     }
 
-    pub fn census<'a>(&self, counts: impl IntoIterator<Item = (&'a str, State, u64)>) {
+    /// Sets each named queue's longest wait, in seconds: the queues not
+    /// in `waits` have none waiting (0); one whose wait the store could
+    /// not read (`None`) is left out of this scrape rather than shown as
+    /// none. Only the queues the census named.
+    pub fn oldest_waiting(&self, named: &[String], waits: &[(String, Option<f64>)]) {
+        self.oldest_waiting.clear();
+        for queue in named {
+            let age = match waits.iter().find(|(q, _)| q == queue) {
+                None => 0.0,
+                Some((_, Some(age))) => *age,
+                Some((_, None)) => continue,
+            };
+            self.oldest_waiting
+                .get_or_create(&ByQueue {
+                    queue: queue.clone(),
+                })
+                .set(age);
+        }
+    }
+
+    /// The queues the last census named that hold tasks that may wait
+    /// (REGISTERED or DECLARED), with all it named.
+    pub fn census<'a>(
+        &self,
+        counts: impl IntoIterator<Item = (&'a str, State, u64)>,
+    ) -> (Vec<String>, Vec<String>) {
         use std::collections::BTreeMap;
         let mut by_queue: BTreeMap<&str, BTreeMap<State, u64>> = BTreeMap::new();
         for (q, s, n) in counts {
@@ -321,6 +355,7 @@ impl Metrics {
         self.dead_letters.clear();
         let mut elsewhere: BTreeMap<State, u64> = BTreeMap::new();
         let mut live = 0;
+        let (mut named, mut may_wait) = (Vec::new(), Vec::new());
         for (i, (queue, states)) in queues.iter().enumerate() {
             live += State::ALL
                 .iter()
@@ -337,6 +372,13 @@ impl Metrics {
                     *elsewhere.entry(*s).or_default() += n;
                 }
                 continue;
+            }
+            named.push((*queue).to_owned());
+            if [State::Registered, State::Declared]
+                .iter()
+                .any(|s| states.get(s).is_some_and(|n| *n > 0))
+            {
+                may_wait.push((*queue).to_owned());
             }
             for state in State::ALL {
                 self.tasks
@@ -369,6 +411,7 @@ impl Metrics {
         self.unlabelled_queues
             .set(gauge(queues.len().saturating_sub(MAX_QUEUE_LABELS) as u64));
         self.live_leases.set(gauge(live));
+        (named, may_wait)
     }
 
     /// The text exposition.

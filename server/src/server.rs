@@ -171,12 +171,30 @@ async fn metrics(State(app): State<Shared>, _caller: crate::caller::AsCaller) ->
         app.metrics.deliveries(delivered, dead, d.state.failing());
     }
     if let Ok(counts) = app.authority.counts().await {
-        app.metrics.census(
+        let (named, may_wait) = app.metrics.census(
             counts
                 .queues
                 .iter()
                 .flat_map(|(q, states)| states.iter().map(move |(s, n)| (q.as_str(), *s, *n))),
         );
+        // Each named queue's longest wait, through the store's indexes (a
+        // queue the store cannot answer for is left out of this scrape).
+        let now = app.now();
+        let mut waits = Vec::new();
+        for queue in may_wait {
+            let Ok(id) = baton_core::Id::parse("queue", &queue) else {
+                continue;
+            };
+            match app.authority.oldest_waiting(&id).await {
+                Ok(Some(since)) => {
+                    let ms = now.as_millis().saturating_sub(since.as_millis()).max(0);
+                    waits.push((queue, Some(ms as f64 / 1000.0)));
+                }
+                Ok(None) => {}
+                Err(_) => waits.push((queue, None)),
+            }
+        }
+        app.metrics.oldest_waiting(&named, &waits);
     }
     Ok((
         [(

@@ -233,11 +233,14 @@ impl HttpStore {
                 min_ttl_ms: 1,
                 ttl_granularity_ms: 1,
                 signs_fences: false,
+                reads_ready_index: false,
             },
         };
         store.caps = store
             .call::<(), Capabilities>(Method::GET, wire::CAPABILITIES, None, false, None)
             .await?;
+        // The server's store reads its index; this client does not.
+        store.caps.reads_ready_index = false;
         Ok(store)
     }
 

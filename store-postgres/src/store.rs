@@ -565,6 +565,43 @@ impl Inner {
         }
     }
 
+    /// [`Store::oldest_ready`]: one indexed row a seek, on one connection,
+    /// without a lock.
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let client = self.client().await?;
+        let err = |e: tokio_postgres::Error| self.db(&e);
+        let ready = client
+            .prepare_cached(
+                "SELECT ready_key FROM tasks WHERE ready_key > $1 AND ready_key < $2
+                 ORDER BY ready_key LIMIT 1",
+            )
+            .await
+            .map_err(err)?;
+        let held = client
+            .prepare_cached(
+                "SELECT held_key FROM tasks WHERE held_key > $1 AND held_key < $2
+                 ORDER BY held_key LIMIT 1",
+            )
+            .await
+            .map_err(err)?;
+        let mut read = baton_core::graph::OldestReady::new(lane, queue, now);
+        while let Some((index, from, end)) = read.range() {
+            let st = match index {
+                baton_core::graph::IndexName::Ready => &ready,
+                baton_core::graph::IndexName::Held => &held,
+            };
+            let row = client.query_opt(st, &[&from, &end]).await.map_err(err)?;
+            let key: Option<Vec<u8>> = row.map(|r| r.get(0));
+            read.found(key.as_deref());
+        }
+        Ok(read.oldest())
+    }
+
     /// Reads the counts: the folded ones plus the deltas not folded yet,
     /// in one statement and so one snapshot (a fold commits its delete and
     /// its sums together, so a reader sees a delta in exactly one of the
@@ -625,6 +662,7 @@ impl Store for PostgresStore {
             min_ttl_ms: self.inner.min_ttl_ms,
             ttl_granularity_ms: 1,
             signs_fences: false,
+            reads_ready_index: true,
         }
     }
 
@@ -712,6 +750,18 @@ impl Store for PostgresStore {
         let i = self.inner.clone();
         self.inner
             .spawn(async move { i.counts().await.map(Some) })
+            .await
+    }
+
+    async fn oldest_ready(
+        &self,
+        lane: baton_core::graph::Lane,
+        queue: &baton_core::Id,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>> {
+        let (i, queue) = (self.inner.clone(), queue.clone());
+        self.inner
+            .spawn(async move { i.oldest_ready(lane, &queue, now).await })
             .await
     }
 

@@ -743,6 +743,24 @@ impl Blocking for Inner {
         Ok(out)
     }
 
+    fn first_index_key(
+        &self,
+        index: baton_core::graph::IndexName,
+        from: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        use std::ops::Bound::Excluded;
+        let tree = match index {
+            baton_core::graph::IndexName::Ready => &self.trees.ready,
+            baton_core::graph::IndexName::Held => &self.trees.held,
+        };
+        tree.range::<&[u8], _>((Excluded(from), Excluded(end)))
+            .next()
+            .transpose()
+            .map(|kv| kv.map(|(k, _)| k.to_vec()))
+            .map_err(|e| self.err(e))
+    }
+
     fn pending(&self, after: u64, limit: usize) -> Result<Vec<Notification>> {
         let mut out = Vec::new();
         for item in self

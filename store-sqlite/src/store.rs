@@ -698,6 +698,33 @@ impl Blocking for Inner {
         })
     }
 
+    /// Through the ready or held index (`tasks_ready`, `tasks_held`), one row.
+    fn first_index_key(
+        &self,
+        index: baton_core::graph::IndexName,
+        from: &[u8],
+        end: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let sql = match index {
+            baton_core::graph::IndexName::Ready => {
+                "SELECT ready_key FROM tasks WHERE ready_key > ?1 AND ready_key < ?2
+                 ORDER BY ready_key LIMIT 1"
+            }
+            baton_core::graph::IndexName::Held => {
+                "SELECT held_key FROM tasks WHERE held_key > ?1 AND held_key < ?2
+                 ORDER BY held_key LIMIT 1"
+            }
+        };
+        self.read(|tx| {
+            tx.prepare_cached(sql)
+                .and_then(|mut s| {
+                    s.query_row(params![from, end], |r| r.get::<_, Vec<u8>>(0))
+                        .optional()
+                })
+                .map_err(|e| self.err(e))
+        })
+    }
+
     /// The counts the triggers keep (schema 8), one read of a table with a
     /// row per queue and state.
     fn counts(&self) -> Result<Vec<baton_core::counts::Count>> {

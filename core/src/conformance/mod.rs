@@ -280,6 +280,7 @@ macro_rules! conformance_tests {
             a_key_limit_holds_however_grants_race,
             retention_prunes_ended_tasks_and_keeps_tombstones,
             retention_forgets_tombstones_when_their_time_comes,
+            the_oldest_wait_of_a_queue_is_read_across_priorities,
             a_declared_task_is_retried_after_its_backoff,
             a_queue_policy_retries_failed_and_stalled_attempts,
             lists_of_tasks_leave_out_the_records_that_hold_settings,

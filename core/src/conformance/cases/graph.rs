@@ -674,3 +674,87 @@ pub fn a_traceparent_given_at_add_is_carried_on_each_grant<H: Harness>(ctx: &mut
     }
     assert!(ctx.block_on(a.get(&id("traced-2"))).unwrap().is_none());
 }
+
+/// How long a queue's longest-waiting task has waited, read through the
+/// store's indexes: the earliest ready time across priorities (not the
+/// first task `next` would take), a task put off counted once its start
+/// has come and not before, nothing of another queue; it moves on as the
+/// oldest is granted, and a queue with nothing waiting has none. A
+/// server's client says it cannot read an index from outside.
+pub fn the_oldest_wait_of_a_queue_is_read_across_priorities<H: Harness>(ctx: &mut Ctx<H>) {
+    let a = ctx.auth();
+    let q = id("waits");
+    if !a.store().capabilities().reads_ready_index {
+        let e = ctx.block_on(a.oldest_waiting(&q)).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Unsupported, "{e}");
+        return;
+    }
+    let w = id("w");
+    let oldest =
+        |ctx: &mut Ctx<H>, queue: &str| ctx.block_on(a.oldest_waiting(&id(queue))).unwrap();
+    let ready_at = |ctx: &mut Ctx<H>, t: &str| {
+        let r = ctx.block_on(a.get(&id(t))).unwrap().unwrap();
+        r.node.and_then(|n| n.ready_at).unwrap()
+    };
+    assert_eq!(oldest(ctx, "waits"), None, "nothing waits yet");
+    let step = 50;
+    ctx.block_on(a.add(&id("mid"), spec("mid", Some("waits"), 5, &[])))
+        .unwrap();
+    ctx.advance_ms(step);
+    ctx.block_on(a.add(&id("low"), spec("low", Some("waits"), 0, &[])))
+        .unwrap();
+    ctx.advance_ms(step);
+    ctx.block_on(a.add(&id("high"), spec("high", Some("waits"), 9, &[])))
+        .unwrap();
+    let later = 3 * ctx.short_ttl_ms();
+    let put_off = spec("put-off", Some("waits"), 1, &[])
+        .with_start(Some(crate::graph::Start::AfterMs(later)))
+        .unwrap();
+    ctx.block_on(a.add(&id("put-off"), put_off)).unwrap();
+    ctx.block_on(a.add(&id("elsewhere"), spec("elsewhere", Some("other"), 0, &[])))
+        .unwrap();
+    let mid = ready_at(ctx, "mid");
+    assert_eq!(
+        oldest(ctx, "waits"),
+        Some(mid),
+        "the earliest, at a middle priority"
+    );
+    // `next` takes the highest priority; the oldest still waits.
+    let r = ctx
+        .block_on(a.next(&w, std::slice::from_ref(&q), Some(600_000), None))
+        .unwrap();
+    assert_eq!(granted(&r).as_str(), "high");
+    assert_eq!(oldest(ctx, "waits"), Some(mid));
+    // Granted by name: the next oldest is the lowest priority.
+    assert!(
+        ctx.block_on(a.claim(&id("mid"), &w, Some(600_000)))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
+    let low = ready_at(ctx, "low");
+    assert_eq!(oldest(ctx, "waits"), Some(low));
+    assert_eq!(oldest(ctx, "other"), Some(ready_at(ctx, "elsewhere")));
+    assert_eq!(oldest(ctx, "nowhere"), None);
+    // The put-off task waits from its start once that has come (later
+    // than `low` became ready, so `low` stays the oldest until granted).
+    ctx.advance_ms(later + ctx.expiry_margin_ms());
+    assert!(
+        ctx.block_on(a.claim(&id("low"), &w, Some(600_000)))
+            .unwrap()
+            .grant()
+            .is_some()
+    );
+    let start = ctx
+        .block_on(a.get(&id("put-off")))
+        .unwrap()
+        .and_then(|r| r.node)
+        .and_then(|n| n.not_before)
+        .unwrap();
+    assert_eq!(oldest(ctx, "waits"), Some(start), "waiting since its start");
+    let r = ctx
+        .block_on(a.next(&w, std::slice::from_ref(&q), Some(600_000), None))
+        .unwrap();
+    assert_eq!(granted(&r).as_str(), "put-off");
+    assert_eq!(oldest(ctx, "waits"), None, "nothing waits");
+}
