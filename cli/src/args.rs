@@ -484,6 +484,12 @@ pub enum Command {
         /// failed (1 ms to 7 days).
         #[arg(long, default_value = "10s", requires = "deliver")]
         deliver_timeout: String,
+        /// Export spans to this OpenTelemetry collector over OTLP gRPC
+        /// (`http://127.0.0.1:4317`): one a request (the child of its
+        /// `traceparent` header), and one a decision on a task added with a
+        /// traceparent (the child of it). Needs the `otlp` feature.
+        #[arg(long)]
+        otlp: Option<String>,
     },
     /// The contention harness: W workers race for T tasks and complete what they win.
     ///

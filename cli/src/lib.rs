@@ -497,6 +497,7 @@ struct ServeLimits<'a> {
     request_log: bool,
     fence_key: Option<&'a std::path::Path>,
     deliver: Option<(&'a str, &'a std::path::Path, u32, &'a str)>,
+    otlp: Option<&'a str>,
 }
 
 #[cfg(not(feature = "serve"))]
@@ -583,6 +584,7 @@ async fn serve(
             Ok::<_, Error>(d)
         })
         .transpose()?;
+    opts.otlp = limits.otlp.map(str::to_owned);
     opts.check()?;
     let opened = baton_open::open_url(&url).await?;
     opts.meter = opened.meter;
@@ -628,6 +630,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
             deliver_key,
             deliver_tries,
             deliver_timeout,
+            otlp,
         } => {
             let tls = tls_cert.as_deref().zip(tls_key.as_deref());
             let limits = ServeLimits {
@@ -643,6 +646,7 @@ async fn execute(cli: &Cli) -> Result<Out, Error> {
                     .as_deref()
                     .zip(deliver_key.as_deref())
                     .map(|(url, key)| (url, key, *deliver_tries, deliver_timeout.as_str())),
+                otlp: otlp.as_deref(),
             };
             return serve(cli, listen, tokens.as_deref(), tls, limits).await;
         }

@@ -4110,3 +4110,210 @@ fn the_outbox_is_delivered_at_least_once_in_order_through_a_kill() {
         "{text}"
     );
 }
+
+/// `serve --otlp URL` (the `otlp` feature) against a real OTLP trace
+/// service: OpenTelemetry's own protocol types served over gRPC by tonic,
+/// as a collector serves them. A task added with a `traceparent` has each
+/// decision on it (its grant with the fence, its completion) exported as
+/// a span in that trace, under that parent; a request that sends a
+/// `traceparent` header is a span in the caller's trace; an untraced
+/// task's decisions make no span of their own. SIGTERM exports what is
+/// left. A collector that cannot be reached costs nothing but the spans,
+/// and a bad `--otlp` is refused by name before the store is opened.
+#[cfg(feature = "otlp")]
+#[test]
+fn spans_reach_an_otlp_collector_in_the_tasks_trace() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    type Got = Arc<Mutex<Vec<ExportTraceServiceRequest>>>;
+    struct Collector(Got);
+    #[tonic::async_trait]
+    impl TraceService for Collector {
+        async fn export(
+            &self,
+            r: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            self.0.lock().unwrap().push(r.into_inner());
+            Ok(tonic::Response::new(ExportTraceServiceResponse {
+                partial_success: None,
+            }))
+        }
+    }
+    let hex = |s: &str| -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let got: Got = Arc::default();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let collector = format!("http://{}", listener.local_addr().unwrap());
+    rt.spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Collector(got.clone())))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("s.db").display());
+    // A bad endpoint is refused by name, and no store is made.
+    let bad = Command::new(BIN)
+        .args([
+            "--store",
+            &store,
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--otlp",
+            "not a url",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("\"field\":\"otlp\""),
+        "{bad:?}"
+    );
+    assert!(!dir.path().join("s.db").exists());
+
+    let mut server = Server::start_with(&store, &["--otlp", &collector]);
+    let url = server.url();
+    let (task_trace, task_parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let tp = format!("00-{task_trace}-{task_parent}-01");
+    let (code, out) = baton(
+        &url,
+        None,
+        &["add", "traced", "--queue", "otel", "--traceparent", &tp],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        baton(&url, None, &["add", "plain", "--queue", "plain"]).0,
+        0
+    );
+    // The grant, asked in the caller's own trace.
+    let (call_trace, call_parent) = ("11111111111111111111111111111111", "2222222222222222");
+    let body = r#"{"owner":"w","queues":["otel"],"ttl_ms":60000}"#;
+    let mut s = TcpStream::connect(server.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/next HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\ntraceparent: 00-{call_trace}-{call_parent}-01\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let granted: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(granted["task"], "traced", "{answer}");
+    let fence = granted["fence"].as_u64().unwrap();
+    let f = fence.to_string();
+    let (code, out) = baton(
+        &url,
+        None,
+        &["complete", "traced", "--owner", "w", "--fence", &f],
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = baton(&url, None, &["next", "--owner", "w", "--queue", "plain"]);
+    assert_eq!(code, 0, "{out}");
+    server.signal("-TERM");
+    assert!(server.wait(Duration::from_secs(20)).success());
+
+    // Every span the collector received, with its service's name.
+    let until = Instant::now() + Duration::from_secs(10);
+    let spans = loop {
+        let spans: Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.resource_spans.iter())
+            .flat_map(|rs| {
+                let service = rs
+                    .resource
+                    .iter()
+                    .flat_map(|r| r.attributes.iter())
+                    .find(|a| a.key == "service.name")
+                    .and_then(|a| a.value.as_ref()?.value.clone());
+                let service = match service {
+                    Some(Any::StringValue(s)) => s,
+                    _ => String::new(),
+                };
+                rs.scope_spans
+                    .iter()
+                    .flat_map(|ss| ss.spans.iter())
+                    .map(move |s| (service.clone(), s.clone()))
+            })
+            .collect();
+        if spans.iter().any(|(_, s)| s.name == "baton complete") || Instant::now() > until {
+            break spans;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let names: Vec<&str> = spans.iter().map(|(_, s)| s.name.as_str()).collect();
+    assert!(spans.iter().all(|(svc, _)| svc == "baton"), "{names:?}");
+    let attr = |s: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref()?.value.clone())
+    };
+    let in_task_trace = |name: &str| {
+        spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| {
+                s.name == name && attr(s, "baton.task") == Some(Any::StringValue("traced".into()))
+            })
+            .unwrap_or_else(|| panic!("no {name} span for the traced task in {names:?}"))
+    };
+    let grant = in_task_trace("baton claim");
+    assert_eq!(grant.trace_id, hex(task_trace), "in the task's trace");
+    assert_eq!(grant.parent_span_id, hex(task_parent), "under its parent");
+    assert_eq!(
+        attr(grant, "baton.outcome"),
+        Some(Any::StringValue("granted".into()))
+    );
+    assert_eq!(
+        attr(grant, "baton.fence"),
+        Some(Any::IntValue(fence as i64))
+    );
+    let done = in_task_trace("baton complete");
+    assert_eq!(
+        (done.trace_id.clone(), done.parent_span_id.clone()),
+        (hex(task_trace), hex(task_parent))
+    );
+    assert!(
+        !spans
+            .iter()
+            .any(|(_, s)| attr(s, "baton.task") == Some(Any::StringValue("plain".into()))),
+        "an untraced task's decisions make no span: {names:?}"
+    );
+    let call = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "POST /v1/next" && s.trace_id == hex(call_trace))
+        .unwrap_or_else(|| panic!("no span for the traced request in {names:?}"));
+    assert_eq!(call.parent_span_id, hex(call_parent));
+    assert_eq!(
+        attr(call, "http.response.status_code"),
+        Some(Any::IntValue(200))
+    );
+
+    // No collector listening: the server answers as ever.
+    drop(rt);
+    let server = Server::start_with(&store, &["--otlp", &collector]);
+    let (code, out) = baton(
+        &server.url(),
+        None,
+        &["add", "later", "--queue", "otel", "--traceparent", &tp],
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = baton(&server.url(), None, &["claim", "later", "--owner", "w"]);
+    assert_eq!(code, 0, "{out}");
+}

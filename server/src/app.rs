@@ -39,6 +39,8 @@ pub(crate) struct App {
     pub clock: Arc<dyn Clock>,
     pub tokens: Option<Tokens>,
     pub metrics: Arc<Metrics>,
+    /// Spans exported over OTLP, if asked (`--otlp`).
+    pub spans: Arc<crate::spans::Spans>,
     /// Refusals answered and not yet written to the store's refusal log
     /// (the sweeper's beat writes them; the newest are kept if it cannot):
     /// `store` keeps them.

@@ -26,6 +26,7 @@ pub(crate) struct Counted {
     metrics: Arc<Metrics>,
     unsaved: Unsaved,
     clock: Arc<dyn Clock>,
+    spans: Arc<crate::spans::Spans>,
 }
 
 impl fmt::Debug for Counted {
@@ -42,18 +43,21 @@ impl Counted {
         metrics: Arc<Metrics>,
         unsaved: Unsaved,
         clock: Arc<dyn Clock>,
+        spans: Arc<crate::spans::Spans>,
     ) -> Counted {
         Counted {
             inner,
             metrics,
             unsaved,
             clock,
+            spans,
         }
     }
 
     /// Counts a decision, and keeps it for the refusal log if it refused.
     fn decided(&self, d: &Decision, kind: RequestKind, task: &TaskId) {
         self.metrics.decided(d, kind);
+        self.spans.decided(d, kind, task);
         if let baton_core::Verdict::Refuse { refusal, .. } = &d.verdict
             && let Ok(mut unsaved) = self.unsaved.lock()
         {

@@ -28,6 +28,7 @@ mod origin;
 mod page;
 mod protocol;
 mod server;
+mod spans;
 
 pub use auth::Tokens;
 pub use deliver::{Deliver, POST_TIMEOUT};

@@ -82,6 +82,9 @@ pub struct ServeOptions {
     pub fence_keys: Option<Arc<baton_core::fencing::FenceKeys>>,
     /// Post every outbox notification to a webhook (`--deliver URL`).
     pub deliver: Option<crate::deliver::Deliver>,
+    /// Export spans to this OTLP gRPC collector (`--otlp URL`; needs the
+    /// `otlp` feature).
+    pub otlp: Option<String>,
 }
 
 /// The most tasks one beat of the sweeper prunes.
@@ -101,6 +104,9 @@ impl ServeOptions {
                     "{addr} is not a loopback address: give --tokens so that only holders of a token are answered"
                 ),
             ));
+        }
+        if let Some(endpoint) = &self.otlp {
+            crate::spans::Spans::check(endpoint)?;
         }
         if self.tls.is_some() && matches!(self.listen, Listen::Unix(_)) {
             return Err(Error::invalid(
@@ -127,6 +133,7 @@ impl ServeOptions {
             meter: None,
             fence_keys: None,
             deliver: None,
+            otlp: None,
         }
     }
 }
@@ -217,12 +224,25 @@ async fn track(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let started = Instant::now();
+    let began = std::time::SystemTime::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let res = next.run(req).await;
     let elapsed = started.elapsed();
     app.metrics
         .answered(&route, res.status().as_u16(), elapsed.as_secs_f64());
+    app.spans.request(
+        method.as_str(),
+        &route,
+        res.status().as_u16(),
+        traceparent.as_deref(),
+        began,
+    );
     if app.request_log {
         // The caller's name, left by `authenticate`; the token itself is
         // never in reach here.
@@ -302,6 +322,7 @@ pub struct Served {
     pub tls: bool,
     stop: watch::Sender<bool>,
     done: tokio::task::JoinHandle<()>,
+    spans: Arc<crate::spans::Spans>,
 }
 
 impl Served {
@@ -310,6 +331,7 @@ impl Served {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.done.await;
+        self.spans.stop().await;
     }
 
     /// The URL a client uses for it.
@@ -327,13 +349,15 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let metrics = Arc::new(Metrics::new());
     let unsaved = crate::counted::Unsaved::default();
+    let spans = Arc::new(crate::spans::Spans::to(opts.otlp.as_deref())?);
     // Every decision the server makes, for a caller or on its own beat,
-    // is made through this one store, and counted there.
+    // is made through this one store, and counted (and spanned) there.
     let store: Arc<dyn Store> = Arc::new(crate::counted::Counted::new(
         store,
         metrics.clone(),
         unsaved.clone(),
         clock.clone(),
+        spans.clone(),
     ));
     let check_host = opts.tokens.is_none() && matches!(opts.listen, Listen::Tcp(_));
     let app = Arc::new(App {
@@ -342,6 +366,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         clock,
         tokens: opts.tokens,
         metrics,
+        spans: spans.clone(),
         unsaved,
         sweeper: Mutex::new(opts.sweep_every.map(|every| crate::app::SweepStatus {
             every_ms: u64::try_from(every.as_millis()).unwrap_or(u64::MAX),
@@ -414,6 +439,7 @@ pub async fn spawn(store: Arc<dyn Store>, opts: ServeOptions) -> Result<Served, 
         tls: opts.tls.is_some(),
         stop,
         done,
+        spans,
     })
 }
 
