@@ -120,6 +120,16 @@ pub enum IndexName {
     Held,
 }
 
+impl IndexName {
+    /// The column SQL stores keep the index's keys in.
+    pub fn column(self) -> &'static str {
+        match self {
+            IndexName::Ready => "ready_key",
+            IndexName::Held => "held_key",
+        }
+    }
+}
+
 /// How long the longest-waiting task of a lane and queue has waited: the
 /// earliest time at or before `now` since which one of its tasks could be
 /// granted. In the ready index that is the earliest ready time, found by

@@ -575,27 +575,16 @@ impl Inner {
     ) -> Result<Option<Timestamp>> {
         let client = self.client().await?;
         let err = |e: tokio_postgres::Error| self.db(&e);
-        let ready = client
-            .prepare_cached(
-                "SELECT ready_key FROM tasks WHERE ready_key > $1 AND ready_key < $2
-                 ORDER BY ready_key LIMIT 1",
-            )
-            .await
-            .map_err(err)?;
-        let held = client
-            .prepare_cached(
-                "SELECT held_key FROM tasks WHERE held_key > $1 AND held_key < $2
-                 ORDER BY held_key LIMIT 1",
-            )
-            .await
-            .map_err(err)?;
         let mut read = baton_core::graph::OldestReady::new(lane, queue, now);
         while let Some((index, from, end)) = read.range() {
-            let st = match index {
-                baton_core::graph::IndexName::Ready => &ready,
-                baton_core::graph::IndexName::Held => &held,
-            };
-            let row = client.query_opt(st, &[&from, &end]).await.map_err(err)?;
+            let st = client
+                .prepare_cached(&format!(
+                    "SELECT {c} FROM tasks WHERE {c} > $1 AND {c} < $2 ORDER BY {c} LIMIT 1",
+                    c = index.column()
+                ))
+                .await
+                .map_err(err)?;
+            let row = client.query_opt(&st, &[&from, &end]).await.map_err(err)?;
             let key: Option<Vec<u8>> = row.map(|r| r.get(0));
             read.found(key.as_deref());
         }

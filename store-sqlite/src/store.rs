@@ -705,18 +705,12 @@ impl Blocking for Inner {
         from: &[u8],
         end: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        let sql = match index {
-            baton_core::graph::IndexName::Ready => {
-                "SELECT ready_key FROM tasks WHERE ready_key > ?1 AND ready_key < ?2
-                 ORDER BY ready_key LIMIT 1"
-            }
-            baton_core::graph::IndexName::Held => {
-                "SELECT held_key FROM tasks WHERE held_key > ?1 AND held_key < ?2
-                 ORDER BY held_key LIMIT 1"
-            }
-        };
+        let sql = format!(
+            "SELECT {c} FROM tasks WHERE {c} > ?1 AND {c} < ?2 ORDER BY {c} LIMIT 1",
+            c = index.column()
+        );
         self.read(|tx| {
-            tx.prepare_cached(sql)
+            tx.prepare_cached(&sql)
                 .and_then(|mut s| {
                     s.query_row(params![from, end], |r| r.get::<_, Vec<u8>>(0))
                         .optional()
