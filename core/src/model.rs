@@ -234,7 +234,8 @@ fn is_zero_u32(n: &u32) -> bool {
 
 impl TaskRecord {
     /// Serializes the record as stores keep it: a tombstone in its compact
-    /// form ([`StoredTombstone`]: about half the bytes), anything else
+    /// form (no key for what it no longer has, its times as numbers: about
+    /// two thirds of the bytes), anything else
     /// whole. What reads it back is the record's own `Deserialize`.
     pub fn serialize_stored<S: serde::Serializer>(
         &self,
