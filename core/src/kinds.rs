@@ -55,6 +55,12 @@ impl State {
         matches!(self, State::Failed | State::Stalled | State::NotStarted)
     }
 
+    /// States of a task that may be waiting for a grant (ready, put off or
+    /// blocked): DECLARED and REGISTERED.
+    pub fn may_wait(self) -> bool {
+        matches!(self, State::Declared | State::Registered)
+    }
+
     /// States in which a grant is being worked: a lease can be live only here.
     pub fn is_held(self) -> bool {
         matches!(self, State::Claimed | State::Running)

@@ -374,10 +374,7 @@ impl Metrics {
                 continue;
             }
             named.push((*queue).to_owned());
-            if [State::Registered, State::Declared]
-                .iter()
-                .any(|s| states.get(s).is_some_and(|n| *n > 0))
-            {
+            if states.iter().any(|(s, n)| s.may_wait() && *n > 0) {
                 may_wait.push((*queue).to_owned());
             }
             for state in State::ALL {

@@ -32,13 +32,24 @@ fn open(rt: &tokio::runtime::Runtime, url: &str) -> Authority<PostgresStore> {
 /// (an operator's `LOCK TABLE`, a migration) and holds it for `seconds`;
 /// the thread answers psql's output once it committed.
 fn hold_the_lock(port: u16, seconds: u32) -> std::thread::JoinHandle<std::process::Output> {
+    hold_table(port, "faults", "f.tasks", seconds)
+}
+
+/// Another session holds `table` of database `db` locked (EXCLUSIVE) for
+/// `seconds`; the thread answers psql's output once it committed.
+fn hold_table(
+    port: u16,
+    db: &'static str,
+    table: &'static str,
+    seconds: u32,
+) -> std::thread::JoinHandle<std::process::Output> {
     std::thread::spawn(move || {
         std::process::Command::new("psql")
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "baton", "-d", "faults"])
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "baton", "-d", db])
             .args([
                 "-c",
                 &format!(
-                    "BEGIN; LOCK TABLE f.tasks IN EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
+                    "BEGIN; LOCK TABLE {table} IN EXCLUSIVE MODE; SELECT pg_sleep({seconds}); COMMIT;"
                 ),
             ])
             .output()
@@ -318,26 +329,7 @@ fn a_prune_killed_mid_transaction_prunes_nothing_half() {
     };
     assert!(tasks.iter().all(|t| events_of(t) >= 2));
 
-    let port = pg.port;
-    let holder = std::thread::spawn(move || {
-        std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "baton",
-                "-d",
-                "retention",
-            ])
-            .args([
-                "-c",
-                "BEGIN; LOCK TABLE r.events IN EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;",
-            ])
-            .output()
-            .unwrap()
-    });
+    let holder = hold_table(pg.port, "retention", "r.events", 4);
     std::thread::sleep(Duration::from_millis(500));
     let operator = baton_core::Actor::Operator(id("alice"));
     let pruning = {
@@ -401,26 +393,7 @@ fn a_prune_killed_mid_transaction_prunes_nothing_half() {
     // locks (another session holds the table) and is killed there; every
     // tombstone stays. Then a pass forgets them all, their counts with
     // them, and each id is granted anew under a later fence.
-    let port = pg.port;
-    let holder = std::thread::spawn(move || {
-        std::process::Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "baton",
-                "-d",
-                "retention",
-            ])
-            .args([
-                "-c",
-                "BEGIN; LOCK TABLE r.tasks IN EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT;",
-            ])
-            .output()
-            .unwrap()
-    });
+    let holder = hold_table(pg.port, "retention", "r.tasks", 4);
     std::thread::sleep(Duration::from_millis(500));
     let forgetting = {
         let url = url.clone();
